@@ -1,0 +1,47 @@
+"""shoal: a pluggable distributed execution backend for Polars and DuckDB, on Ray.
+
+Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain`,
+``duckdb`` (the DuckDB adapter, once installed), :mod:`ir`, :func:`execute`,
+:func:`execute_batches`, :func:`udf`, :func:`trace`, :class:`Config`, :func:`get_config`,
+:func:`set_config`, :func:`execution_config`, :func:`shutdown` and the errors
+:class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
+:class:`ConfigFrozenError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shoal import ir
+from shoal.api import execute, execute_batches, explain, shutdown
+from shoal.config import Config, execution_config, get_config, set_config
+from shoal.errors import ConfigFrozenError, PlanError, ShoalError, TaskError, UnsupportedError
+
+# Imported last: registers the Polars engine name "dist".
+from shoal_polars import DistEngine  # noqa: E402
+
+__all__ = [
+    "Config",
+    "ConfigFrozenError",
+    "DistEngine",
+    "PlanError",
+    "ShoalError",
+    "TaskError",
+    "UnsupportedError",
+    "execute",
+    "execute_batches",
+    "execution_config",
+    "explain",
+    "get_config",
+    "ir",
+    "set_config",
+    "shutdown",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "duckdb":
+        import importlib
+
+        return importlib.import_module("shoal_duckdb")
+    raise AttributeError(f"module 'shoal' has no attribute {name!r}")

@@ -1,0 +1,66 @@
+"""Running IR plans: :func:`execute`, :func:`execute_batches`, :func:`explain`, :func:`shutdown`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from shoal.config import Config, RunnerKind, get_config
+from shoal.ir.nodes import PlanNode
+
+
+def execute(
+    plan: PlanNode, *, runner: RunnerKind | None = None, config: Config | None = None
+) -> pa.Table:
+    """Run ``plan`` distributed and return the whole result as one Arrow table.
+
+    ``runner`` overrides the config's runner ("ray" or "local"); ``config`` defaults to
+    :func:`shoal.get_config`. Raises ``FileNotFoundError`` for a missing input path before
+    any task runs, and :class:`shoal.TaskError` naming the stage and partition when a task
+    fails.
+    """
+    from shoal.runners.session import run_plan
+
+    cfg = _resolve(runner, config)
+    return run_plan(plan, cfg)
+
+
+def execute_batches(
+    plan: PlanNode, *, runner: RunnerKind | None = None, config: Config | None = None
+) -> Iterator[pa.RecordBatch]:
+    """Run ``plan`` and yield its result as record batches, partition by partition."""
+    table = execute(plan, runner=runner, config=config)
+    yield from table.to_batches()
+
+
+def explain(query: Any, *, runner: RunnerKind | None = None, config: Config | None = None) -> str:
+    """The logical (shoal IR) and physical plan (stages and exchanges) of ``query``.
+
+    ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode` or a Polars ``LazyFrame``.
+    """
+    from shoal.ir.explain import explain as explain_ir
+    from shoal.planner.physical import plan_physical
+
+    cfg = _resolve(runner, config)
+    if not isinstance(query, PlanNode):
+        from shoal_polars.engine import to_ir
+
+        query = to_ir(query)
+    physical = plan_physical(query, cfg)
+    return "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
+
+
+def shutdown() -> None:
+    """Stop the runner (and a local Ray instance shoal started); runner settings thaw."""
+    from shoal.runners.session import shutdown_runner
+
+    shutdown_runner()
+
+
+def _resolve(runner: RunnerKind | None, config: Config | None) -> Config:
+    cfg = config if config is not None else get_config()
+    if runner is not None and runner != cfg.runner:
+        cfg = cfg.replace(runner=runner)
+    return cfg

@@ -1,0 +1,305 @@
+"""The kernel: run one plan fragment on one partition with Polars.
+
+A fragment is an IR tree whose leaves are :class:`~shoal.ir.nodes.Scan` (this task's
+partition of it) or :class:`~shoal.ir.nodes.StageInput` (tables from upstream stages).
+The fragment becomes one Polars lazy query over Arrow input, collected once; the result is
+split as the task's :data:`~shoal.execution.task.OutputSpec` says.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import polars as pl
+import pyarrow as pa
+
+from shoal.errors import UnsupportedError
+from shoal.execution.expressions import to_polars
+from shoal.execution.task import (
+    HashOutput,
+    ParquetPiece,
+    MemoryPiece,
+    OutputSpec,
+    RangeOutput,
+    ScanPartition,
+    SingleOutput,
+)
+from shoal.ir.nodes import (
+    Aggregate,
+    Filter,
+    InMemorySource,
+    Join,
+    ParquetSource,
+    PlanNode,
+    Project,
+    Scan,
+    Slice,
+    Sort,
+    StageInput,
+)
+from shoal.ir.types import Schema
+
+_BUCKET = "__shoal_bucket"
+_HASH_SEED = 0x5EED
+
+
+@dataclass
+class TaskStats:
+    """What a task reports back to the driver (small; travels as the task's first result)."""
+
+    pid: int
+    node_id: str
+    rows_in: int
+    rows_out: int
+    bytes_out: int
+    start: float
+    end: float
+    sample: pa.Table | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _empty(schema: Schema) -> pl.DataFrame:
+    return pl.DataFrame(schema=schema.to_polars())
+
+
+def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
+    frames = [pl.from_arrow(t) for t in tables if t.num_rows > 0]
+    if not frames:
+        return _empty(schema)
+    df = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
+class _ScanLookup:
+    """Partitions for several scans of one plan (used by :func:`run_single`)."""
+
+    def __init__(self, scans: Sequence[Scan], parts: Sequence[ScanPartition | MemoryPiece]):
+        self._parts = {id(s): p for s, p in zip(scans, parts, strict=True)}
+
+    def get(self, node: Scan) -> ScanPartition | MemoryPiece:
+        return self._parts[id(node)]
+
+
+def _scan(node: Scan, part: ScanPartition | MemoryPiece | _ScanLookup | None) -> pl.LazyFrame:
+    if isinstance(part, _ScanLookup):
+        part = part.get(node)
+    cols = list(node.schema.names)
+    if isinstance(node.source, InMemorySource):
+        if not isinstance(part, MemoryPiece):
+            raise RuntimeError("in-memory scan without its partition")
+        lf = _from_arrow([part.table.select(cols)], node.schema).lazy()
+    elif isinstance(node.source, ParquetSource):
+        if not isinstance(part, ScanPartition):
+            raise RuntimeError("parquet scan without its partition")
+        lfs = [
+            pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
+            for p in part.pieces
+            if p.rows > 0
+        ]
+        if not lfs:
+            return _empty(node.schema).lazy()
+        lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
+    else:  # pragma: no cover
+        raise UnsupportedError(f"scan source {type(node.source).__name__}")
+    if node.predicate is not None:
+        lf = lf.filter(to_polars(node.predicate))
+    return lf
+
+
+_JOIN_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
+             "semi": "semi", "anti": "anti", "cross": "cross"}
+
+
+def build(
+    node: PlanNode,
+    inputs: Sequence[pl.DataFrame],
+    scan: ScanPartition | MemoryPiece | _ScanLookup | None,
+) -> pl.LazyFrame:
+    """The Polars lazy query for ``node`` over this task's inputs."""
+    if isinstance(node, Scan):
+        return _scan(node, scan)
+    if isinstance(node, StageInput):
+        return inputs[node.index].lazy()
+    if isinstance(node, Project):
+        lf = build(node.input, inputs, scan)
+        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+    if isinstance(node, Filter):
+        return build(node.input, inputs, scan).filter(to_polars(node.predicate))
+    if isinstance(node, Aggregate):
+        lf = build(node.input, inputs, scan)
+        aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
+        if not node.keys:
+            return lf.select(aggs)
+        keys = [to_polars(e.expr).alias(e.name) for e in node.keys]
+        return lf.group_by(keys, maintain_order=node.maintain_order).agg(aggs)
+    if isinstance(node, Join):
+        left = build(node.left, inputs, scan)
+        right = build(node.right, inputs, scan)
+        if node.how == "cross":
+            return left.join(right, how="cross", suffix=node.suffix)
+        return left.join(
+            right,
+            left_on=[to_polars(e) for e in node.left_on],
+            right_on=[to_polars(e) for e in node.right_on],
+            how=_JOIN_HOW[node.how],  # type: ignore[arg-type]
+            suffix=node.suffix,
+            nulls_equal=node.nulls_equal,
+            coalesce=node.coalesce,
+        )
+    if isinstance(node, Sort):
+        lf = build(node.input, inputs, scan)
+        return lf.sort(
+            [to_polars(e) for e in node.by],
+            descending=list(node.descending),
+            nulls_last=list(node.nulls_last),
+            maintain_order=node.stable,
+        )
+    if isinstance(node, Slice):
+        return build(node.input, inputs, scan).slice(node.offset, node.length)
+    raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+
+
+def _split_hash(df: pl.DataFrame, spec: HashOutput) -> list[pl.DataFrame]:
+    keys = [to_polars(k) for k in spec.keys]
+    bucket = (pl.struct(keys).hash(seed=_HASH_SEED) % spec.n).alias(_BUCKET)
+    return _split(df.with_columns(bucket), spec.n)
+
+
+def _split(tagged: pl.DataFrame, n: int) -> list[pl.DataFrame]:
+    schema = tagged.drop(_BUCKET).schema
+    parts = tagged.partition_by(_BUCKET, as_dict=True, include_key=False, maintain_order=True)
+    out = []
+    for i in range(n):
+        got = parts.get((i,))
+        out.append(got if got is not None else pl.DataFrame(schema=schema))
+    return out
+
+
+def range_buckets(
+    keys: pl.DataFrame, boundaries: pl.DataFrame, descending: Sequence[bool],
+    nulls_last: Sequence[bool],
+) -> pl.Series:
+    """Bucket index (0..len(boundaries)) of each row of ``keys`` under the sort order:
+    the number of boundaries that sort strictly before the row, ties going to the lower
+    bucket. ``keys`` and ``boundaries`` have the same columns."""
+    names = keys.columns
+    marked = pl.concat(
+        [
+            keys.with_columns(pl.lit(1, pl.Int8).alias("__is_data"),
+                              pl.int_range(pl.len(), dtype=pl.UInt32).alias("__row")),
+            boundaries.select(names).with_columns(pl.lit(0, pl.Int8).alias("__is_data"),
+                                                  pl.lit(None, pl.UInt32).alias("__row")),
+        ],
+        how="vertical_relaxed",
+    )
+    # Boundary rows sort before equal data rows (is_data 0 < 1), so a row equal to
+    # boundary i lands after it: bucket i + 1. Consistent on every task.
+    ordered = marked.sort(
+        [*names, "__is_data"],
+        descending=[*descending, False],
+        nulls_last=[*nulls_last, False],
+        maintain_order=True,
+    )
+    ordered = ordered.with_columns(
+        (pl.col("__is_data") == 0).cast(pl.UInt32).cum_sum().alias(_BUCKET)
+    ).filter(pl.col("__is_data") == 1)
+    return ordered.sort("__row")[_BUCKET]
+
+
+def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
+    if spec.boundaries is None or spec.boundaries.num_rows == 0 or df.height == 0:
+        return [df] + [df.clear() for _ in range(spec.num_outputs - 1)]
+    keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(spec.by)])
+    bounds = pl.from_arrow(spec.boundaries)
+    assert isinstance(bounds, pl.DataFrame)
+    bounds = bounds.rename(dict(zip(bounds.columns, keys.columns, strict=True)))
+    bucket = range_buckets(keys, bounds, spec.descending, spec.nulls_last)
+    return _split(df.with_columns(bucket.alias(_BUCKET)), spec.num_outputs)
+
+
+def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
+    """Up to ``rows`` evenly spaced rows of the sort keys ``by`` (IR expressions)."""
+    keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(by)])
+    if keys.height > rows:
+        step = keys.height / rows
+        keys = keys[[int(i * step) for i in range(rows)]]
+    return keys.to_arrow()
+
+
+def run_fragment(
+    fragment: PlanNode,
+    inputs: Sequence[Sequence[pa.Table]],
+    scan: ScanPartition | MemoryPiece | None,
+    output: OutputSpec,
+    input_schemas: Sequence[Schema],
+) -> tuple[TaskStats, list[pa.Table]]:
+    """Run ``fragment`` on one partition.
+
+    ``inputs[i]`` are the tables of stage input ``i`` (concatenated in order). Returns the
+    task's stats and ``output.num_outputs`` Arrow tables.
+    """
+    start = time.time()
+    frames = [_from_arrow(ts, s) for ts, s in zip(inputs, input_schemas, strict=True)]
+    rows_in = sum(f.height for f in frames)
+    df = build(fragment, frames, scan).collect()
+    if isinstance(scan, ScanPartition):
+        rows_in += scan.rows
+    elif isinstance(scan, MemoryPiece):
+        rows_in += scan.table.num_rows
+    sample = None
+    if isinstance(output, SingleOutput):
+        parts = [df]
+        if output.sample_rows:
+            sample = sample_keys(df, output.sample_by, output.sample_rows)
+    elif isinstance(output, HashOutput):
+        parts = _split_hash(df, output)
+    else:
+        parts = _split_range(df, output)
+    tables = [p.to_arrow() for p in parts]
+    stats = TaskStats(
+        pid=os.getpid(),
+        node_id=_node_id(),
+        rows_in=rows_in,
+        rows_out=df.height,
+        bytes_out=sum(t.nbytes for t in tables),
+        start=start,
+        end=time.time(),
+        sample=sample,
+    )
+    return stats, tables
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return str(ray.get_runtime_context().get_node_id())
+    except Exception:  # pragma: no cover
+        pass
+    return "local"
+
+
+def run_single(plan: PlanNode) -> pa.Table:
+    """Run a whole IR plan (no :class:`StageInput`) in this process as one partition.
+
+    A reference path for tests and debugging: every scan reads all its rows.
+    """
+    import pyarrow.parquet as pq
+
+    def whole(node: Scan) -> ScanPartition | MemoryPiece:
+        if isinstance(node.source, InMemorySource):
+            return MemoryPiece(node.source.table)
+        assert isinstance(node.source, ParquetSource)
+        return ScanPartition(
+            tuple(ParquetPiece(p, 0, pq.read_metadata(p).num_rows) for p in node.source.paths)
+        )
+
+    scans = [n for n in plan.walk() if isinstance(n, Scan)]
+    lookup = _ScanLookup(scans, [whole(s) for s in scans])
+    return build(plan, [], lookup).collect().to_arrow()  # type: ignore[arg-type]

@@ -1,0 +1,61 @@
+"""Readable text of IR plans (``explain()``)."""
+
+from __future__ import annotations
+
+from shoal.ir.nodes import (
+    Aggregate,
+    Filter,
+    Join,
+    PlanNode,
+    Project,
+    Scan,
+    Slice,
+    Sort,
+    StageInput,
+)
+
+
+def describe(node: PlanNode) -> str:
+    """One line for ``node`` without its inputs."""
+    if isinstance(node, Scan):
+        pred = f" WHERE {node.predicate}" if node.predicate is not None else ""
+        return f"SCAN {node.source.describe()} COLUMNS {list(node.schema.names)}{pred}"
+    if isinstance(node, Project):
+        return "PROJECT " + ", ".join(map(str, node.exprs))
+    if isinstance(node, Filter):
+        return f"FILTER {node.predicate}"
+    if isinstance(node, Aggregate):
+        keys = ", ".join(map(str, node.keys))
+        aggs = ", ".join(map(str, node.aggs))
+        mo = " MAINTAIN ORDER" if node.maintain_order else ""
+        return f"AGGREGATE BY [{keys}] [{aggs}]{mo}"
+    if isinstance(node, Join):
+        on = ", ".join(f"{a} = {b}" for a, b in zip(node.left_on, node.right_on, strict=True))
+        return f"JOIN {node.how.upper()} ON {on}"
+    if isinstance(node, Sort):
+        keys = ", ".join(
+            f"{e}{' DESC' if d else ''}{' NULLS LAST' if n else ''}"
+            for e, d, n in zip(node.by, node.descending, node.nulls_last, strict=True)
+        )
+        return f"SORT {keys}{' STABLE' if node.stable else ''}"
+    if isinstance(node, Slice):
+        return f"SLICE offset={node.offset} length={node.length}"
+    if isinstance(node, StageInput):
+        return f"STAGE INPUT #{node.index}"
+    return node.label
+
+
+def explain(node: PlanNode, *, schema: bool = False) -> str:
+    """The plan as an indented tree, root first; ``schema`` adds each node's schema."""
+    lines: list[str] = []
+
+    def rec(n: PlanNode, depth: int) -> None:
+        line = "  " * depth + describe(n)
+        if schema:
+            line += f"  :: {n.schema}"
+        lines.append(line)
+        for c in n.children():
+            rec(c, depth + 1)
+
+    rec(node, 0)
+    return "\n".join(lines)

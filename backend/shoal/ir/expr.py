@@ -1,0 +1,209 @@
+"""Expressions of the shoal IR: immutable, typed trees.
+
+Every expression carries its output ``dtype``. The semantics are Polars' semantics unless
+a node says otherwise (frontends whose rules differ, such as DuckDB's integer division,
+translate into explicit casts and functions so that one IR expression means one thing):
+
+* Nulls propagate through arithmetic and comparisons; ``and``/``or`` use Kleene logic.
+* Integer arithmetic wraps on overflow as Polars does; ``truediv`` gives a float.
+* Aggregates skip nulls; ``sum`` of no values is 0, ``min``/``max``/``mean`` of no
+  values is null; ``count`` counts non-null values, ``len`` counts rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any
+
+from shoal.ir.types import DataType
+
+#: Binary operators: arithmetic, comparison and boolean logic.
+ARITHMETIC_OPS = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
+COMPARISON_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "eq_missing", "ne_missing"})
+BOOLEAN_OPS = frozenset({"and", "or", "xor"})
+BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | BOOLEAN_OPS
+
+#: Aggregate functions the IR knows.
+AGG_FUNCTIONS = frozenset(
+    {"sum", "mean", "min", "max", "count", "len", "n_unique", "first", "last", "median",
+     "std", "var", "null_count"}
+)
+
+_SYMBOL = {
+    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
+    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
+    "eq_missing": "eq_missing", "ne_missing": "ne_missing", "and": "&", "or": "|", "xor": "^",
+}
+
+
+class Expr:
+    """Base class of IR expressions. Subclasses are frozen dataclasses with a ``dtype``."""
+
+    dtype: DataType
+
+    def children(self) -> tuple[Expr, ...]:
+        out: list[Expr] = []
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, Expr):
+                out.append(v)
+            elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+                out.extend(v)
+        return tuple(out)
+
+    def map_children(self, fn: Callable[[Expr], Expr]) -> Expr:
+        """A copy with ``fn`` applied to each direct child expression."""
+        changes: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, Expr):
+                changes[f.name] = fn(v)
+            elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):
+                changes[f.name] = tuple(fn(x) for x in v)
+        if not changes:
+            return self
+        return type(self)(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})  # type: ignore[arg-type]
+
+    def walk(self) -> Iterator[Expr]:
+        """This expression and every descendant, pre-order."""
+        yield self
+        for c in self.children():
+            yield from c.walk()
+
+    def columns(self) -> set[str]:
+        """Names of the input columns this expression reads."""
+        return {e.name for e in self.walk() if isinstance(e, Col)}
+
+    def has_agg(self) -> bool:
+        return any(isinstance(e, Agg) for e in self.walk())
+
+
+@dataclass(frozen=True)
+class Col(Expr):
+    """An input column by name."""
+
+    name: str
+    dtype: DataType
+
+    def __str__(self) -> str:
+        return f"col({self.name!r})"
+
+
+@dataclass(frozen=True)
+class Lit(Expr):
+    """A scalar literal (Python value: int, float, str, bool, date, datetime, Decimal, None)."""
+
+    value: Any
+    dtype: DataType
+
+    def __str__(self) -> str:
+        return f"lit({self.value!r}: {self.dtype})"
+
+
+@dataclass(frozen=True)
+class BinaryOp(Expr):
+    """``left <op> right`` with ``op`` one of :data:`BINARY_OPS`."""
+
+    op: str
+    left: Expr
+    right: Expr
+    dtype: DataType
+
+    def __str__(self) -> str:
+        return f"({self.left} {_SYMBOL.get(self.op, self.op)} {self.right})"
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """Cast to ``dtype``; ``strict`` raises on values that do not fit (else they become null)."""
+
+    expr: Expr
+    dtype: DataType
+    strict: bool = True
+
+    def __str__(self) -> str:
+        return f"{self.expr}.{'strict_' if self.strict else ''}cast({self.dtype})"
+
+
+@dataclass(frozen=True)
+class Ternary(Expr):
+    """``when(predicate).then(then).otherwise(otherwise)``; a null predicate takes otherwise."""
+
+    predicate: Expr
+    then: Expr
+    otherwise: Expr
+    dtype: DataType
+
+    def __str__(self) -> str:
+        return f"when({self.predicate}).then({self.then}).otherwise({self.otherwise})"
+
+
+@dataclass(frozen=True)
+class Function(Expr):
+    """A scalar function by name with positional ``args`` and keyword ``options``.
+
+    Names are namespaced as in Polars (``str.starts_with``, ``dt.year``) or plain
+    (``is_null``, ``not``, ``abs``). The kernel's function table
+    (:mod:`shoal.execution.functions`) lists what runs.
+    """
+
+    name: str
+    args: tuple[Expr, ...]
+    options: tuple[tuple[str, Any], ...]
+    dtype: DataType
+
+    def option(self, key: str, default: Any = None) -> Any:
+        for k, v in self.options:
+            if k == key:
+                return v
+        return default
+
+    def __str__(self) -> str:
+        opts = "".join(f", {k}={v!r}" for k, v in self.options)
+        return f"{self.name}({', '.join(map(str, self.args))}{opts})"
+
+
+@dataclass(frozen=True)
+class Agg(Expr):
+    """An aggregate function (one of :data:`AGG_FUNCTIONS`) over ``arg`` (None for ``len``)."""
+
+    name: str
+    arg: Expr | None
+    dtype: DataType
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def children(self) -> tuple[Expr, ...]:
+        return () if self.arg is None else (self.arg,)
+
+    def map_children(self, fn: Callable[[Expr], Expr]) -> Expr:
+        if self.arg is None:
+            return self
+        return Agg(self.name, fn(self.arg), self.dtype, self.options)
+
+    def __str__(self) -> str:
+        return f"{self.name}({'' if self.arg is None else self.arg})"
+
+
+@dataclass(frozen=True)
+class NamedExpr:
+    """An expression and the name of the column it produces."""
+
+    name: str
+    expr: Expr
+
+    @property
+    def dtype(self) -> DataType:
+        return self.expr.dtype
+
+    def __str__(self) -> str:
+        if isinstance(self.expr, Col) and self.expr.name == self.name:
+            return str(self.expr)
+        return f"{self.expr} AS {self.name}"
+
+
+def replace(expr: Expr, fn: Callable[[Expr], Expr | None]) -> Expr:
+    """Rewrite bottom-up: ``fn`` returns a replacement or None to keep the node."""
+    new = expr.map_children(lambda c: replace(c, fn))
+    out = fn(new)
+    return new if out is None else out

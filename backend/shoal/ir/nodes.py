@@ -1,0 +1,196 @@
+"""Plan nodes of the shoal IR: immutable, schema-carrying trees.
+
+Each node is a frozen dataclass whose ``schema`` is the schema of the rows it produces.
+Nodes compare and hash by value (an in-memory source by identity of its table), pickle
+for ``ray.put``, and print with :func:`shoal.ir.explain.explain`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, fields
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from shoal.ir.expr import Expr, NamedExpr
+from shoal.ir.types import Schema
+
+JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
+
+
+class PlanNode:
+    """Base class of plan nodes. ``schema`` is the output schema."""
+
+    schema: Schema
+
+    def children(self) -> tuple[PlanNode, ...]:
+        return tuple(
+            getattr(self, f.name)
+            for f in fields(self)  # type: ignore[arg-type]
+            if isinstance(getattr(self, f.name), PlanNode)
+        )
+
+    def with_children(self, children: tuple[PlanNode, ...]) -> PlanNode:
+        """A copy whose child nodes (in :meth:`children` order) are ``children``."""
+        it = iter(children)
+        kwargs: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            kwargs[f.name] = next(it) if isinstance(v, PlanNode) else v
+        return type(self)(**kwargs)
+
+    def walk(self) -> Iterator[PlanNode]:
+        yield self
+        for c in self.children():
+            yield from c.walk()
+
+    @property
+    def label(self) -> str:
+        return type(self).__name__
+
+
+# ---------------------------------------------------------------- sources
+
+
+@dataclass(frozen=True)
+class ParquetSource:
+    """Parquet files read in order, as one table. ``paths`` are absolute file paths."""
+
+    paths: tuple[str, ...]
+
+    def describe(self) -> str:
+        if len(self.paths) <= 2:
+            return f"parquet {list(self.paths)}"
+        return f"parquet [{self.paths[0]!r}, ... {len(self.paths)} files]"
+
+
+@dataclass(frozen=True, eq=False)
+class InMemorySource:
+    """An in-memory Arrow table (from a Polars DataFrame or an Arrow table).
+
+    Compares by identity of the table. ``table`` keeps every column of the original frame;
+    the :class:`Scan` schema says which are read.
+    """
+
+    table: pa.Table
+
+    def describe(self) -> str:
+        return f"in-memory table ({self.table.num_rows} rows)"
+
+    def __hash__(self) -> int:
+        return id(self.table)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, InMemorySource) and other.table is self.table
+
+
+Source = ParquetSource | InMemorySource
+
+
+# ---------------------------------------------------------------- nodes
+
+
+@dataclass(frozen=True)
+class Scan(PlanNode):
+    """Read ``source``: the columns of ``schema`` (projection pushdown), keeping the rows
+    where ``predicate`` is true (predicate pushdown; null counts as false)."""
+
+    source: Source
+    schema: Schema
+    predicate: Expr | None = None
+
+
+@dataclass(frozen=True)
+class Project(PlanNode):
+    """Evaluate ``exprs`` row by row; the output has exactly these columns, in order.
+    A literal or a scalar aggregate broadcasts to the height of the other columns."""
+
+    input: PlanNode
+    exprs: tuple[NamedExpr, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Filter(PlanNode):
+    """Keep the rows where ``predicate`` is true (null counts as false)."""
+
+    input: PlanNode
+    predicate: Expr
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Aggregate(PlanNode):
+    """Group by ``keys`` and compute ``aggs`` per group (Polars ``group_by().agg()``).
+
+    With no keys the output is one row. ``aggs`` may combine aggregates
+    (``sum(a) / count(b)``). Output columns: keys then aggs. Without ``maintain_order``
+    the order of groups is unspecified.
+    """
+
+    input: PlanNode
+    keys: tuple[NamedExpr, ...]
+    aggs: tuple[NamedExpr, ...]
+    maintain_order: bool
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Join(PlanNode):
+    """Equi-join on ``left_on[i] == right_on[i]`` with Polars' join semantics.
+
+    ``how`` is inner or left for now; null keys match only when ``nulls_equal``. With
+    ``coalesce`` the right key columns are dropped; other right columns whose names clash
+    get ``suffix``. Output order is unspecified.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    left_on: tuple[Expr, ...]
+    right_on: tuple[Expr, ...]
+    how: JoinHow
+    suffix: str
+    nulls_equal: bool
+    coalesce: bool
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Sort(PlanNode):
+    """Sort by ``by`` (one flag per key in ``descending`` and ``nulls_last``). ``stable``
+    keeps the input order of ties."""
+
+    input: PlanNode
+    by: tuple[Expr, ...]
+    descending: tuple[bool, ...]
+    nulls_last: tuple[bool, ...]
+    stable: bool
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Slice(PlanNode):
+    """Rows ``offset`` to ``offset + length`` (``length`` None: to the end); offset >= 0."""
+
+    input: PlanNode
+    offset: int
+    length: int | None
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class StageInput(PlanNode):
+    """Physical plans only: the leaf of a fragment that reads the output of another stage
+    (through an exchange). ``index`` is the position in the stage's input list."""
+
+    index: int
+    schema: Schema
+
+
+def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:
+    """Rewrite bottom-up: ``fn`` returns a replacement or None to keep the node."""
+    kids = node.children()
+    new = node.with_children(tuple(transform(c, fn) for c in kids)) if kids else node
+    out = fn(new)
+    return new if out is None else out
