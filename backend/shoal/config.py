@@ -207,3 +207,21 @@ def mark_runner_started(started: bool) -> None:
     """Called by the runners: runner settings freeze while a runner is alive."""
     global _runner_started
     _runner_started = started
+
+
+_worker_digest: str | None = None
+
+
+def install_worker_config(config: Config, digest: str) -> None:
+    """On a worker: install the query's config snapshot before doing anything else.
+
+    Raises ``RuntimeError`` when the snapshot does not hash to ``digest`` (a config that
+    changed in transit must never run a task)."""
+    global _config, _worker_digest
+    if config.digest() != digest:
+        raise RuntimeError(
+            f"shoal config snapshot hash mismatch on worker: {config.digest()} != {digest}"
+        )
+    with _lock:
+        _config = config
+        _worker_digest = digest

@@ -214,12 +214,29 @@ def range_buckets(
 def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
     if spec.boundaries is None or spec.boundaries.num_rows == 0 or df.height == 0:
         return [df] + [df.clear() for _ in range(spec.num_outputs - 1)]
+    if spec.boundaries.num_rows != spec.n - 1:
+        raise ValueError(f"range exchange: {spec.boundaries.num_rows} boundaries for {spec.n} outputs")
     keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(spec.by)])
     bounds = pl.from_arrow(spec.boundaries)
     assert isinstance(bounds, pl.DataFrame)
     bounds = bounds.rename(dict(zip(bounds.columns, keys.columns, strict=True)))
     bucket = range_buckets(keys, bounds, spec.descending, spec.nulls_last)
     return _split(df.with_columns(bucket.alias(_BUCKET)), spec.num_outputs)
+
+
+def choose_boundaries(
+    samples: Sequence[pa.Table], descending: Sequence[bool], nulls_last: Sequence[bool], n: int
+) -> pa.Table | None:
+    """``n - 1`` evenly spaced rows of the sorted union of ``samples`` (sort-key columns
+    ``__k0..``), or None when there is nothing to choose from."""
+    frames = [pl.from_arrow(s) for s in samples if s.num_rows > 0]
+    if not frames or n <= 1:
+        return None
+    allk = pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
+    assert isinstance(allk, pl.DataFrame)
+    allk = allk.sort(allk.columns, descending=list(descending), nulls_last=list(nulls_last))
+    idx = [min(allk.height - 1, (i * allk.height) // n) for i in range(1, n)]
+    return allk[idx].to_arrow()
 
 
 def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:

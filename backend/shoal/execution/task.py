@@ -68,17 +68,23 @@ class HashOutput:
 
 @dataclass(frozen=True, eq=False)
 class RangeOutput:
-    """The task splits its result into ``len(boundaries) + 1`` tables by the sort order of
-    ``by``: table i holds rows after boundary i-1 and up to boundary i."""
+    """The task splits its result into ``n`` tables by the sort order of ``by``.
+
+    ``boundaries`` holds ``n - 1`` rows of sort keys (columns ``__k0``, ``__k1``, ...),
+    chosen by the runner from samples once the upstream stage is done (None until then).
+    Table ``i`` holds the rows that sort after boundary ``i - 1`` and not after boundary
+    ``i``, so concatenating the tables in order, each sorted, gives a sorted whole.
+    """
 
     by: tuple[Expr, ...]
     descending: tuple[bool, ...]
     nulls_last: tuple[bool, ...]
-    boundaries: pa.Table | None
+    n: int
+    boundaries: pa.Table | None = None
 
     @property
     def num_outputs(self) -> int:
-        return 1 if self.boundaries is None else self.boundaries.num_rows + 1
+        return self.n
 
 
 OutputSpec = SingleOutput | HashOutput | RangeOutput

@@ -1,0 +1,122 @@
+"""Two-phase aggregation: split aggregates into a partial part (per partition) and a final
+part (after the exchange), where that split is exact.
+
+``sum``, ``count``, ``len``, ``min``, ``max`` and ``null_count`` combine exactly;
+``mean`` becomes ``sum / count`` (null when the count is 0, as Polars' mean of no values).
+``n_unique``, ``median``, ``std``, ``var``, ``first`` and ``last`` are not split: their
+rows are shuffled by key and aggregated once, which is exact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Lit, NamedExpr, Ternary, replace
+from shoal.ir.types import FLOAT64, DataType
+
+_FINAL = {"sum": "sum", "count": "sum", "len": "sum", "min": "min", "max": "max",
+          "null_count": "sum"}
+DECOMPOSABLE = frozenset(_FINAL) | {"mean"}
+
+
+@dataclass(frozen=True)
+class TwoPhase:
+    """The partial aggregates (per partition, same keys), the final aggregates over the
+    partial columns, and the projection that computes the query's aggregate columns."""
+
+    partial: tuple[NamedExpr, ...]
+    final: tuple[NamedExpr, ...]
+    project: tuple[NamedExpr, ...]
+
+
+def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
+    """Whether every aggregate in ``aggs`` has an exact partial/final split."""
+    for ne in aggs:
+        for e in ne.expr.walk():
+            if isinstance(e, Agg):
+                if e.name not in DECOMPOSABLE:
+                    return False
+                if e.arg is not None and e.arg.has_agg():
+                    return False
+            elif isinstance(e, Col) and not _inside_agg(ne.expr, e):
+                return False
+    return True
+
+
+def _inside_agg(root: Expr, target: Expr) -> bool:
+    for e in root.walk():
+        if isinstance(e, Agg) and any(x is target for x in e.walk()):
+            return True
+    return False
+
+
+def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
+    """Split ``aggs`` (every one passing :func:`can_split`) into two phases.
+
+    Partial columns are named ``__p<i>``; the final aggregate columns ``__f<i>``.
+    """
+    partial: list[NamedExpr] = []
+    final: list[NamedExpr] = []
+    memo: dict[Agg, Expr] = {}
+
+    def add(agg: Agg, final_name: str, dtype: DataType) -> Col:
+        i = len(partial)
+        partial.append(NamedExpr(f"__p{i}", agg))
+        final.append(NamedExpr(f"__f{i}", Agg(final_name, Col(f"__p{i}", agg.dtype), dtype)))
+        return Col(f"__f{i}", dtype)
+
+    def rewrite(e: Expr) -> Expr | None:
+        if not isinstance(e, Agg):
+            return None
+        if e in memo:
+            return memo[e]
+        if e.name == "mean":
+            assert e.arg is not None
+            idx = DataType.from_polars(_idx())
+            if e.arg.dtype.is_decimal:
+                # A decimal sum is exact (Decimal(38, s)); divide in Float64 as Polars does.
+                arg: Expr = e.arg
+                sum_dtype = DataType.from_polars(_decimal38(e.arg.dtype))
+            else:
+                arg = Cast(e.arg, FLOAT64, strict=False)
+                sum_dtype = FLOAT64
+            s = add(Agg("sum", arg, sum_dtype), "sum", sum_dtype)
+            c = add(Agg("count", e.arg, idx), "sum", idx)
+            out: Expr = Ternary(
+                BinaryOp("eq", c, Lit(0, idx), _bool()),
+                Lit(None, e.dtype),
+                Cast(
+                    BinaryOp("truediv", Cast(s, FLOAT64, strict=False),
+                             Cast(c, FLOAT64, strict=False), FLOAT64),
+                    e.dtype,
+                    strict=False,
+                ),
+                e.dtype,
+            )
+        else:
+            out = add(e, _FINAL[e.name], e.dtype)
+        memo[e] = out
+        return out
+
+    project = [NamedExpr(k.name, Col(k.name, k.dtype)) for k in keys]
+    for ne in aggs:
+        project.append(NamedExpr(ne.name, replace(ne.expr, rewrite)))
+    return TwoPhase(tuple(partial), tuple(final), tuple(project))
+
+
+def _idx() -> object:
+    import polars as pl
+
+    return pl.get_index_type()
+
+
+def _decimal38(dtype: DataType) -> object:
+    import polars as pl
+
+    return pl.Decimal(38, dtype.arrow.scale)
+
+
+def _bool() -> DataType:
+    from shoal.ir.types import BOOL
+
+    return BOOL

@@ -1,0 +1,101 @@
+"""Splitting scans into partitions, and size estimates for planning decisions.
+
+Parquet scans split by file and row group, using sizes from the Parquet footers: a
+partition is about ``target_partition_bytes`` of uncompressed data in the scanned columns;
+a row group larger than that is split into row ranges, and small files are grouped.
+In-memory tables split into row ranges the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import pyarrow.parquet as pq
+
+from shoal.execution.task import MemoryPiece, ParquetPiece, ScanPartition
+from shoal.ir.nodes import InMemorySource, ParquetSource, Scan
+
+
+@dataclass(frozen=True)
+class ScanSplit:
+    """The partitions of one scan and its estimated size (bytes, rows)."""
+
+    partitions: tuple[ScanPartition | MemoryPiece, ...]
+    est_bytes: int
+    est_rows: int
+
+
+def check_paths(source: ParquetSource) -> None:
+    """Raise ``FileNotFoundError`` naming the first path that does not exist."""
+    for path in source.paths:
+        if not os.path.exists(path):
+            raise FileNotFoundError(2, f"shoal: Parquet file not found: {path}", path)
+
+
+def split_scan(scan: Scan, target_bytes: int) -> ScanSplit:
+    """Partitions of ``scan`` of about ``target_bytes`` each (at least one partition).
+
+    Raises ``FileNotFoundError`` naming a missing path, and ``OSError`` naming a file whose
+    footer cannot be read.
+    """
+    if isinstance(scan.source, InMemorySource):
+        return _split_table(scan, target_bytes)
+    assert isinstance(scan.source, ParquetSource)
+    check_paths(scan.source)
+    columns = set(scan.schema.names)
+    units: list[tuple[ParquetPiece, int]] = []  # (piece, bytes)
+    for path in scan.source.paths:
+        try:
+            meta = pq.read_metadata(path)
+        except Exception as exc:
+            raise OSError(f"shoal: cannot read the Parquet footer of {path}: {exc}") from exc
+        offset = 0
+        for g in range(meta.num_row_groups):
+            rg = meta.row_group(g)
+            size = 0
+            for j in range(rg.num_columns):
+                col = rg.column(j)
+                if col.path_in_schema.split(".")[0] in columns:
+                    size += col.total_uncompressed_size
+            rows = rg.num_rows
+            pieces = max(1, math.ceil(size / target_bytes)) if rows else 1
+            step = math.ceil(rows / pieces) if rows else 0
+            start = 0
+            while True:
+                n = min(step, rows - start)
+                units.append((ParquetPiece(path, offset + start, n), size * n // max(rows, 1)))
+                start += n
+                if start >= rows:
+                    break
+            offset += rows
+        if meta.num_row_groups == 0:
+            units.append((ParquetPiece(path, 0, 0), 0))
+    partitions: list[ScanPartition | MemoryPiece] = []
+    current: list[ParquetPiece] = []
+    current_bytes = 0
+    for piece, size in units:
+        if current and current_bytes + size > target_bytes:
+            partitions.append(ScanPartition(tuple(current)))
+            current, current_bytes = [], 0
+        current.append(piece)
+        current_bytes += size
+    if current or not partitions:
+        partitions.append(ScanPartition(tuple(current)))
+    total = sum(s for _, s in units)
+    rows = sum(p.rows for p, _ in units)
+    return ScanSplit(tuple(partitions), total, rows)
+
+
+def _split_table(scan: Scan, target_bytes: int) -> ScanSplit:
+    assert isinstance(scan.source, InMemorySource)
+    table = scan.source.table.select(list(scan.schema.names))
+    nbytes = table.nbytes
+    n = max(1, math.ceil(nbytes / target_bytes))
+    n = min(n, max(1, table.num_rows))
+    step = math.ceil(table.num_rows / n) if table.num_rows else 0
+    parts: list[ScanPartition | MemoryPiece] = []
+    for i in range(n):
+        parts.append(MemoryPiece(table.slice(i * step, step)))
+    return ScanSplit(tuple(parts), nbytes, table.num_rows)

@@ -1,0 +1,122 @@
+"""The physical plan: a DAG of stages joined by exchanges.
+
+A :class:`Stage` is a fragment (an IR pipeline with no exchange inside) run as one task
+per partition, plus how each task partitions its output (:data:`OutputSpec`). Each input of
+a stage reads the outputs of an upstream stage in one of three modes:
+
+* ``"pointwise"``: task ``i`` reads output ``i`` of upstream task ``i`` (same partitioning);
+* ``"bucket"``: task ``j`` reads bucket ``j`` of every upstream task (after a hash or range
+  exchange: the shuffle);
+* ``"all"``: every task reads every upstream output, in partition order (broadcast; or
+  gather, when the stage has one task).
+
+:func:`plan_physical` builds it from an IR plan (see :mod:`shoal.planner.planner`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from shoal.execution.task import (
+    HashOutput,
+    MemoryPiece,
+    OutputSpec,
+    RangeOutput,
+    ScanPartition,
+    SingleOutput,
+)
+from shoal.ir.explain import describe
+from shoal.ir.nodes import PlanNode
+from shoal.ir.types import Schema
+
+InputMode = Literal["pointwise", "bucket", "all"]
+
+
+@dataclass(frozen=True)
+class StageInputSpec:
+    """Input ``index`` of a stage: the outputs of stage ``stage`` read in ``mode``."""
+
+    stage: int
+    mode: InputMode
+    schema: Schema
+
+
+@dataclass
+class Stage:
+    """One stage: ``num_tasks`` tasks each running ``fragment`` on one partition.
+
+    ``scan_partitions`` is set for a stage whose fragment holds a scan (task ``i`` reads
+    partition ``i``). ``boundaries_from`` names the stage whose samples choose the range
+    boundaries of a :class:`RangeOutput` (filled by the runner before dispatch).
+    """
+
+    id: int
+    name: str
+    fragment: PlanNode
+    inputs: tuple[StageInputSpec, ...]
+    output: OutputSpec
+    num_tasks: int
+    scan_partitions: tuple[ScanPartition | MemoryPiece, ...] | None = None
+    boundaries_from: int | None = None
+    est_bytes: int = 0
+
+    @property
+    def operators(self) -> list[str]:
+        """Names of the IR operators in the fragment, root first."""
+        return [n.label for n in self.fragment.walk()]
+
+    def describe_output(self) -> str:
+        o = self.output
+        if isinstance(o, HashOutput):
+            return f"hash exchange on [{', '.join(map(str, o.keys))}] into {o.n} partitions"
+        if isinstance(o, RangeOutput):
+            return f"range exchange on [{', '.join(map(str, o.by))}] into {o.n} partitions"
+        assert isinstance(o, SingleOutput)
+        return "one output per task" + (" (with sort-key sample)" if o.sample_rows else "")
+
+
+@dataclass
+class PhysicalPlan:
+    """Stages in a topological order (inputs first); the last one is the root, whose task
+    outputs, concatenated in partition order, are the query's result."""
+
+    stages: list[Stage] = field(default_factory=list)
+    schema: Schema | None = None
+
+    @property
+    def root(self) -> Stage:
+        return self.stages[-1]
+
+    def stage(self, stage_id: int) -> Stage:
+        return self.stages[stage_id]
+
+    def consumers(self, stage_id: int) -> list[Stage]:
+        return [s for s in self.stages if any(i.stage == stage_id for i in s.inputs)]
+
+    def explain(self) -> str:
+        """Stages and exchanges as text, root first."""
+        lines: list[str] = []
+        for st in reversed(self.stages):
+            ins = ", ".join(f"stage {i.stage} ({i.mode})" for i in st.inputs)
+            src = f"; scan of {len(st.scan_partitions)} partitions" if st.scan_partitions else ""
+            lines.append(
+                f"Stage {st.id} [{st.name}]: {st.num_tasks} task(s){src}"
+                + (f"; inputs: {ins}" if ins else "")
+            )
+            lines.append(f"  output: {st.describe_output()}")
+
+            def rec(n: PlanNode, depth: int) -> None:
+                lines.append("  " * (depth + 2) + describe(n))
+                for c in n.children():
+                    rec(c, depth + 1)
+
+            rec(st.fragment, 0)
+        return "\n".join(lines)
+
+
+def plan_physical(plan: PlanNode, config: object) -> PhysicalPlan:
+    """Build the physical plan of ``plan`` (see :func:`shoal.planner.planner.build`)."""
+    from shoal.planner.planner import build
+
+    return build(plan, config)  # type: ignore[arg-type]

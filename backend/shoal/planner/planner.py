@@ -1,0 +1,287 @@
+"""IR plan -> physical plan.
+
+The planner walks the IR bottom-up, growing an *open fragment* (operators that need no
+data exchange: scans, filters, projections) and cutting a stage wherever an operator needs
+rows from other partitions:
+
+* aggregation: two-phase (partial per partition, hash exchange on the keys, final) where
+  every aggregate splits exactly (:mod:`shoal.planner.aggregate`); otherwise a hash
+  exchange of the input rows and one full aggregation per partition; without keys, a
+  gather to one task;
+* join: broadcast the smaller side when its estimated size is at most
+  ``broadcast_join_threshold_bytes``, otherwise hash-partition both sides on their keys;
+* sort: sample the sort keys, range exchange with boundaries chosen from the sample, then
+  a local sort per range; a sort followed by a slice is a top-k per partition, gathered
+  and cut again;
+* slice: pushed into each partition, applied again after the gather;
+* anything else that needs all rows runs after a gather to one task.
+
+A fragment that already has a single partition takes every operator in place.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from shoal.config import Config
+from shoal.errors import UnsupportedError
+from shoal.execution.task import (
+    HashOutput,
+    MemoryPiece,
+    OutputSpec,
+    RangeOutput,
+    ScanPartition,
+    SingleOutput,
+)
+from shoal.ir.expr import Cast, Col, Expr, NamedExpr
+from shoal.ir.nodes import (
+    Aggregate,
+    Filter,
+    Join,
+    PlanNode,
+    Project,
+    Scan,
+    Slice,
+    Sort,
+    StageInput,
+)
+from shoal.ir.types import Schema
+from shoal.planner import aggregate as agg2
+from shoal.planner.partitioning import split_scan
+from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
+
+
+@dataclass
+class _Open:
+    """A fragment still growing: not yet cut into a stage."""
+
+    node: PlanNode
+    num_tasks: int
+    inputs: list[StageInputSpec] = field(default_factory=list)
+    scan_partitions: tuple[ScanPartition | MemoryPiece, ...] | None = None
+    est_bytes: int = 0
+    name: str = "scan"
+
+    def wrap(self, node: PlanNode) -> _Open:
+        self.node = node
+        return self
+
+
+class _Builder:
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.plan = PhysicalPlan()
+        cpus = config.num_cpus or os.cpu_count() or 1
+        self.max_shuffle = max(2, 4 * cpus)
+
+    # -- stages -----------------------------------------------------------------------
+
+    def cut(self, op: _Open, output: OutputSpec, name: str | None = None,
+            boundaries_from: int | None = None) -> Stage:
+        st = Stage(
+            id=len(self.plan.stages),
+            name=name or op.name,
+            fragment=op.node,
+            inputs=tuple(op.inputs),
+            output=output,
+            num_tasks=op.num_tasks,
+            scan_partitions=op.scan_partitions,
+            boundaries_from=boundaries_from,
+            est_bytes=op.est_bytes,
+        )
+        self.plan.stages.append(st)
+        return st
+
+    def read(self, st: Stage, mode: str, num_tasks: int, name: str) -> _Open:
+        spec = StageInputSpec(st.id, mode, st.fragment.schema)  # type: ignore[arg-type]
+        return _Open(StageInput(0, st.fragment.schema), num_tasks, [spec],
+                     est_bytes=st.est_bytes, name=name)
+
+    def gather(self, op: _Open, name: str) -> _Open:
+        """All rows in one task, in partition order."""
+        if op.num_tasks == 1:
+            return op
+        st = self.cut(op, SingleOutput())
+        return self.read(st, "all", 1, name)
+
+    def shuffle_n(self, *ops: _Open) -> int:
+        if self.config.shuffle_partitions:
+            return self.config.shuffle_partitions
+        return max(1, min(self.max_shuffle, max(o.num_tasks for o in ops)))
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def visit(self, node: PlanNode) -> _Open:
+        if isinstance(node, Scan):
+            split = split_scan(node, self.config.target_partition_bytes)
+            return _Open(node, len(split.partitions), scan_partitions=split.partitions,
+                         est_bytes=split.est_bytes, name="scan")
+        if isinstance(node, Filter):
+            op = self.visit(node.input)
+            return op.wrap(Filter(op.node, node.predicate, node.schema))
+        if isinstance(node, Project):
+            return self.project(node)
+        if isinstance(node, Aggregate):
+            return self.aggregate(node)
+        if isinstance(node, Join):
+            return self.join(node)
+        if isinstance(node, Sort):
+            return self.sort(node)
+        if isinstance(node, Slice):
+            return self.slice(node)
+        raise UnsupportedError(f"the planner cannot place plan node {node.label}")
+
+    def project(self, node: Project) -> _Open:
+        op = self.visit(node.input)
+        with_agg = [e.expr.has_agg() for e in node.exprs]
+        reads_cols = any(e.expr.columns() for e in node.exprs)
+        if op.num_tasks == 1:
+            return op.wrap(Project(op.node, node.exprs, node.schema))
+        if any(with_agg) and all(with_agg[i] or not e.expr.columns()
+                                 for i, e in enumerate(node.exprs)):
+            # select(sum(a), ...): a global aggregation.
+            agg = Aggregate(node.input, (), node.exprs, False, node.schema)
+            return self.aggregate(agg, planned=op)
+        if any(with_agg) or not reads_cols:
+            op = self.gather(op, "gather")
+        return op.wrap(Project(op.node, node.exprs, node.schema))
+
+    def aggregate(self, node: Aggregate, planned: _Open | None = None) -> _Open:
+        op = planned if planned is not None else self.visit(node.input)
+        if op.num_tasks == 1:
+            return op.wrap(Aggregate(op.node, node.keys, node.aggs, node.maintain_order,
+                                     node.schema))
+        key_cols = tuple(NamedExpr(k.name, Col(k.name, k.dtype)) for k in node.keys)
+        if agg2.can_split(node.aggs):
+            tp = agg2.split(node.keys, node.aggs)
+            partial_schema = Schema.of(
+                [(k.name, k.dtype) for k in node.keys] + [(p.name, p.dtype) for p in tp.partial]
+            )
+            final_schema = Schema.of(
+                [(k.name, k.dtype) for k in node.keys] + [(f.name, f.dtype) for f in tp.final]
+            )
+            op.wrap(Aggregate(op.node, node.keys, tp.partial, node.maintain_order,
+                              partial_schema))
+            if node.keys and not node.maintain_order:
+                n = self.shuffle_n(op)
+                st = self.cut(op, HashOutput(tuple(k.expr for k in key_cols), n),
+                              name=f"{op.name}+partial-agg")
+                final = self.read(st, "bucket", n, "final-agg")
+            else:
+                st = self.cut(op, SingleOutput(), name=f"{op.name}+partial-agg")
+                final = self.read(st, "all", 1, "final-agg")
+            final.wrap(Aggregate(final.node, key_cols, tp.final, node.maintain_order,
+                                 final_schema))
+            return final.wrap(Project(final.node, tp.project, node.schema))
+        if node.keys and not node.maintain_order:
+            n = self.shuffle_n(op)
+            st = self.cut(op, HashOutput(tuple(k.expr for k in node.keys), n))
+            final = self.read(st, "bucket", n, "agg")
+        else:
+            final = self.gather(op, "agg")
+        return final.wrap(Aggregate(final.node, node.keys, node.aggs, node.maintain_order,
+                                    node.schema))
+
+    def join(self, node: Join) -> _Open:
+        left = self.visit(node.left)
+        right = self.visit(node.right)
+        threshold = self.config.broadcast_join_threshold_bytes
+        can_right = node.how in ("inner", "left")
+        can_left = node.how == "inner"
+        if left.num_tasks == 1 and right.num_tasks == 1:
+            return self._broadcast(node, probe=left, build=right, build_is_right=True)
+        candidates = []
+        if can_right and (right.num_tasks == 1 or (threshold and right.est_bytes <= threshold)):
+            candidates.append((right.est_bytes, True))
+        if can_left and (left.num_tasks == 1 or (threshold and left.est_bytes <= threshold)):
+            candidates.append((left.est_bytes, False))
+        if candidates:
+            _, build_right = min(candidates)
+            if build_right:
+                return self._broadcast(node, probe=left, build=right, build_is_right=True)
+            return self._broadcast(node, probe=right, build=left, build_is_right=False)
+        n = self.shuffle_n(left, right)
+        lkeys, rkeys = _hash_keys(node.left_on, node.right_on)
+        ls = self.cut(left, HashOutput(lkeys, n), name=f"{left.name}+shuffle")
+        rs = self.cut(right, HashOutput(rkeys, n), name=f"{right.name}+shuffle")
+        specs = [StageInputSpec(ls.id, "bucket", ls.fragment.schema),
+                 StageInputSpec(rs.id, "bucket", rs.fragment.schema)]
+        joined = Join(StageInput(0, ls.fragment.schema), StageInput(1, rs.fragment.schema),
+                      node.left_on, node.right_on, node.how, node.suffix, node.nulls_equal,
+                      node.coalesce, node.schema)
+        return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes,
+                     name="hash-join")
+
+    def _broadcast(self, node: Join, probe: _Open, build: _Open, build_is_right: bool) -> _Open:
+        st = self.cut(build, SingleOutput(), name=f"{build.name}+broadcast")
+        idx = len(probe.inputs)
+        probe.inputs.append(StageInputSpec(st.id, "all", st.fragment.schema))
+        small = StageInput(idx, st.fragment.schema)
+        left, right = (probe.node, small) if build_is_right else (small, probe.node)
+        probe.est_bytes += build.est_bytes
+        probe.name = f"{probe.name}+broadcast-join"
+        return probe.wrap(Join(left, right, node.left_on, node.right_on, node.how, node.suffix,
+                               node.nulls_equal, node.coalesce, node.schema))
+
+    def sort(self, node: Sort) -> _Open:
+        op = self.visit(node.input)
+        if op.num_tasks == 1:
+            return op.wrap(Sort(op.node, node.by, node.descending, node.nulls_last,
+                                node.stable, node.schema))
+        n = self.shuffle_n(op)
+        sampled = self.cut(op, SingleOutput(node.by, self.config.sort_sample_rows),
+                           name=f"{op.name}+sample")
+        split_in = self.read(sampled, "pointwise", sampled.num_tasks, "range-split")
+        spec = RangeOutput(node.by, node.descending, node.nulls_last, n)
+        split = self.cut(split_in, spec, boundaries_from=sampled.id)
+        final = self.read(split, "bucket", n, "sort")
+        return final.wrap(Sort(final.node, node.by, node.descending, node.nulls_last,
+                               node.stable, node.schema))
+
+    def slice(self, node: Slice) -> _Open:
+        inner = node.input
+        if isinstance(inner, Sort) and node.length is not None:
+            op = self.visit(inner.input)
+            sort = Sort(op.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
+                        inner.schema)
+            if op.num_tasks == 1:
+                return op.wrap(Slice(sort, node.offset, node.length, node.schema))
+            op.wrap(Slice(sort, 0, node.offset + node.length, node.schema))
+            op.name = f"{op.name}+top-k"
+            g = self.gather(op, "top-k")
+            top = Sort(g.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
+                       inner.schema)
+            return g.wrap(Slice(top, node.offset, node.length, node.schema))
+        op = self.visit(inner)
+        if op.num_tasks == 1:
+            return op.wrap(Slice(op.node, node.offset, node.length, node.schema))
+        if node.length is not None:
+            op.wrap(Slice(op.node, 0, node.offset + node.length, node.schema))
+        g = self.gather(op, "limit")
+        return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
+
+
+def _hash_keys(left: tuple[Expr, ...], right: tuple[Expr, ...]) -> tuple[tuple[Expr, ...],
+                                                                        tuple[Expr, ...]]:
+    """Join keys to hash on; a pair of keys of different types is cast to the left's type
+    so that equal values land in the same partition on both sides."""
+    rk = tuple(
+        r if r.dtype == lft.dtype else Cast(r, lft.dtype, strict=False)
+        for lft, r in zip(left, right, strict=True)
+    )
+    return left, rk
+
+
+def build(plan: PlanNode, config: Config) -> PhysicalPlan:
+    """The physical plan of ``plan`` under ``config`` (partition sizes, broadcast threshold,
+    shuffle partitions). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing
+    file, before anything runs."""
+    b = _Builder(config)
+    root = b.visit(plan)
+    b.cut(root, SingleOutput(), name=root.name)
+    b.plan.schema = plan.schema
+    return b.plan
+
+
+

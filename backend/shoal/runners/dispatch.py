@@ -1,0 +1,210 @@
+"""The dispatch loop shared by every runner.
+
+One loop drives a physical plan to completion over a :class:`Backend` (the local thread
+pool, Ray, or a fake in tests):
+
+1. :meth:`DispatchLoop._construct_dispatch_batch` pulls runnable tasks from the plan (the
+   only place that iterates over it) and says whether more will follow;
+2. the batch is dispatched within the limit on tasks in flight;
+3. :meth:`DispatchLoop._await_tasks` waits for any one task, then collects every other
+   task already done.
+
+A stage is runnable when every stage it reads from has finished. Task outputs stay where
+the backend keeps them (object references on Ray); the loop only moves references.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from shoal.errors import TaskError
+from shoal.execution.kernel import TaskStats, choose_boundaries
+from shoal.execution.task import MemoryPiece, OutputSpec, RangeOutput, ScanPartition
+from shoal.ir.nodes import PlanNode
+from shoal.ir.types import Schema
+from shoal.planner.physical import PhysicalPlan, Stage
+
+
+@dataclass
+class TaskSpec:
+    """One task: ``stage`` run on ``partition``; ``inputs[i]`` are references to the tables
+    of stage input ``i`` (backend-specific references, in partition order)."""
+
+    stage: Stage
+    partition: int
+    inputs: list[list[Any]]
+    scan: ScanPartition | MemoryPiece | None
+    output: OutputSpec
+
+    @property
+    def fragment(self) -> PlanNode:
+        return self.stage.fragment
+
+    @property
+    def input_schemas(self) -> list[Schema]:
+        return [i.schema for i in self.stage.inputs]
+
+
+@dataclass
+class TaskResult:
+    """A finished task: its stats and one reference per output table."""
+
+    spec: TaskSpec
+    stats: TaskStats
+    outputs: list[Any]
+
+
+class Backend(Protocol):
+    """Where tasks run. References returned by ``submit`` are opaque to the loop."""
+
+    def submit(self, task: TaskSpec) -> Any:
+        """Start ``task``; return a handle."""
+
+    def wait(self, handles: Sequence[Any]) -> list[Any]:
+        """Block until at least one handle is done; return every done handle."""
+
+    def result(self, handle: Any) -> TaskResult:
+        """The result of a done handle; raises the task's error."""
+
+    def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
+        """Tables behind output references."""
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        """Cancel unfinished tasks (best effort)."""
+
+
+@dataclass
+class _StageState:
+    stage: Stage
+    next_partition: int = 0
+    done: int = 0
+    outputs: dict[int, list[Any]] = field(default_factory=dict)
+    stats: dict[int, TaskStats] = field(default_factory=dict)
+    output: OutputSpec | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.done == self.stage.num_tasks
+
+
+class DispatchLoop:
+    """Runs a :class:`PhysicalPlan` on a :class:`Backend`.
+
+    ``max_in_flight`` bounds the tasks submitted and not yet finished. After :meth:`run`,
+    ``task_stats`` holds every task's stats by (stage id, partition).
+    """
+
+    def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int) -> None:
+        self.plan = plan
+        self.backend = backend
+        self.max_in_flight = max(1, max_in_flight)
+        self.states = [_StageState(s) for s in plan.stages]
+        self.in_flight: dict[Any, TaskSpec] = {}
+        self.task_stats: dict[tuple[int, int], TaskStats] = {}
+
+    # -- the three steps ----------------------------------------------------------------
+
+    def _construct_dispatch_batch(self) -> tuple[list[TaskSpec], bool]:
+        """Runnable tasks, up to the free slots; and whether any task remains undispatched."""
+        free = self.max_in_flight - len(self.in_flight)
+        batch: list[TaskSpec] = []
+        has_next = False
+        for st in self.states:
+            if st.next_partition >= st.stage.num_tasks:
+                continue
+            has_next = True
+            if free <= 0 or not self._ready(st):
+                continue
+            if st.output is None:
+                st.output = self._resolve_output(st)
+            while free > 0 and st.next_partition < st.stage.num_tasks:
+                batch.append(self._task(st, st.next_partition))
+                st.next_partition += 1
+                free -= 1
+        has_next = any(s.next_partition < s.stage.num_tasks for s in self.states)
+        return batch, has_next
+
+    def _dispatch(self, batch: list[TaskSpec]) -> None:
+        for task in batch:
+            self.in_flight[self.backend.submit(task)] = task
+
+    def _await_tasks(self) -> list[TaskResult]:
+        done = self.backend.wait(list(self.in_flight))
+        results = []
+        for handle in done:
+            spec = self.in_flight.pop(handle)
+            try:
+                res = self.backend.result(handle)
+            except BaseException as exc:
+                self.backend.cancel(list(self.in_flight))
+                self.in_flight.clear()
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                raise TaskError(
+                    f"task failed in stage {spec.stage.id} [{spec.stage.name}], partition "
+                    f"{spec.partition}: {type(exc).__name__}: {exc}"
+                ) from exc
+            st = self.states[spec.stage.id]
+            st.outputs[spec.partition] = res.outputs
+            st.stats[spec.partition] = res.stats
+            st.done += 1
+            self.task_stats[(spec.stage.id, spec.partition)] = res.stats
+            results.append(res)
+        return results
+
+    # -- driving ------------------------------------------------------------------------
+
+    def run(self) -> list[Any]:
+        """Run every task; return the root stage's output references in partition order."""
+        try:
+            while True:
+                batch, has_next = self._construct_dispatch_batch()
+                self._dispatch(batch)
+                if not self.in_flight:
+                    if has_next:  # pragma: no cover - a plan whose inputs never finish
+                        raise RuntimeError("dispatch loop stalled: no task can run")
+                    break
+                self._await_tasks()
+        except BaseException:
+            if self.in_flight:
+                self.backend.cancel(list(self.in_flight))
+                self.in_flight.clear()
+            raise
+        root = self.states[-1]
+        return [root.outputs[i][0] for i in range(root.stage.num_tasks)]
+
+    # -- helpers ------------------------------------------------------------------------
+
+    def _ready(self, st: _StageState) -> bool:
+        deps = [i.stage for i in st.stage.inputs]
+        if st.stage.boundaries_from is not None:
+            deps.append(st.stage.boundaries_from)
+        return all(self.states[d].finished for d in deps)
+
+    def _resolve_output(self, st: _StageState) -> OutputSpec:
+        out = st.stage.output
+        if isinstance(out, RangeOutput) and out.boundaries is None:
+            src = self.states[st.stage.boundaries_from]  # type: ignore[index]
+            samples = [s.sample for s in src.stats.values() if s.sample is not None]
+            bounds = choose_boundaries(samples, out.descending, out.nulls_last, out.n)
+            return RangeOutput(out.by, out.descending, out.nulls_last, out.n, bounds)
+        return out
+
+    def _task(self, st: _StageState, partition: int) -> TaskSpec:
+        inputs: list[list[Any]] = []
+        for spec in st.stage.inputs:
+            up = self.states[spec.stage]
+            n_up = up.stage.num_tasks
+            if spec.mode == "pointwise":
+                inputs.append([up.outputs[partition][0]])
+            elif spec.mode == "bucket":
+                inputs.append([up.outputs[i][partition] for i in range(n_up)])
+            else:
+                inputs.append([up.outputs[i][0] for i in range(n_up)])
+        scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
+        assert st.output is not None
+        return TaskSpec(st.stage, partition, inputs, scan, st.output)

@@ -1,0 +1,49 @@
+"""The local runner: tasks in an in-process thread pool, no Ray (tests, small data)."""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from shoal.execution.kernel import run_fragment
+from shoal.runners.dispatch import TaskResult, TaskSpec
+
+
+class LocalBackend:
+    """Runs tasks on a thread pool of ``num_threads`` threads; output references are the
+    Arrow tables themselves. Polars releases the GIL while it works."""
+
+    def __init__(self, num_threads: int | None = None) -> None:
+        self.num_threads = num_threads or os.cpu_count() or 1
+        self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="shoal-task")
+
+    def submit(self, task: TaskSpec) -> cf.Future[TaskResult]:
+        return self._pool.submit(_run, task)
+
+    def wait(self, handles: Sequence[cf.Future[TaskResult]]) -> list[cf.Future[TaskResult]]:
+        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+        return [h for h in handles if h in done or h.done()]
+
+    def result(self, handle: cf.Future[TaskResult]) -> TaskResult:
+        return handle.result()
+
+    def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
+        return list(refs)
+
+    def cancel(self, handles: Sequence[cf.Future[TaskResult]]) -> None:
+        for h in handles:
+            h.cancel()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _run(task: TaskSpec) -> TaskResult:
+    stats, tables = run_fragment(
+        task.fragment, task.inputs, task.scan, task.output, task.input_schemas
+    )
+    return TaskResult(task, stats, tables)

@@ -1,0 +1,128 @@
+"""The Ray runner: tasks as Ray tasks, tables through the Ray object store.
+
+Each task returns ``1 + num_outputs`` objects: its :class:`~shoal.execution.kernel.TaskStats`
+(small, fetched by the driver) and one Arrow table per output partition, which stay in the
+object store until a downstream task reads them (zero-copy on the same node). The query's
+config snapshot is ``ray.put`` once per query and every task installs it first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from shoal.config import Config
+from shoal.errors import ShoalError
+from shoal.runners.dispatch import TaskResult, TaskSpec
+
+_log = logging.getLogger("shoal")
+
+
+def start_ray(config: Config) -> bool:
+    """Connect to Ray, starting a local instance when no address is configured.
+
+    The address is ``config.ray_address`` (``SHOAL_RAY_ADDRESS``), else ``RAY_ADDRESS``
+    (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs.
+    Returns True when shoal started (and so owns) the instance. Raises
+    :class:`shoal.ShoalError` saying why when Ray cannot start; never falls back.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    runtime_env = {"env_vars": {"POLARS_MAX_THREADS": str(config.task_cpus)}}
+    kwargs: dict[str, Any] = {
+        "include_dashboard": False,
+        "logging_level": logging.WARNING,
+        "runtime_env": runtime_env,
+    }
+    address = config.ray_address or os.environ.get("RAY_ADDRESS")
+    try:
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=config.num_cpus, _temp_dir=config.ray_temp_dir, **kwargs)
+    except Exception as exc:
+        where = f"cluster at {address!r}" if address else "a local Ray instance"
+        raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}") from exc
+    return True
+
+
+def _ray_task(payload: tuple[Any, ...], config: Config, digest: str, layout: list[int],
+              *refs: pa.Table) -> tuple[Any, ...]:
+    from shoal.config import install_worker_config
+    from shoal.execution.kernel import run_fragment
+
+    install_worker_config(config, digest)
+    fragment, input_schemas, scan, output = payload
+    inputs: list[list[pa.Table]] = []
+    pos = 0
+    for n in layout:
+        inputs.append(list(refs[pos:pos + n]))
+        pos += n
+    stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas)
+    return (stats, *tables)
+
+
+class RayBackend:
+    """Submits tasks with ``ray.remote``; a handle is the stats reference of a task."""
+
+    def __init__(self, config: Config) -> None:
+        import ray
+
+        self._ray = ray
+        self._remote = ray.remote(_ray_task)
+        self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
+        self._config_ref: Any = None
+        self._digest = ""
+        self.task_cpus = config.task_cpus
+
+    def begin_query(self, config: Config) -> None:
+        """Put the query's config snapshot in the object store (once per query)."""
+        self._config_ref = self._ray.put(config)
+        self._digest = config.digest()
+
+    def submit(self, task: TaskSpec) -> Any:
+        refs = [r for group in task.inputs for r in group]
+        layout = [len(g) for g in task.inputs]
+        payload = (task.fragment, task.input_schemas, task.scan, task.output)
+        out = self._remote.options(
+            num_returns=1 + task.output.num_outputs, num_cpus=self.task_cpus,
+            name=f"shoal-stage{task.stage.id}-p{task.partition}",
+        ).remote(payload, self._config_ref, self._digest, layout, *refs)
+        self._outputs[out[0]] = (task, list(out[1:]))
+        return out[0]
+
+    def wait(self, handles: Sequence[Any]) -> list[Any]:
+        ready, rest = self._ray.wait(list(handles), num_returns=1)
+        if rest:
+            more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0.01)
+            ready = ready + more
+        return ready
+
+    def result(self, handle: Any) -> TaskResult:
+        task, outs = self._outputs.pop(handle)
+        try:
+            stats = self._ray.get(handle)
+        except self._ray.exceptions.RayTaskError as exc:
+            cause = exc.as_instanceof_cause()
+            raise cause from None
+        return TaskResult(task, stats, outs)
+
+    def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
+        return list(self._ray.get(list(refs)))
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        for h in handles:
+            self._outputs.pop(h, None)
+            try:
+                self._ray.cancel(h)
+            except Exception:  # pragma: no cover - already finished
+                pass
+
+    def close(self) -> None:
+        self._outputs.clear()
