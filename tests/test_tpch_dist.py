@@ -1,0 +1,137 @@
+"""TPC-H queries through ``collect(engine=DistEngine(...))`` on both runners, against native
+Polars; the physical plan's shape; where the tasks ran; bad input."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import shoal
+from shoal.execution.task import HashOutput, RangeOutput
+from shoal.ir.nodes import Aggregate, Join, Scan, StageInput
+from shoal.runners.session import last_query
+from shoal.tpch.compare import assert_frames_match
+from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
+
+from .conftest import SMALL_PARTITION_BYTES
+
+pytestmark = pytest.mark.usefixtures("ray_runner")
+
+WALKING_SKELETON = [1, 3, 5, 6, 10]
+
+
+def _config(**kw: object) -> shoal.Config:
+    return shoal.Config(target_partition_bytes=SMALL_PARTITION_BYTES, **kw)  # type: ignore[arg-type]
+
+
+def _run(lf: pl.LazyFrame, runner: str, **kw: object) -> pl.DataFrame:
+    engine = shoal.DistEngine(runner=runner, raise_on_fail=True, config=_config(**kw))
+    return lf.collect(engine=engine)
+
+
+@pytest.mark.parametrize("runner", ["local", "ray"])
+@pytest.mark.parametrize("q", WALKING_SKELETON)
+def test_query_matches_native_polars(tpch_dir: Path, runner: str, q: int) -> None:
+    tables = scan_tables(tpch_dir)
+    expected = QUERIES[q](tables).collect()
+    got = _run(QUERIES[q](tables), runner)
+    assert_frames_match(got, expected, sort_keys=SORT_KEYS.get(q))
+    report = last_query()
+    assert report is not None and report.runner == runner
+    # Several partitions in every scan stage, one of them empty; no scan task reads all rows.
+    for st in report.physical.stages:
+        if st.scan_partitions is None:
+            continue
+        assert st.num_tasks >= 2 or st.est_bytes < SMALL_PARTITION_BYTES, st.name
+        rows = [report.task_stats[(st.id, p)].rows_in for p in range(st.num_tasks)]
+        if st.num_tasks > 1:
+            assert max(rows) < sum(rows), st.name
+            assert min(rows) == 0, f"{st.name}: the empty file should give an empty partition"
+
+
+def _stages(q: int, tpch_dir: Path, **kw: object):
+    _run(QUERIES[q](scan_tables(tpch_dir)), "local", **kw)
+    report = last_query()
+    assert report is not None
+    return report.physical
+
+
+def test_q1_runs_two_phase_aggregation(tpch_dir: Path) -> None:
+    physical = _stages(1, tpch_dir)
+    partial = [
+        s for s in physical.stages
+        if isinstance(s.output, HashOutput)
+        and isinstance(s.fragment, Aggregate)
+        and any(isinstance(n, Scan) for n in s.fragment.walk())
+    ]
+    assert len(partial) == 1 and partial[0].num_tasks > 1
+    final = [s for s in physical.stages if any(i.stage == partial[0].id for i in s.inputs)]
+    assert len(final) == 1
+    assert final[0].inputs[0].mode == "bucket"
+    assert any(isinstance(n, Aggregate) for n in final[0].fragment.walk())
+    assert final[0].num_tasks == partial[0].output.n
+
+
+def _joins(physical):
+    return [(s, n) for s in physical.stages for n in s.fragment.walk() if isinstance(n, Join)]
+
+
+def test_q3_hash_join_without_broadcast(tpch_dir: Path) -> None:
+    physical = _stages(3, tpch_dir, broadcast_join_threshold_bytes=0)
+    joins = _joins(physical)
+    assert len(joins) == 2
+    for st, join in joins:
+        assert isinstance(join.left, StageInput) and isinstance(join.right, StageInput)
+        assert [i.mode for i in st.inputs] == ["bucket", "bucket"]
+        for i in st.inputs:
+            assert isinstance(physical.stage(i.stage).output, HashOutput)
+
+
+def test_q3_broadcast_join_when_small(tpch_dir: Path) -> None:
+    physical = _stages(3, tpch_dir, broadcast_join_threshold_bytes=1 << 40)
+    joins = _joins(physical)
+    assert len(joins) == 2
+    for st, _ in joins:
+        assert "all" in [i.mode for i in st.inputs]
+        assert "bucket" not in [i.mode for i in st.inputs]
+
+
+def test_sort_uses_a_range_exchange(tpch_dir: Path) -> None:
+    lf = scan_tables(tpch_dir)["orders"].select("o_orderkey", "o_totalprice", "o_orderdate")
+    lf = lf.sort(["o_orderdate", "o_totalprice"], descending=[True, False])
+    expected = lf.collect()
+    got = _run(lf, "local")
+    assert_frames_match(got, expected, sort_keys=[("o_orderdate", True), ("o_totalprice", False)])
+    report = last_query()
+    assert report is not None
+    assert any(isinstance(s.output, RangeOutput) for s in report.physical.stages)
+
+
+def test_ray_tasks_run_in_worker_processes(tpch_dir: Path) -> None:
+    _run(QUERIES[1](scan_tables(tpch_dir)), "ray")
+    report = last_query()
+    assert report is not None
+    pids = {s.pid for s in report.task_stats.values()}
+    assert os.getpid() not in pids
+    assert len(pids) >= 2
+
+
+def test_missing_parquet_path_raises_before_any_task(tmp_path: Path) -> None:
+    before = last_query()
+    missing = tmp_path / "nope.parquet"
+    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+        _run(pl.scan_parquet(missing).select(pl.len()), "ray")
+    schema = shoal.ir.Schema.from_polars({"a": pl.Int64})
+    scan = shoal.ir.Scan(shoal.ir.ParquetSource((str(missing),)), schema)
+    with pytest.raises(FileNotFoundError, match="nope.parquet"):
+        shoal.execute(scan, runner="ray")
+    assert last_query() is before
+
+
+def test_unsupported_construct_names_the_polars_node(tpch_dir: Path) -> None:
+    lf = scan_tables(tpch_dir)["nation"].map_batches(lambda df: df)
+    with pytest.raises(shoal.UnsupportedError, match="MapFunction"):
+        _run(lf, "ray")
