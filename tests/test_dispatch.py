@@ -14,10 +14,10 @@ import pytest
 from shoal.config import Config
 from shoal.errors import TaskError
 from shoal.execution.kernel import run_fragment
-from shoal.ir import Agg, Aggregate, Col, InMemorySource, NamedExpr, Scan, Schema, Sort
-from shoal.ir.types import DataType
 from shoal.planner.physical import plan_physical
 from shoal.runners.dispatch import DispatchLoop, TaskResult, TaskSpec
+
+from .irplans import agg_sort_plan, frame
 
 
 class FakeBackend:
@@ -61,30 +61,7 @@ class FakeBackend:
 
 
 def _plan():
-    df = pl.DataFrame(
-        {"k": [i % 7 if i % 11 else None for i in range(500)],
-         "v": [float(i) if i % 13 else float("nan") for i in range(500)]}
-    )
-    table = df.to_arrow()
-    schema = Schema.from_arrow(table.schema)
-    scan = Scan(InMemorySource(table), schema)
-    k = Col("k", schema["k"])
-    f64 = DataType.from_polars(pl.Float64)
-    agg = Aggregate(
-        scan,
-        (NamedExpr("k", k),),
-        (NamedExpr("s", Agg("sum", Col("v", f64), f64)),
-         NamedExpr("n", Agg("len", None, DataType.from_polars(pl.get_index_type())))),
-        False,
-        Schema.of([("k", schema["k"]), ("s", f64),
-                   ("n", DataType.from_polars(pl.get_index_type()))]),
-    )
-    plan = Sort(agg, (k,), (False,), (True,), False, agg.schema)
-    expected = (
-        df.group_by("k").agg(pl.col("v").sum().alias("s"), pl.len().alias("n"))
-        .sort("k", nulls_last=True)
-    )
-    return plan, expected
+    return agg_sort_plan(frame())
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2, 3])

@@ -49,7 +49,12 @@ def explain(query: Any, *, runner: RunnerKind | None = None, config: Config | No
 
         query = to_ir(query)
     physical = plan_physical(query, cfg)
-    return "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
+    changed = cfg.non_defaults()
+    settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
+    return (
+        f"Settings (config {cfg.digest()}): {settings}\n\n"
+        "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
+    )
 
 
 def shutdown() -> None:

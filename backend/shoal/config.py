@@ -1,81 +1,185 @@
 """shoal's configuration: one frozen :class:`Config`, read from ``SHOAL_<FIELD>`` variables.
 
-Environment variables are read on the driver only (never on workers). Each field of
+Environment variables are read on the driver only, never on workers. Each field of
 :class:`Config` has an environment variable named ``SHOAL_`` plus the field name in
-capitals. A query takes one snapshot of the config when it starts and ships that snapshot
-to every task, so workers never read the driver's global state or their own environment.
+capitals. A query takes one snapshot of the config when it starts; the runners ship that
+snapshot to every task (the Ray runner ``ray.put``\\ s it once per query), and each task
+installs it, after checking its content hash, before doing anything else. Inside a task,
+:func:`get_config` returns the installed snapshot, so workers never read the driver's
+global state or their own environment.
+
+Libraries built on shoal attach their own settings under a namespace:
+``register_extension("mylib", validator)`` then ``set_config(extensions={"mylib": {...}})``;
+they are validated on the driver, frozen with the rest, and read on any worker as
+``get_config().extensions["mylib"]``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
+import json
 import os
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
 from shoal.errors import ConfigFrozenError
 
 RunnerKind = Literal["ray", "local"]
+ProgressMode = Literal["auto", "always", "never"]
 
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset({"runner", "ray_address", "num_cpus", "ray_temp_dir"})
 
 
+class FrozenDict(Mapping[str, Any]):
+    """A read-only, hashable mapping (nested mappings and lists are frozen too)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+        self._items = {str(k): _freeze(v) for k, v in (items or {}).items()}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(sorted((k, _hashable(v)) for k, v in self._items.items())))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Mapping) and dict(self.items()) == dict(other.items())
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({self._items!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (FrozenDict, (_thaw(self),))
+
+
+def _freeze(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return FrozenDict(v)
+    if isinstance(v, list | tuple):
+        return tuple(_freeze(x) for x in v)
+    return v
+
+
+def _thaw(v: Any) -> Any:
+    if isinstance(v, Mapping):
+        return {k: _thaw(x) for k, x in v.items()}
+    if isinstance(v, tuple):
+        return [_thaw(x) for x in v]
+    return v
+
+
+def _hashable(v: Any) -> Any:
+    return repr(_thaw(v))
+
+
+def _doc(text: str) -> dict[str, str]:
+    return {"doc": text}
+
+
 @dataclass(frozen=True)
 class Config:
-    """Every setting that changes how a query runs.
+    """Every setting that changes how a query runs (immutable; see the module docstring).
 
-    Construct with keyword arguments, or take the current one with :func:`get_config`.
-    ``Config.from_env()`` reads ``SHOAL_<FIELD>`` variables; a malformed value raises
-    ``ValueError`` naming the variable and the expected form.
+    Construct with keyword arguments, derive with :meth:`replace`, read the current one
+    with :func:`get_config`. ``Config.from_env()`` reads ``SHOAL_<FIELD>`` variables; a
+    malformed value raises ``ValueError`` naming the variable and the expected form.
+    Invalid values raise ``ValueError`` naming the setting.
     """
 
-    runner: RunnerKind = field(default="ray", metadata={"doc": "'ray' or 'local' (thread pool, no Ray)."})
-    ray_address: str | None = field(
-        default=None,
-        metadata={"doc": "Ray cluster address (e.g. 'ray://host:10001'); None starts a local "
-                  "instance unless RAY_ADDRESS is set."},
-    )
-    num_cpus: int | None = field(
-        default=None, metadata={"doc": "CPUs for a local Ray instance or thread pool; None = all."}
-    )
-    ray_temp_dir: str | None = field(
-        default=None, metadata={"doc": "Ray's session directory for a local instance (short path)."}
-    )
-    target_partition_bytes: int = field(
-        default=128 * 1024 * 1024,
-        metadata={"doc": "Bytes (uncompressed, from Parquet footers or Arrow buffers) per scan "
-                  "partition."},
-    )
-    shuffle_partitions: int = field(
-        default=0,
-        metadata={"doc": "Partitions after a hash or range exchange; 0 = as many as the input "
-                  "has, capped at 4 x CPUs."},
-    )
-    broadcast_join_threshold_bytes: int = field(
-        default=32 * 1024 * 1024,
-        metadata={"doc": "A join side estimated below this many bytes is broadcast; 0 disables."},
-    )
-    max_tasks_in_flight: int = field(
-        default=0, metadata={"doc": "Upper bound on tasks submitted at once; 0 = 2 x CPUs."}
-    )
-    task_cpus: int = field(
-        default=1, metadata={"doc": "CPUs each task holds; also its Polars thread count."}
-    )
-    raise_on_fail: bool = field(
-        default=False,
-        metadata={"doc": "Raise UnsupportedError instead of falling back to the frontend's engine."},
-    )
-    sort_sample_rows: int = field(
-        default=1000, metadata={"doc": "Rows sampled per partition to choose range boundaries."}
-    )
+    runner: RunnerKind = field(default="ray", metadata=_doc(
+        "Where tasks run: 'ray' (Ray tasks; a local instance starts on first use) or "
+        "'local' (an in-process thread pool, no Ray)."))
+    ray_address: str | None = field(default=None, metadata=_doc(
+        "Ray cluster address ('ray://host:10001' or 'host:6379'); unset: RAY_ADDRESS, "
+        "else a new local instance."))
+    num_cpus: int | None = field(default=None, metadata=_doc(
+        "CPUs of a local Ray instance or threads of the local runner; unset: all cores."))
+    ray_temp_dir: str | None = field(default=None, metadata=_doc(
+        "Session directory of a local Ray instance (keep it short: Unix socket paths are "
+        "limited to 107 bytes); unset: Ray's default."))
+    target_partition_bytes: int = field(default=128 * 1024 * 1024, metadata=_doc(
+        "Bytes per scan partition, uncompressed, as Parquet footers or Arrow buffers "
+        "report them."))
+    default_partitions: int = field(default=0, metadata=_doc(
+        "Partitions an in-memory table is split into (row ranges); 0: by "
+        "target_partition_bytes."))
+    shuffle_partitions: int = field(default=0, metadata=_doc(
+        "Partitions after a hash or range exchange; 0: as many as the input has, at most "
+        "4 per CPU."))
+    broadcast_join_threshold_bytes: int = field(default=32 * 1024 * 1024, metadata=_doc(
+        "A join side estimated at or under this many bytes is broadcast; 0: never "
+        "broadcast."))
+    max_tasks_in_flight: int = field(default=0, metadata=_doc(
+        "Tasks submitted and not yet finished, at most; 0: 2 per CPU."))
+    task_cpus: int = field(default=1, metadata=_doc(
+        "CPUs each task holds; also its Polars thread count (POLARS_MAX_THREADS of Ray "
+        "workers)."))
+    sort_sample_rows: int = field(default=1000, metadata=_doc(
+        "Rows of sort keys sampled per partition to choose range-exchange boundaries."))
+    raise_on_fail: bool = field(default=False, metadata=_doc(
+        "Fallback policy: raise UnsupportedError instead of falling back to the "
+        "frontend's own engine. An explicit raise_on_fail argument wins."))
+    trace: str | None = field(default=None, metadata=_doc(
+        "Write a Perfetto (Chrome trace-event JSON) trace to this file, or one file per "
+        "query into this directory; unset: no tracing."))
+    progress: ProgressMode = field(default="auto", metadata=_doc(
+        "Progress bars per stage: 'auto' (on a TTY, for queries over about a second), "
+        "'always' or 'never'."))
+    udf_batch_size: int = field(default=8192, metadata=_doc(
+        "Rows per batch handed to a user function when the UDF sets no batch_size."))
+    extensions: Mapping[str, Any] = field(default_factory=FrozenDict, metadata=_doc(
+        "Settings of libraries built on shoal, by namespace (JSON object in the "
+        "environment); validated by the validator registered with register_extension."))
+
+    def __post_init__(self) -> None:
+        if self.runner not in ("ray", "local"):
+            raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
+        if self.progress not in ("auto", "always", "never"):
+            raise ValueError(
+                f"shoal setting progress={self.progress!r}: expected 'auto', 'always' or 'never'"
+            )
+        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows",
+                     "udf_batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
+                raise ValueError(f"shoal setting {name} must be a positive integer, got "
+                                 f"{getattr(self, name)!r}")
+        for name in ("shuffle_partitions", "broadcast_join_threshold_bytes",
+                     "max_tasks_in_flight", "default_partitions"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise ValueError(f"shoal setting {name} must be an integer >= 0, got "
+                                 f"{getattr(self, name)!r}")
+        if self.num_cpus is not None and self.num_cpus <= 0:
+            raise ValueError(f"shoal setting num_cpus must be positive, got {self.num_cpus}")
+        ext = self.extensions
+        if not isinstance(ext, FrozenDict):
+            if not isinstance(ext, Mapping):
+                raise ValueError("shoal setting extensions must be a mapping of namespaces")
+            object.__setattr__(self, "extensions", FrozenDict(ext))
+        for ns, value in self.extensions.items():
+            validator = _extensions.get(ns)
+            if validator is None:
+                raise ValueError(
+                    f"shoal setting extensions[{ns!r}]: no extension registered under that "
+                    "namespace; call shoal.config.register_extension first"
+                )
+            validator(value)
 
     def replace(self, **changes: Any) -> Config:
-        """A copy with ``changes``; raises ``TypeError`` for an unknown field name."""
+        """A copy with ``changes``; raises ``TypeError`` naming an unknown setting."""
         names = {f.name for f in fields(self)}
         unknown = sorted(set(changes) - names)
         if unknown:
@@ -83,40 +187,48 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def digest(self) -> str:
-        """A stable hash of every setting (hex), used to check what a worker installed."""
-        text = repr(sorted(dataclasses.asdict(self).items()))
+        """A short content hash (16 hex digits) of every setting."""
+        values = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
+        text = json.dumps(values, sort_keys=True, default=repr)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    def non_defaults(self) -> dict[str, Any]:
+        """The settings that differ from the defaults, by name."""
+        base = Config()
+        return {f.name: getattr(self, f.name) for f in fields(self)
+                if getattr(self, f.name) != getattr(base, f.name)}
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
-        """Read ``SHOAL_<FIELD>`` variables over the defaults.
+        """Read ``SHOAL_<FIELD>`` variables over the defaults (the driver only).
 
         Raises ``ValueError`` naming the variable and the expected form when a value does
-        not parse.
+        not parse or is out of range.
         """
         env = os.environ if environ is None else environ
         values: dict[str, Any] = {}
         for f in fields(cls):
-            var = f"SHOAL_{f.name.upper()}"
-            if var not in env:
-                continue
-            values[f.name] = _parse(var, env[var], f)
-        return cls(**values)
+            var = env_var(f.name)
+            if var in env:
+                values[f.name] = _parse(var, env[var], f)
+        try:
+            return cls(**values)
+        except ValueError as exc:
+            names = ", ".join(env_var(n) for n in values)
+            raise ValueError(f"{exc} (from environment variables {names})") from None
 
-    def __post_init__(self) -> None:
-        if self.runner not in ("ray", "local"):
-            raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
-        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"shoal setting {name} must be positive, got {getattr(self, name)}")
-        for name in ("shuffle_partitions", "broadcast_join_threshold_bytes", "max_tasks_in_flight"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"shoal setting {name} must be >= 0, got {getattr(self, name)}")
+
+def env_var(name: str) -> str:
+    """The environment variable of setting ``name``: ``SHOAL_`` + the name in capitals."""
+    return f"SHOAL_{name.upper()}"
 
 
 def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
     typ = str(f.type)
     text = raw.strip()
+    optional = "None" in typ
+    if optional and text.lower() in ("", "none"):
+        return None
     try:
         if typ == "bool":
             if text.lower() in ("1", "true", "yes", "on"):
@@ -124,52 +236,43 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
             if text.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError
-        if "int" in typ:
-            if "None" in typ and text.lower() in ("", "none"):
-                return None
+        if typ.startswith("int"):
             return int(text.replace("_", ""))
-        if "None" in typ and text.lower() in ("", "none"):
-            return None
+        if typ.startswith("Mapping"):
+            value = json.loads(text)
+            if not isinstance(value, dict):
+                raise ValueError
+            return value
         return text
     except ValueError:
-        form = "true/false" if typ == "bool" else "an integer" if "int" in typ else "a string"
+        form = ("true or false" if typ == "bool" else "an integer" if typ.startswith("int")
+                else "a JSON object" if typ.startswith("Mapping") else "a string")
         raise ValueError(f"environment variable {var}={raw!r}: expected {form}") from None
 
 
-_lock = threading.Lock()
+# ------------------------------------------------------------------ extensions
+
+_extensions: dict[str, Callable[[Any], None]] = {}
+
+
+def register_extension(namespace: str, validator: Callable[[Any], None] | None = None) -> None:
+    """Let a library attach settings under ``namespace`` in ``Config.extensions``.
+
+    ``validator(value)`` runs on the driver whenever a config holding the namespace is
+    built, and raises (``ValueError``) to refuse a value.
+    """
+    _extensions[namespace] = validator or (lambda _value: None)
+
+
+# ------------------------------------------------------------------ current config
+
+_lock = threading.RLock()
 _config: Config | None = None
 _runner_started = False
 _local = threading.local()
-
-
-def get_config() -> Config:
-    """The config queries use now: the innermost :func:`execution_config`, else the global
-    one (built from ``SHOAL_*`` variables on first use)."""
-    stack = getattr(_local, "stack", None)
-    if stack:
-        return stack[-1]
-    global _config
-    with _lock:
-        if _config is None:
-            _config = Config.from_env()
-        return _config
-
-
-def set_config(**changes: Any) -> Config:
-    """Change the global config. Raises :class:`ConfigFrozenError` when a runner setting
-    (runner, ray_address, num_cpus, ray_temp_dir) changes after a runner has started."""
-    global _config
-    current = get_config() if not getattr(_local, "stack", None) else _global()
-    frozen = sorted(k for k in changes if k in RUNNER_FIELDS and changes[k] != getattr(current, k))
-    if frozen and _runner_started:
-        raise ConfigFrozenError(
-            f"shoal setting(s) {frozen} shape the runner, which has already started; "
-            "call shoal.shutdown() first, then set them"
-        )
-    new = current.replace(**changes)
-    with _lock:
-        _config = new
-    return new
+_task_config: contextvars.ContextVar[Config | None] = contextvars.ContextVar(
+    "shoal_task_config", default=None
+)
 
 
 def _global() -> Config:
@@ -180,17 +283,51 @@ def _global() -> Config:
         return _config
 
 
+def get_config() -> Config:
+    """The config in force: inside a task, the query's installed snapshot; on the driver,
+    the innermost :func:`execution_config` of this thread, else the global config (built
+    from ``SHOAL_*`` variables on first use)."""
+    task = _task_config.get()
+    if task is not None:
+        return task
+    stack = getattr(_local, "stack", None)
+    if stack:
+        return stack[-1]
+    return _global()
+
+
+def set_config(**changes: Any) -> Config:
+    """Change the global config and return it.
+
+    Raises :class:`ConfigFrozenError` when a runner setting (runner, ray_address,
+    num_cpus, ray_temp_dir) changes while a runner is running, ``TypeError`` for an unknown
+    setting, ``ValueError`` for an invalid value.
+    """
+    global _config
+    with _lock:
+        current = _global()
+        frozen = sorted(k for k in changes if k in RUNNER_FIELDS
+                        and changes[k] != getattr(current, k))
+        if frozen and _runner_started:
+            raise ConfigFrozenError(
+                f"shoal setting(s) {', '.join(frozen)} shape the runner, which has already "
+                "started; call shoal.shutdown() first, then set them"
+            )
+        _config = current.replace(**changes)
+        return _config
+
+
 @contextlib.contextmanager
 def execution_config(**changes: Any) -> Iterator[Config]:
-    """Apply execution settings to the queries inside the ``with`` block (this thread).
+    """Apply execution settings to the queries this thread runs inside the block.
 
-    Runner settings cannot change here: raises :class:`ConfigFrozenError` for them.
+    Runner settings cannot change per query: raises :class:`ConfigFrozenError` for them.
     """
     bad = sorted(k for k in changes if k in RUNNER_FIELDS)
     if bad:
         raise ConfigFrozenError(
-            f"shoal setting(s) {bad} shape the runner and cannot change per query; "
-            "use shoal.set_config before the runner starts"
+            f"shoal setting(s) {', '.join(bad)} shape the runner and cannot change per "
+            "query; use shoal.set_config before the runner starts"
         )
     cfg = get_config().replace(**changes)
     stack = getattr(_local, "stack", None)
@@ -209,19 +346,52 @@ def mark_runner_started(started: bool) -> None:
     _runner_started = started
 
 
-_worker_digest: str | None = None
+@contextlib.contextmanager
+def task_config(config: Config, digest: str) -> Iterator[Config]:
+    """Inside a task: install the query's snapshot for the task's duration.
+
+    Raises ``RuntimeError`` when the snapshot does not hash to ``digest``: a task must
+    never run under a config other than its query's.
+    """
+    got = config.digest()
+    if got != digest:
+        raise RuntimeError(f"shoal config snapshot hash mismatch in task: {got} != {digest}")
+    token = _task_config.set(config)
+    try:
+        yield config
+    finally:
+        _task_config.reset(token)
 
 
-def install_worker_config(config: Config, digest: str) -> None:
-    """On a worker: install the query's config snapshot before doing anything else.
+def config_table_markdown() -> str:
+    """The table of every setting (docs/config.md is generated from this)."""
+    lines = [
+        "| setting | environment variable | type | default | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    base = Config()
+    for f in fields(Config):
+        default = getattr(base, f.name)
+        shown = "{}" if isinstance(default, Mapping) else repr(default)
+        typ = str(f.type).replace("|", "\\|")
+        lines.append(f"| `{f.name}` | `{env_var(f.name)}` | `{typ}` | `{shown}` | "
+                     f"{f.metadata['doc']} |")
+    return "\n".join(lines)
 
-    Raises ``RuntimeError`` when the snapshot does not hash to ``digest`` (a config that
-    changed in transit must never run a task)."""
-    global _config, _worker_digest
-    if config.digest() != digest:
-        raise RuntimeError(
-            f"shoal config snapshot hash mismatch on worker: {config.digest()} != {digest}"
-        )
-    with _lock:
-        _config = config
-        _worker_digest = digest
+
+def config_page() -> str:
+    """The text of ``docs/config.md``; regenerate the page with
+    ``python -c "from shoal.config import config_page; print(config_page(), end='')" > docs/config.md``.
+    """
+    return (
+        "# shoal settings\n\n"
+        "Every setting of `shoal.Config`, generated from the dataclass by\n"
+        "`shoal.config.config_page()` (a test checks that this page matches). Set them in code\n"
+        "(`shoal.set_config(...)`, `with shoal.execution_config(...)`, `Config(...)` passed to\n"
+        "`DistEngine(config=...)`) or with the environment variables, which are read on the\n"
+        "driver only. Runner settings (runner, ray_address, num_cpus, ray_temp_dir) are fixed\n"
+        "while a runner is running: `shoal.shutdown()` first. Each query takes one snapshot;\n"
+        "every task installs it and checks its hash before it starts work.\n\n"
+        + config_table_markdown()
+        + "\n"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 import polars as pl
 import pyarrow as pa
 
+from shoal.config import get_config
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import to_polars
 from shoal.execution.task import (
@@ -59,6 +60,7 @@ class TaskStats:
     start: float
     end: float
     sample: pa.Table | None = None
+    config_digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -287,6 +289,7 @@ def run_fragment(
         start=start,
         end=time.time(),
         sample=sample,
+        config_digest=get_config().digest(),
     )
     return stats, tables
 

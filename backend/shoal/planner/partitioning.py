@@ -34,14 +34,16 @@ def check_paths(source: ParquetSource) -> None:
             raise FileNotFoundError(2, f"shoal: Parquet file not found: {path}", path)
 
 
-def split_scan(scan: Scan, target_bytes: int) -> ScanSplit:
+def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> ScanSplit:
     """Partitions of ``scan`` of about ``target_bytes`` each (at least one partition).
+
+    An in-memory table splits into ``default_partitions`` row ranges when that is set.
 
     Raises ``FileNotFoundError`` naming a missing path, and ``OSError`` naming a file whose
     footer cannot be read.
     """
     if isinstance(scan.source, InMemorySource):
-        return _split_table(scan, target_bytes)
+        return _split_table(scan, target_bytes, default_partitions)
     assert isinstance(scan.source, ParquetSource)
     check_paths(scan.source)
     columns = set(scan.schema.names)
@@ -88,14 +90,17 @@ def split_scan(scan: Scan, target_bytes: int) -> ScanSplit:
     return ScanSplit(tuple(partitions), total, rows)
 
 
-def _split_table(scan: Scan, target_bytes: int) -> ScanSplit:
+def _split_table(scan: Scan, target_bytes: int, default_partitions: int) -> ScanSplit:
     assert isinstance(scan.source, InMemorySource)
     table = scan.source.table.select(list(scan.schema.names))
     nbytes = table.nbytes
-    n = max(1, math.ceil(nbytes / target_bytes))
-    n = min(n, max(1, table.num_rows))
-    step = math.ceil(table.num_rows / n) if table.num_rows else 0
+    if default_partitions:
+        n = default_partitions
+    else:
+        n = min(max(1, math.ceil(nbytes / target_bytes)), max(1, table.num_rows))
+    rows = table.num_rows
     parts: list[ScanPartition | MemoryPiece] = []
     for i in range(n):
-        parts.append(MemoryPiece(table.slice(i * step, step)))
+        start, stop = i * rows // n, (i + 1) * rows // n
+        parts.append(MemoryPiece(table.slice(start, stop - start)))
     return ScanSplit(tuple(parts), nbytes, table.num_rows)

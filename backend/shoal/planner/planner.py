@@ -114,7 +114,8 @@ class _Builder:
 
     def visit(self, node: PlanNode) -> _Open:
         if isinstance(node, Scan):
-            split = split_scan(node, self.config.target_partition_bytes)
+            split = split_scan(node, self.config.target_partition_bytes,
+                               self.config.default_partitions)
             return _Open(node, len(split.partitions), scan_partitions=split.partitions,
                          est_bytes=split.est_bytes, name="scan")
         if isinstance(node, Filter):

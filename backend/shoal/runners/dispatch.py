@@ -39,6 +39,8 @@ class TaskSpec:
     inputs: list[list[Any]]
     scan: ScanPartition | MemoryPiece | None
     output: OutputSpec
+    config: Any = None
+    config_digest: str = ""
 
     @property
     def fragment(self) -> PlanNode:
@@ -60,6 +62,10 @@ class TaskResult:
 
 class Backend(Protocol):
     """Where tasks run. References returned by ``submit`` are opaque to the loop."""
+
+    def begin_query(self, config: Any) -> Any:
+        """Make the query's config snapshot available to its tasks; return the handle that
+        every task of the query carries (the Ray runner: one ``ray.put``)."""
 
     def submit(self, task: TaskSpec) -> Any:
         """Start ``task``; return a handle."""
@@ -94,12 +100,17 @@ class _StageState:
 class DispatchLoop:
     """Runs a :class:`PhysicalPlan` on a :class:`Backend`.
 
-    ``max_in_flight`` bounds the tasks submitted and not yet finished. After :meth:`run`,
+    ``max_in_flight`` bounds the tasks submitted and not yet finished. ``config`` is the
+    query's snapshot: the backend publishes it once and every task installs it. After
+    :meth:`run`,
     ``task_stats`` holds every task's stats by (stage id, partition).
     """
 
-    def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int) -> None:
+    def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int,
+                 config: Any = None) -> None:
         self.plan = plan
+        self.config_digest = config.digest() if config is not None else ""
+        self.config_handle = backend.begin_query(config) if config is not None else None
         self.backend = backend
         self.max_in_flight = max(1, max_in_flight)
         self.states = [_StageState(s) for s in plan.stages]
@@ -207,4 +218,5 @@ class DispatchLoop:
                 inputs.append([up.outputs[i][0] for i in range(n_up)])
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
-        return TaskSpec(st.stage, partition, inputs, scan, st.output)
+        return TaskSpec(st.stage, partition, inputs, scan, st.output, self.config_handle,
+                        self.config_digest)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from shoal.config import Config, task_config
 from shoal.execution.kernel import run_fragment
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
@@ -20,6 +21,10 @@ class LocalBackend:
     def __init__(self, num_threads: int | None = None) -> None:
         self.num_threads = num_threads or os.cpu_count() or 1
         self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="shoal-task")
+
+    def begin_query(self, config: Config) -> Config:
+        """The local runner passes the snapshot object itself to its tasks."""
+        return config
 
     def submit(self, task: TaskSpec) -> cf.Future[TaskResult]:
         return self._pool.submit(_run, task)
@@ -43,7 +48,13 @@ class LocalBackend:
 
 
 def _run(task: TaskSpec) -> TaskResult:
-    stats, tables = run_fragment(
-        task.fragment, task.inputs, task.scan, task.output, task.input_schemas
-    )
+    if task.config is None:
+        stats, tables = run_fragment(
+            task.fragment, task.inputs, task.scan, task.output, task.input_schemas
+        )
+    else:
+        with task_config(task.config, task.config_digest):
+            stats, tables = run_fragment(
+                task.fragment, task.inputs, task.scan, task.output, task.input_schemas
+            )
     return TaskResult(task, stats, tables)

@@ -54,10 +54,15 @@ def start_ray(config: Config) -> bool:
 
 def _ray_task(payload: tuple[Any, ...], config: Config, digest: str, layout: list[int],
               *refs: pa.Table) -> tuple[Any, ...]:
-    from shoal.config import install_worker_config
+    from shoal.config import task_config
     from shoal.execution.kernel import run_fragment
 
-    install_worker_config(config, digest)
+    with task_config(config, digest):
+        return _ray_task_body(payload, layout, refs, run_fragment)
+
+
+def _ray_task_body(payload: tuple[Any, ...], layout: list[int], refs: tuple[pa.Table, ...],
+                   run_fragment: Any) -> tuple[Any, ...]:
     fragment, input_schemas, scan, output = payload
     inputs: list[list[pa.Table]] = []
     pos = 0
@@ -77,14 +82,11 @@ class RayBackend:
         self._ray = ray
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
-        self._config_ref: Any = None
-        self._digest = ""
         self.task_cpus = config.task_cpus
 
-    def begin_query(self, config: Config) -> None:
-        """Put the query's config snapshot in the object store (once per query)."""
-        self._config_ref = self._ray.put(config)
-        self._digest = config.digest()
+    def begin_query(self, config: Config) -> Any:
+        """Put the query's config snapshot in the object store: once per query."""
+        return self._ray.put(config)
 
     def submit(self, task: TaskSpec) -> Any:
         refs = [r for group in task.inputs for r in group]
@@ -93,7 +95,7 @@ class RayBackend:
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs, num_cpus=self.task_cpus,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
-        ).remote(payload, self._config_ref, self._digest, layout, *refs)
+        ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
 

@@ -75,10 +75,8 @@ def run_plan(plan: PlanNode, config: Config) -> pa.Table:
     global _last
     physical = plan_physical(plan, config)
     backend = _backend(config)
-    if hasattr(backend, "begin_query"):
-        backend.begin_query(config)
     limit = config.max_tasks_in_flight or 2 * _cpus(config)
-    loop = DispatchLoop(physical, backend, limit)
+    loop = DispatchLoop(physical, backend, limit, config)
     refs = loop.run()
     tables = backend.fetch(refs)
     _last = QueryReport(physical, loop.task_stats, config.runner)

@@ -1,0 +1,149 @@
+"""Config: parsing, freezing, per-query snapshots that every task installs (on Ray)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import shoal
+from shoal.config import Config, config_page, register_extension
+from shoal.runners.session import last_query
+
+from .irplans import agg_sort_plan, frame
+
+pytestmark = pytest.mark.usefixtures("ray_runner")
+
+
+def test_env_values_parse_and_bad_values_name_the_variable() -> None:
+    cfg = Config.from_env({"SHOAL_SHUFFLE_PARTITIONS": "64", "SHOAL_RAISE_ON_FAIL": "true",
+                           "SHOAL_RAY_ADDRESS": "ray://h:10001", "SHOAL_RUNNER": "local"})
+    assert (cfg.shuffle_partitions, cfg.raise_on_fail, cfg.ray_address, cfg.runner) == (
+        64, True, "ray://h:10001", "local")
+    with pytest.raises(ValueError, match="SHOAL_SHUFFLE_PARTITIONS='abc': expected an integer"):
+        Config.from_env({"SHOAL_SHUFFLE_PARTITIONS": "abc"})
+    with pytest.raises(ValueError, match="SHOAL_RAISE_ON_FAIL='maybe': expected true or false"):
+        Config.from_env({"SHOAL_RAISE_ON_FAIL": "maybe"})
+    with pytest.raises(ValueError, match="SHOAL_RUNNER"):
+        Config.from_env({"SHOAL_RUNNER": "spark"})
+    with pytest.raises(ValueError, match="SHOAL_TARGET_PARTITION_BYTES"):
+        Config.from_env({"SHOAL_TARGET_PARTITION_BYTES": "-5"})
+    with pytest.raises(TypeError, match="unknown shoal setting"):
+        Config().replace(shuffle_partitons=3)
+
+
+def test_docs_config_page_matches_the_dataclass() -> None:
+    page = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+    assert page.read_text() == config_page(), (
+        "docs/config.md is stale; regenerate it with shoal.config.config_page()"
+    )
+
+
+def test_snapshot_is_hashable_and_digest_is_content_based() -> None:
+    a, b = Config(shuffle_partitions=3), Config(shuffle_partitions=3)
+    assert a == b and hash(a) == hash(b) and a.digest() == b.digest()
+    assert a.digest() != Config(shuffle_partitions=4).digest()
+    assert len(a.digest()) == 16
+
+
+def test_extensions_are_validated_frozen_and_shipped() -> None:
+    def validate(value: object) -> None:
+        if not isinstance(value, dict | shoal.config.FrozenDict) or "model" not in value:
+            raise ValueError("mylib needs a 'model'")
+
+    register_extension("mylib", validate)
+    with pytest.raises(ValueError, match="mylib needs a 'model'"):
+        Config(extensions={"mylib": {}})
+    with pytest.raises(ValueError, match="no extension registered"):
+        Config(extensions={"unknown-lib": {}})
+    cfg = Config(extensions={"mylib": {"model": "m1", "sizes": [1, 2]}})
+    assert cfg.extensions["mylib"]["sizes"] == (1, 2)
+    with pytest.raises(TypeError):
+        cfg.extensions["mylib"]["model"] = "x"  # type: ignore[index]
+    plan, expected = agg_sort_plan(frame())
+    got = shoal.execute(plan, runner="ray", config=cfg.replace(default_partitions=4))
+    assert pl.from_arrow(got).equals(expected)
+    digests = {s.config_digest for s in last_query().task_stats.values()}  # type: ignore[union-attr]
+    assert digests == {cfg.replace(default_partitions=4).digest()}
+
+
+def _digests() -> set[str]:
+    report = last_query()
+    assert report is not None
+    return {s.config_digest for s in report.task_stats.values()}
+
+
+def test_every_ray_task_sees_the_query_snapshot_and_the_next_query_the_new_one() -> None:
+    plan, expected = agg_sort_plan(frame())
+    with shoal.execution_config(default_partitions=5, sort_sample_rows=77):
+        first = shoal.get_config()
+        assert pl.from_arrow(shoal.execute(plan, runner="ray")).equals(expected)
+    assert _digests() == {first.digest()}
+    with shoal.execution_config(default_partitions=5, sort_sample_rows=78):
+        second = shoal.get_config()
+        assert pl.from_arrow(shoal.execute(plan, runner="ray")).equals(expected)
+    assert _digests() == {second.digest()}
+
+
+def test_execution_config_changes_the_plan_of_queries_inside_only() -> None:
+    plan, _ = agg_sort_plan(frame())
+    with shoal.execution_config(default_partitions=4, shuffle_partitions=3):
+        shoal.execute(plan, runner="local")
+    shuffle = [s for s in last_query().physical.stages if s.inputs and  # type: ignore[union-attr]
+               s.inputs[0].mode == "bucket"]
+    assert shuffle and all(s.num_tasks == 3 for s in shuffle)
+    assert shoal.get_config().shuffle_partitions == 0
+
+
+def test_driver_config_changes_during_a_query_do_not_reach_its_tasks() -> None:
+    plan, expected = agg_sort_plan(frame(4000))
+    cfg = Config(default_partitions=48)
+    stop = threading.Event()
+
+    def churn() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            shoal.set_config(sort_sample_rows=100 + i % 50)
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        got = shoal.execute(plan, runner="ray", config=cfg)
+    finally:
+        stop.set()
+        t.join()
+    shoal.set_config(sort_sample_rows=1000)
+    assert pl.from_arrow(got).equals(expected)
+    assert _digests() == {cfg.digest()}
+
+
+def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.MonkeyPatch) -> None:
+    import ray
+
+    plan, _ = agg_sort_plan(frame())
+    shoal.execute(plan, runner="ray", config=Config(default_partitions=6))  # runner started
+    puts: list[object] = []
+    real_put = ray.put
+
+    def counting_put(value: object, **kw: object) -> object:
+        puts.append(value)
+        return real_put(value, **kw)
+
+    monkeypatch.setattr(ray, "put", counting_put)
+    shoal.execute(plan, runner="ray", config=Config(default_partitions=6))
+    assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
+    assert [type(p).__name__ for p in puts].count("Config") == 1
+
+
+def test_runner_settings_freeze_once_the_runner_starts() -> None:
+    plan, _ = agg_sort_plan(frame())
+    shoal.execute(plan, runner="ray")
+    with pytest.raises(shoal.ConfigFrozenError, match=r"runner.*shoal.shutdown\(\)"):
+        shoal.set_config(runner="local")
+    with pytest.raises(shoal.ConfigFrozenError, match="num_cpus"):
+        with shoal.execution_config(num_cpus=1):
+            pass
+    shoal.set_config(shuffle_partitions=0)  # execution settings still change
