@@ -17,22 +17,100 @@ from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 FunctionImpl = Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]
 
 #: IR function name -> builder from (Polars argument expressions, options) to a Polars expr.
+#: Names and options follow Polars' own functions (``str.slice`` is ``Expr.str.slice``).
 FUNCTIONS: dict[str, FunctionImpl] = {
+    # boolean and null handling
     "is_null": lambda a, o: a[0].is_null(),
     "is_not_null": lambda a, o: a[0].is_not_null(),
+    "is_nan": lambda a, o: a[0].is_nan(),
+    "is_not_nan": lambda a, o: a[0].is_not_nan(),
+    "is_finite": lambda a, o: a[0].is_finite(),
+    "is_infinite": lambda a, o: a[0].is_infinite(),
     "not": lambda a, o: a[0].not_(),
-    "neg": lambda a, o: -a[0],
-    "abs": lambda a, o: a[0].abs(),
     "is_in": lambda a, o: a[0].is_in(a[1], nulls_equal=o.get("nulls_equal", False)),
     "is_between": lambda a, o: a[0].is_between(a[1], a[2], closed=o.get("closed", "both")),
+    "fill_null": lambda a, o: a[0].fill_null(a[1]),
+    "coalesce": lambda a, o: pl.coalesce(a),
+    # numeric
+    "neg": lambda a, o: -a[0],
+    "abs": lambda a, o: a[0].abs(),
+    "sign": lambda a, o: a[0].sign(),
+    "round": lambda a, o: a[0].round(o.get("decimals", 0), mode=o.get("mode", "half_to_even")),
+    "floor": lambda a, o: a[0].floor(),
+    "ceil": lambda a, o: a[0].ceil(),
+    "sqrt": lambda a, o: a[0].sqrt(),
+    "cbrt": lambda a, o: a[0].cbrt(),
+    "exp": lambda a, o: a[0].exp(),
+    "log": lambda a, o: a[0].log(a[1]),
+    "log1p": lambda a, o: a[0].log1p(),
+    "pow": lambda a, o: a[0].pow(a[1]),
+    "clip": lambda a, o: _clip(a, o),
+    "max_horizontal": lambda a, o: pl.max_horizontal(a),
+    "min_horizontal": lambda a, o: pl.min_horizontal(a),
+    "sum_horizontal": lambda a, o: pl.sum_horizontal(a, ignore_nulls=o.get("ignore_nulls", True)),
+    "mean_horizontal": lambda a, o: pl.mean_horizontal(a, ignore_nulls=o.get("ignore_nulls", True)),
+    # strings
     "str.starts_with": lambda a, o: a[0].str.starts_with(a[1]),
     "str.ends_with": lambda a, o: a[0].str.ends_with(a[1]),
-    "str.contains": lambda a, o: a[0].str.contains(a[1], literal=o.get("literal", False),
-                                                  strict=o.get("strict", True)),
+    "str.contains": lambda a, o: a[0].str.contains(
+        a[1], literal=o.get("literal", False), strict=o.get("strict", True)
+    ),
+    "str.slice": lambda a, o: a[0].str.slice(a[1], a[2]),
+    "str.head": lambda a, o: a[0].str.head(a[1]),
+    "str.tail": lambda a, o: a[0].str.tail(a[1]),
+    "str.len_chars": lambda a, o: a[0].str.len_chars(),
+    "str.len_bytes": lambda a, o: a[0].str.len_bytes(),
+    "str.to_lowercase": lambda a, o: a[0].str.to_lowercase(),
+    "str.to_uppercase": lambda a, o: a[0].str.to_uppercase(),
+    "str.strip_chars": lambda a, o: a[0].str.strip_chars(a[1]),
+    "str.strip_chars_start": lambda a, o: a[0].str.strip_chars_start(a[1]),
+    "str.strip_chars_end": lambda a, o: a[0].str.strip_chars_end(a[1]),
+    "str.strip_prefix": lambda a, o: a[0].str.strip_prefix(a[1]),
+    "str.strip_suffix": lambda a, o: a[0].str.strip_suffix(a[1]),
+    "str.replace": lambda a, o: _replace(a, o),
+    "str.zfill": lambda a, o: a[0].str.zfill(a[1]),
+    "str.pad_start": lambda a, o: a[0].str.pad_start(a[1], o.get("fill_char", " ")),
+    "str.pad_end": lambda a, o: a[0].str.pad_end(a[1], o.get("fill_char", " ")),
+    "str.reverse": lambda a, o: a[0].str.reverse(),
+    "str.concat": lambda a, o: pl.concat_str(
+        a, separator=o.get("separator", ""), ignore_nulls=o.get("ignore_nulls", False)
+    ),
+    # temporal
     "dt.year": lambda a, o: a[0].dt.year(),
+    "dt.quarter": lambda a, o: a[0].dt.quarter(),
     "dt.month": lambda a, o: a[0].dt.month(),
     "dt.day": lambda a, o: a[0].dt.day(),
+    "dt.hour": lambda a, o: a[0].dt.hour(),
+    "dt.minute": lambda a, o: a[0].dt.minute(),
+    "dt.second": lambda a, o: a[0].dt.second(),
+    "dt.weekday": lambda a, o: a[0].dt.weekday(),
+    "dt.week": lambda a, o: a[0].dt.week(),
+    "dt.ordinal_day": lambda a, o: a[0].dt.ordinal_day(),
+    "dt.date": lambda a, o: a[0].dt.date(),
+    "dt.month_start": lambda a, o: a[0].dt.month_start(),
+    "dt.month_end": lambda a, o: a[0].dt.month_end(),
+    "dt.truncate": lambda a, o: a[0].dt.truncate(a[1]),
+    "dt.to_string": lambda a, o: a[0].dt.to_string(o["format"]),
+    "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
 }
+
+
+def _clip(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``clip`` with the bounds Polars' options say are present, in order (min, max)."""
+    rest = iter(a[1:])
+    lower = next(rest) if o.get("has_min", True) else None
+    upper = next(rest) if o.get("has_max", True) else None
+    return a[0].clip(lower, upper)
+
+
+def _replace(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``str.replace`` (``n`` matches) or ``str.replace_all`` (``n == -1``)."""
+    literal = o.get("literal", False)
+    n = o.get("n", 1)
+    if n == -1:
+        return a[0].str.replace_all(a[1], a[2], literal=literal)
+    return a[0].str.replace(a[1], a[2], literal=literal, n=n)
+
 
 _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "add": lambda a, b: a + b,
@@ -59,8 +137,18 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
     if name == "len":
         return pl.len()
     assert arg is not None
-    if name in ("sum", "mean", "min", "max", "count", "n_unique", "first", "last", "median",
-                "null_count"):
+    if name in (
+        "sum",
+        "mean",
+        "min",
+        "max",
+        "count",
+        "n_unique",
+        "first",
+        "last",
+        "median",
+        "null_count",
+    ):
         return getattr(arg, name)()
     if name in ("std", "var"):
         return getattr(arg, name)(ddof=options.get("ddof", 1))
@@ -92,5 +180,7 @@ def to_polars(expr: Expr) -> pl.Expr:
             raise UnsupportedError(f"function {expr.name!r} is not supported by the kernel")
         return impl([to_polars(a) for a in expr.args], dict(expr.options))
     if isinstance(expr, Agg):
-        return _agg(expr.name, None if expr.arg is None else to_polars(expr.arg), dict(expr.options))
+        return _agg(
+            expr.name, None if expr.arg is None else to_polars(expr.arg), dict(expr.options)
+        )
     raise UnsupportedError(f"expression {type(expr).__name__} is not supported by the kernel")

@@ -1,0 +1,43 @@
+"""shoal's Polars adapter: the Polars engine ``"dist"``.
+
+Importing this package registers the engine name, so that ``lf.collect(engine="dist")``
+runs the query with shoal (a :class:`DistEngine` with the configured defaults). Public
+names: :class:`DistEngine`, :class:`ShoalFallbackWarning`, :func:`to_ir`.
+
+Polars (2.1) accepts only auto/in-memory/streaming/gpu as engine names and keeps the
+Python-side names in the private dict ``polars.lazyframe.engine_config._ENGINE_BY_NAME``;
+if a Polars release moves it, importing this package raises ``ImportError``.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from shoal_polars.engine import DistEngine, ShoalFallbackWarning, to_ir
+
+#: The Polars version whose engine registry and NodeTraverser (16, 0) were tested.
+TESTED_POLARS_VERSION = "2.1.0"
+
+__all__ = ["DistEngine", "ShoalFallbackWarning", "to_ir"]
+
+
+def _register() -> None:
+    try:
+        from polars.lazyframe import engine_config
+    except ImportError as exc:  # pragma: no cover - depends on the Polars release
+        raise ImportError(_moved(f"polars.lazyframe.engine_config is gone ({exc})")) from exc
+    registry = getattr(engine_config, "_ENGINE_BY_NAME", None)
+    if not isinstance(registry, dict):
+        raise ImportError(_moved("polars.lazyframe.engine_config._ENGINE_BY_NAME is gone"))
+    registry["dist"] = DistEngine()
+
+
+def _moved(what: str) -> str:
+    return (
+        f"shoal_polars cannot register the Polars engine name 'dist': {what}. shoal was "
+        f"tested with Polars {TESTED_POLARS_VERSION}; this is Polars {pl.__version__}. "
+        "Install a tested Polars version."
+    )
+
+
+_register()

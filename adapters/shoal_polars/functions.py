@@ -1,0 +1,147 @@
+"""Polars ``Function`` expression nodes -> shoal IR function names.
+
+A Polars ``Function`` node (NodeTraverser version (16, 0)) carries ``function_data``: a
+tuple whose first element names the function (an enum such as
+``StringFunction.StartsWith``, or a plain string such as ``"abs"``) and whose other elements
+are the function's parameters. :data:`SCALAR_FUNCTIONS` maps that name to the IR function
+name and names the parameters, which become the IR ``Function.options`` in order. Every IR
+name emitted here has an implementation in :data:`shoal.execution.expressions.FUNCTIONS`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: Polars function key -> (IR function name, names of the extra ``function_data`` items).
+SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
+    # boolean
+    "BooleanFunction.Not": ("not", ()),
+    "BooleanFunction.IsNull": ("is_null", ()),
+    "BooleanFunction.IsNotNull": ("is_not_null", ()),
+    "BooleanFunction.IsNan": ("is_nan", ()),
+    "BooleanFunction.IsNotNan": ("is_not_nan", ()),
+    "BooleanFunction.IsFinite": ("is_finite", ()),
+    "BooleanFunction.IsInfinite": ("is_infinite", ()),
+    "BooleanFunction.IsIn": ("is_in", ("nulls_equal",)),
+    "BooleanFunction.IsBetween": ("is_between", ("closed",)),
+    # strings
+    "StringFunction.StartsWith": ("str.starts_with", ()),
+    "StringFunction.EndsWith": ("str.ends_with", ()),
+    "StringFunction.Contains": ("str.contains", ("literal", "strict")),
+    "StringFunction.Slice": ("str.slice", ()),
+    "StringFunction.Head": ("str.head", ()),
+    "StringFunction.Tail": ("str.tail", ()),
+    "StringFunction.LenChars": ("str.len_chars", ()),
+    "StringFunction.LenBytes": ("str.len_bytes", ()),
+    "StringFunction.Lowercase": ("str.to_lowercase", ()),
+    "StringFunction.Uppercase": ("str.to_uppercase", ()),
+    "StringFunction.StripChars": ("str.strip_chars", ()),
+    "StringFunction.StripCharsStart": ("str.strip_chars_start", ()),
+    "StringFunction.StripCharsEnd": ("str.strip_chars_end", ()),
+    "StringFunction.StripPrefix": ("str.strip_prefix", ()),
+    "StringFunction.StripSuffix": ("str.strip_suffix", ()),
+    "StringFunction.Replace": ("str.replace", ("n", "literal")),
+    "StringFunction.ZFill": ("str.zfill", ()),
+    "StringFunction.PadStart": ("str.pad_start", ("fill_char",)),
+    "StringFunction.PadEnd": ("str.pad_end", ("fill_char",)),
+    "StringFunction.Reverse": ("str.reverse", ()),
+    "StringFunction.ConcatHorizontal": ("str.concat", ("separator", "ignore_nulls")),
+    # temporal
+    "TemporalFunction.Year": ("dt.year", ()),
+    "TemporalFunction.Quarter": ("dt.quarter", ()),
+    "TemporalFunction.Month": ("dt.month", ()),
+    "TemporalFunction.Day": ("dt.day", ()),
+    "TemporalFunction.Hour": ("dt.hour", ()),
+    "TemporalFunction.Minute": ("dt.minute", ()),
+    "TemporalFunction.Second": ("dt.second", ()),
+    "TemporalFunction.WeekDay": ("dt.weekday", ()),
+    "TemporalFunction.Week": ("dt.week", ()),
+    "TemporalFunction.OrdinalDay": ("dt.ordinal_day", ()),
+    "TemporalFunction.Date": ("dt.date", ()),
+    "TemporalFunction.MonthStart": ("dt.month_start", ()),
+    "TemporalFunction.MonthEnd": ("dt.month_end", ()),
+    "TemporalFunction.Truncate": ("dt.truncate", ()),
+    "TemporalFunction.ToString": ("dt.to_string", ("format",)),
+    "TemporalFunction.TotalDays": ("dt.total_days", ("fractional",)),
+    # numeric and general
+    "abs": ("abs", ()),
+    "negate": ("neg", ()),
+    "sign": ("sign", ()),
+    "round": ("round", ("decimals", "mode")),
+    "floor": ("floor", ()),
+    "ceil": ("ceil", ()),
+    "sqrt": ("sqrt", ()),
+    "cbrt": ("cbrt", ()),
+    "exp": ("exp", ()),
+    "log": ("log", ()),
+    "log1p": ("log1p", ()),
+    "pow": ("pow", ()),
+    "clip": ("clip", ("has_min", "has_max")),
+    "fill_null": ("fill_null", ()),
+    "coalesce": ("coalesce", ()),
+    "max_horizontal": ("max_horizontal", ()),
+    "min_horizontal": ("min_horizontal", ()),
+    "sum_horizontal": ("sum_horizontal", ("ignore_nulls",)),
+    "mean_horizontal": ("mean_horizontal", ("ignore_nulls",)),
+}
+
+#: Polars functions that read other rows than their own (their result depends on the order
+#: or the neighbours of a row): they cannot run per partition.
+ORDER_DEPENDENT = frozenset(
+    {
+        "cum_sum",
+        "cum_prod",
+        "cum_min",
+        "cum_max",
+        "cum_count",
+        "shift",
+        "diff",
+        "pct_change",
+        "rank",
+        "fill_null_with_strategy",
+        "forward_fill",
+        "backward_fill",
+        "interpolate",
+        "reverse",
+        "rle",
+        "rle_id",
+        "shuffle",
+        "sample",
+        "arg_sort",
+        "arg_min",
+        "arg_max",
+        "gather_every",
+        "unique",
+        "is_unique",
+        "is_duplicated",
+        "is_first_distinct",
+        "is_last_distinct",
+        "BooleanFunction.IsUnique",
+        "BooleanFunction.IsDuplicated",
+        "BooleanFunction.IsFirstDistinct",
+        "BooleanFunction.IsLastDistinct",
+    }
+)
+
+
+def function_key(head: Any) -> str:
+    """The key of ``function_data[0]``: ``"StringFunction.StartsWith"`` for an enum value,
+    the string itself for a plain name."""
+    return head if isinstance(head, str) else str(head)
+
+
+def lookup(key: str, extra: tuple[Any, ...]) -> tuple[str, tuple[tuple[str, Any], ...]] | str:
+    """The IR name and options for Polars function ``key`` with parameters ``extra``, or the
+    reason why shoal cannot run it (a string)."""
+    spec = SCALAR_FUNCTIONS.get(key)
+    if spec is None:
+        if key in ORDER_DEPENDENT:
+            return "its result depends on other rows or on row order; shoal runs row-wise functions only"
+        return "no shoal function for it yet"
+    name, option_names = spec
+    if len(extra) != len(option_names):
+        return (
+            f"expected parameters {list(option_names)}, got {list(extra)!r} "
+            "(a NodeTraverser change?)"
+        )
+    return name, tuple(zip(option_names, extra, strict=True))

@@ -1,0 +1,197 @@
+"""Polars' optimised plan (NodeTraverser version (16, 0)) -> shoal IR plan.
+
+:func:`translate_plan` walks the plan from the cursor's node down. One function per
+Polars plan node class, chosen by class name in :data:`_NODES` (plain-data
+handlers are in :mod:`shoal_polars.nodes`). A part that cannot be translated is recorded
+and replaced by a placeholder, and translation goes on, so that one
+:class:`shoal.UnsupportedError` names every unsupported part of the query at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from shoal.errors import PlanError, UnsupportedError
+from shoal.ir.expr import Expr, NamedExpr
+from shoal.ir.nodes import PlanNode
+from shoal.ir.types import NULL, DataType, Schema
+from shoal_polars.exprs import translate_expr
+
+#: NodeTraverser versions this translation was tested against.
+TESTED_VERSIONS: tuple[tuple[int, int], ...] = ((16, 0),)
+
+NodeHandler = Callable[["Translator", Any, Schema], PlanNode]
+
+#: Polars plan node class name -> translation function (filled by :mod:`shoal_polars.nodes`).
+NODES: dict[str, NodeHandler] = {}
+
+#: Plan node classes shoal cannot run, with the reason.
+UNSUPPORTED_NODES: dict[str, str] = {
+    "Union": "concatenation (pl.concat, vertical) has no shoal IR node yet",
+    "HConcat": "horizontal concatenation depends on row positions",
+    "MapFunction": "this map function is not supported",
+    "PythonScan": "Python scans (register_io_source, from_*) cannot be read by shoal",
+    "MergeSorted": "merge_sorted is not supported",
+    "ExtContext": "with_context is not supported",
+    "Sink": "sinks are not supported; collect the result instead",
+}
+
+
+@dataclass(frozen=True)
+class Unsupported(PlanNode):
+    """Placeholder for a plan part that could not be translated (never leaves this module:
+    :func:`translate_plan` raises when one was made)."""
+
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class UnsupportedExpr(Expr):
+    """Placeholder for an expression that could not be translated."""
+
+    dtype: DataType
+
+
+class Translator:
+    """The state of one translation: the NodeTraverser, the errors, the Cache memo.
+
+    ``nt`` is Polars' NodeTraverser; every method that moves its cursor moves it back.
+    """
+
+    def __init__(self, nt: Any) -> None:
+        self.nt = nt
+        self.errors: list[str] = []
+        self.caches: dict[int, PlanNode] = {}
+
+    # -- errors ---------------------------------------------------------------------
+
+    def error(self, what: str, reason: str) -> None:
+        """Record an unsupported part: ``what`` names the Polars node (and expression)."""
+        entry = f"{what}: {reason}"
+        if entry not in self.errors:
+            self.errors.append(entry)
+
+    def placeholder(self, schema: Schema) -> PlanNode:
+        """A plan placeholder (after :meth:`error`)."""
+        return Unsupported(schema)
+
+    def placeholder_expr(self, dtype: DataType = NULL) -> Expr:
+        """An expression placeholder (after :meth:`error`)."""
+        return UnsupportedExpr(dtype)
+
+    @staticmethod
+    def failed(expr: Expr) -> bool:
+        """Whether ``expr`` contains a placeholder (its error is already recorded)."""
+        return any(isinstance(e, UnsupportedExpr) for e in expr.walk())
+
+    # -- cursor ---------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def at(self, node: int) -> Iterator[None]:
+        """Move the cursor to ``node`` for the block, and back afterwards."""
+        here = self.nt.get_node()
+        self.nt.set_node(node)
+        try:
+            yield
+        finally:
+            self.nt.set_node(here)
+
+    # -- pieces ---------------------------------------------------------------------
+
+    def schema(self, where: str) -> Schema:
+        """The output schema of the cursor's node."""
+        try:
+            return Schema.from_polars(self.nt.get_schema())
+        except PlanError as exc:
+            self.error(where, f"schema has a type shoal cannot carry ({exc})")
+            return Schema(())
+
+    def dtype(self, node: int, where: str) -> DataType:
+        """The IR type of expression ``node`` (resolved at the cursor's node)."""
+        try:
+            return DataType.from_polars(self.nt.get_dtype(node))
+        except PlanError as exc:
+            self.error(f"{where}: expression", f"type shoal cannot carry ({exc})")
+            return NULL
+
+    def expr(self, node: int, where: str) -> Expr:
+        """Translate expression ``node`` at the cursor's node."""
+        return translate_expr(self, node, where)
+
+    def named(self, pyexpr: Any, where: str) -> NamedExpr:
+        """Translate a Polars ``PyExprIR`` (output name + expression) at the cursor's node."""
+        return NamedExpr(pyexpr.output_name, self.expr(pyexpr.node, where))
+
+    def named_at(self, node: int, pyexprs: Any, where: str) -> tuple[NamedExpr, ...]:
+        """Translate ``pyexprs`` with the cursor on ``node`` (the node whose rows they read)."""
+        with self.at(node):
+            return tuple(self.named(e, where) for e in pyexprs)
+
+    def plan(self, node: int | None = None) -> PlanNode:
+        """Translate plan node ``node`` (default: the cursor's node) and its inputs."""
+        if node is not None:
+            with self.at(node):
+                return self.plan()
+        try:
+            view = self.nt.view_current_node()
+        except NotImplementedError as exc:
+            # e.g. LazyFrame.map_batches: "opaque python mapfunction".
+            name = "MapFunction" if "mapfunction" in str(exc).lower() else "plan node"
+            self.error(f"{name} ({exc})", "Python functions over frames cannot run in shoal")
+            return self._skip(Schema(()))
+        name = type(view).__name__
+        schema = self.schema(name)
+        handler = NODES.get(name)
+        if handler is None:
+            reason = UNSUPPORTED_NODES.get(name, "plan node not supported by shoal")
+            detail = _map_function_name(view) if name == "MapFunction" else ""
+            self.error(f"{name}{detail}", reason)
+            return self._skip(schema)
+        return handler(self, view, schema)
+
+    def _skip(self, schema: Schema) -> PlanNode:
+        """Translate the inputs of an untranslatable node (to report their errors too)."""
+        for child in self.nt.get_inputs():
+            self.plan(child)
+        return self.placeholder(schema)
+
+
+def _map_function_name(view: Any) -> str:
+    try:
+        return f"({view.function[0]})"
+    except Exception:  # pragma: no cover - defensive: attribute layout changed
+        return ""
+
+
+def check_version(nt: Any) -> None:
+    """Raise :class:`shoal.UnsupportedError` unless ``nt.version()`` was tested."""
+    version = tuple(nt.version())
+    if version not in TESTED_VERSIONS:
+        tested = ", ".join(map(str, TESTED_VERSIONS))
+        raise UnsupportedError(
+            f"NodeTraverser version {version} is not supported by shoal; tested: {tested}"
+        )
+
+
+def translate_plan(nt: Any) -> PlanNode:
+    """Translate the plan below the NodeTraverser's cursor (its root, in a callback).
+
+    Raises :class:`shoal.UnsupportedError` for an untested NodeTraverser version, or when
+    any part of the plan cannot be translated; the message lists every such part, each
+    naming the Polars node class (and expression) and the reason.
+    """
+    import shoal_polars.nodes  # noqa: F401  (registers the node handlers)
+
+    check_version(nt)
+    t = Translator(nt)
+    plan = t.plan()
+    if t.errors:
+        listing = "\n".join(f"  - {e}" for e in t.errors)
+        raise UnsupportedError(
+            f"shoal cannot run this Polars query ({len(t.errors)} unsupported "
+            f"part{'s' if len(t.errors) != 1 else ''}):\n{listing}"
+        )
+    return plan
