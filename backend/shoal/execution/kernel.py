@@ -21,26 +21,36 @@ from shoal.config import get_config
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import to_polars
 from shoal.execution.task import (
+    FilePartition,
     HashOutput,
-    ParquetPiece,
     MemoryPiece,
     OutputSpec,
+    ParquetPiece,
     RangeOutput,
+    ScanInput,
     ScanPartition,
     SingleOutput,
 )
 from shoal.ir.nodes import (
     Aggregate,
+    Distinct,
+    Explode,
+    FileSource,
     Filter,
+    HConcat,
     InMemorySource,
     Join,
     ParquetSource,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
     StageInput,
+    Union,
+    Unnest,
+    Unpivot,
 )
 from shoal.ir.types import Schema
 
@@ -80,16 +90,20 @@ def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
 class _ScanLookup:
     """Partitions for several scans of one plan (used by :func:`run_single`)."""
 
-    def __init__(self, scans: Sequence[Scan], parts: Sequence[ScanPartition | MemoryPiece]):
+    def __init__(self, scans: Sequence[Scan], parts: Sequence[ScanInput | list[ScanInput]]):
         self._parts = {id(s): p for s, p in zip(scans, parts, strict=True)}
 
-    def get(self, node: Scan) -> ScanPartition | MemoryPiece:
+    def get(self, node: Scan) -> ScanInput | list[ScanInput]:
         return self._parts[id(node)]
 
 
-def _scan(node: Scan, part: ScanPartition | MemoryPiece | _ScanLookup | None) -> pl.LazyFrame:
+def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     if isinstance(part, _ScanLookup):
-        part = part.get(node)
+        got = part.get(node)
+        if isinstance(got, list):
+            lfs = [_scan(node, p) for p in got]
+            return pl.concat(lfs, how="vertical") if lfs else _empty(node.schema).lazy()
+        part = got
     cols = list(node.schema.names)
     if isinstance(node.source, InMemorySource):
         if not isinstance(part, MemoryPiece):
@@ -106,12 +120,25 @@ def _scan(node: Scan, part: ScanPartition | MemoryPiece | _ScanLookup | None) ->
         if not lfs:
             return _empty(node.schema).lazy()
         lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
+    elif isinstance(node.source, FileSource):
+        if not isinstance(part, FilePartition):
+            raise RuntimeError("file scan without its partition")
+        reader = _READERS.get(node.source.format)
+        if reader is None:
+            raise UnsupportedError(f"scan of {node.source.format!r} files")
+        lf = reader(part.path, **dict(node.source.options)).select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
 
+
+_READERS: dict[str, Any] = {
+    "csv": pl.scan_csv,
+    "ndjson": pl.scan_ndjson,
+    "ipc": pl.scan_ipc,
+}
 
 _JOIN_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
              "semi": "semi", "anti": "anti", "cross": "cross"}
@@ -120,7 +147,7 @@ _JOIN_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
 def build(
     node: PlanNode,
     inputs: Sequence[pl.DataFrame],
-    scan: ScanPartition | MemoryPiece | _ScanLookup | None,
+    scan: ScanInput | _ScanLookup | None,
 ) -> pl.LazyFrame:
     """The Polars lazy query for ``node`` over this task's inputs."""
     if isinstance(node, Scan):
@@ -163,6 +190,27 @@ def build(
         )
     if isinstance(node, Slice):
         return build(node.input, inputs, scan).slice(node.offset, node.length)
+    if isinstance(node, Distinct):
+        return build(node.input, inputs, scan).unique(
+            subset=list(node.subset) if node.subset is not None else None,
+            keep=node.keep,
+            maintain_order=node.maintain_order,
+        )
+    if isinstance(node, Union):
+        return pl.concat([build(i, inputs, scan) for i in node.inputs], how="vertical")
+    if isinstance(node, HConcat):
+        return pl.concat([build(i, inputs, scan) for i in node.inputs], how="horizontal")
+    if isinstance(node, Explode):
+        return build(node.input, inputs, scan).explode(list(node.columns))
+    if isinstance(node, Unnest):
+        return build(node.input, inputs, scan).unnest(list(node.columns))
+    if isinstance(node, Unpivot):
+        return build(node.input, inputs, scan).unpivot(
+            on=list(node.on), index=list(node.index), variable_name=node.variable_name,
+            value_name=node.value_name,
+        )
+    if isinstance(node, RowIndex):
+        return build(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
 
@@ -253,7 +301,7 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
 def run_fragment(
     fragment: PlanNode,
     inputs: Sequence[Sequence[pa.Table]],
-    scan: ScanPartition | MemoryPiece | None,
+    scan: ScanInput | None,
     output: OutputSpec,
     input_schemas: Sequence[Schema],
 ) -> tuple[TaskStats, list[pa.Table]]:
@@ -312,9 +360,11 @@ def run_single(plan: PlanNode) -> pa.Table:
     """
     import pyarrow.parquet as pq
 
-    def whole(node: Scan) -> ScanPartition | MemoryPiece:
+    def whole(node: Scan) -> ScanInput | list[ScanInput]:
         if isinstance(node.source, InMemorySource):
             return MemoryPiece(node.source.table)
+        if isinstance(node.source, FileSource):
+            return [FilePartition(p) for p in node.source.paths]
         assert isinstance(node.source, ParquetSource)
         return ScanPartition(
             tuple(ParquetPiece(p, 0, pq.read_metadata(p).num_rows) for p in node.source.paths)

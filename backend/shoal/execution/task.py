@@ -34,11 +34,22 @@ class ScanPartition:
         return sum(p.rows for p in self.pieces)
 
 
+@dataclass(frozen=True)
+class FilePartition:
+    """One partition of a CSV, NDJSON or IPC scan: one whole file."""
+
+    path: str
+
+
 @dataclass(frozen=True, eq=False)
 class MemoryPiece:
     """One partition of an in-memory scan: a row range of the source table."""
 
     table: pa.Table
+
+
+#: What a scan task reads: Parquet pieces, an in-memory row range, or one whole file.
+ScanInput = ScanPartition | MemoryPiece | FilePartition
 
 
 @dataclass(frozen=True)

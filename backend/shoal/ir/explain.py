@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from shoal.ir.nodes import (
     Aggregate,
+    Distinct,
+    Explode,
     Filter,
+    HConcat,
     Join,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
     StageInput,
+    Union,
+    Unnest,
+    Unpivot,
 )
 
 
@@ -40,6 +47,22 @@ def describe(node: PlanNode) -> str:
         return f"SORT {keys}{' STABLE' if node.stable else ''}"
     if isinstance(node, Slice):
         return f"SLICE offset={node.offset} length={node.length}"
+    if isinstance(node, Distinct):
+        subset = "all columns" if node.subset is None else list(node.subset)
+        mo = " MAINTAIN ORDER" if node.maintain_order else ""
+        return f"DISTINCT ON {subset} KEEP {node.keep.upper()}{mo}"
+    if isinstance(node, Union):
+        return f"UNION ALL ({len(node.inputs)} inputs)"
+    if isinstance(node, HConcat):
+        return f"HCONCAT ({len(node.inputs)} inputs)"
+    if isinstance(node, Explode):
+        return f"EXPLODE {list(node.columns)}"
+    if isinstance(node, Unnest):
+        return f"UNNEST {list(node.columns)}"
+    if isinstance(node, Unpivot):
+        return f"UNPIVOT ON {list(node.on)} INDEX {list(node.index)}"
+    if isinstance(node, RowIndex):
+        return f"ROW INDEX {node.name!r} FROM {node.offset}"
     if isinstance(node, StageInput):
         return f"STAGE INPUT #{node.index}"
     return node.label

@@ -30,6 +30,16 @@ AGG_FUNCTIONS = frozenset(
      "std", "var", "null_count"}
 )
 
+#: Functions whose value on a row depends on other rows or on row order. A plan node that
+#: evaluates one needs all its rows in order (the planner gathers its input first, which
+#: is exact); every other function is row-local and runs on any partition.
+ORDER_DEPENDENT_FUNCTIONS = frozenset(
+    {"cum_sum", "cum_prod", "cum_min", "cum_max", "cum_count", "shift", "diff", "rank",
+     "over", "row_index", "int_range", "pct_change", "rolling", "forward_fill",
+     "backward_fill", "fill_null_strategy", "gather_every", "reverse", "head", "tail",
+     "slice", "sort", "sort_by", "unique", "arg_sort", "top_k", "bottom_k"}
+)
+
 _SYMBOL = {
     "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
     "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
@@ -77,6 +87,16 @@ class Expr:
 
     def has_agg(self) -> bool:
         return any(isinstance(e, Agg) for e in self.walk())
+
+    def is_row_local(self) -> bool:
+        """True when each output row depends only on the same input row (no aggregate,
+        no order-dependent function): safe to evaluate on any partition."""
+        for e in self.walk():
+            if isinstance(e, Agg):
+                return False
+            if isinstance(e, Function) and e.name in ORDER_DEPENDENT_FUNCTIONS:
+                return False
+        return True
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,14 @@ class PlanNode:
     schema: Schema
 
     def children(self) -> tuple[PlanNode, ...]:
-        return tuple(
-            getattr(self, f.name)
-            for f in fields(self)  # type: ignore[arg-type]
-            if isinstance(getattr(self, f.name), PlanNode)
-        )
+        out: list[PlanNode] = []
+        for f in fields(self):  # type: ignore[arg-type]
+            v = getattr(self, f.name)
+            if isinstance(v, PlanNode):
+                out.append(v)
+            elif isinstance(v, tuple) and v and all(isinstance(x, PlanNode) for x in v):
+                out.extend(v)
+        return tuple(out)
 
     def with_children(self, children: tuple[PlanNode, ...]) -> PlanNode:
         """A copy whose child nodes (in :meth:`children` order) are ``children``."""
@@ -37,7 +40,12 @@ class PlanNode:
         kwargs: dict[str, Any] = {}
         for f in fields(self):  # type: ignore[arg-type]
             v = getattr(self, f.name)
-            kwargs[f.name] = next(it) if isinstance(v, PlanNode) else v
+            if isinstance(v, PlanNode):
+                kwargs[f.name] = next(it)
+            elif isinstance(v, tuple) and v and all(isinstance(x, PlanNode) for x in v):
+                kwargs[f.name] = tuple(next(it) for _ in v)
+            else:
+                kwargs[f.name] = v
         return type(self)(**kwargs)
 
     def walk(self) -> Iterator[PlanNode]:
@@ -85,7 +93,25 @@ class InMemorySource:
         return isinstance(other, InMemorySource) and other.table is self.table
 
 
-Source = ParquetSource | InMemorySource
+@dataclass(frozen=True)
+class FileSource:
+    """Files of another format, read whole (one partition per file), in order.
+
+    ``format`` is ``"csv"``, ``"ndjson"`` or ``"ipc"``; ``options`` are keyword arguments
+    of the matching Polars reader (``polars.scan_csv`` etc.), as (name, value) pairs.
+    """
+
+    format: str
+    paths: tuple[str, ...]
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def describe(self) -> str:
+        first = self.paths[0] if self.paths else ""
+        more = f", ... {len(self.paths)} files" if len(self.paths) > 1 else ""
+        return f"{self.format} [{first!r}{more}]"
+
+
+Source = ParquetSource | InMemorySource | FileSource
 
 
 # ---------------------------------------------------------------- nodes
@@ -176,6 +202,79 @@ class Slice(PlanNode):
     input: PlanNode
     offset: int
     length: int | None
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Distinct(PlanNode):
+    """Drop duplicate rows (Polars ``unique``): rows equal on ``subset`` (all columns when
+    None); ``keep`` is ``"first"``, ``"last"``, ``"any"`` or ``"none"`` (drop every row that
+    has a duplicate). ``maintain_order`` keeps the input order of the kept rows."""
+
+    input: PlanNode
+    subset: tuple[str, ...] | None
+    keep: Literal["first", "last", "any", "none"]
+    maintain_order: bool
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Union(PlanNode):
+    """Rows of every input, in order (Polars ``concat(how="vertical")``). Inputs have the
+    schema of the node; frontends insert projections for diagonal or relaxed unions."""
+
+    inputs: tuple[PlanNode, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class HConcat(PlanNode):
+    """Columns of every input side by side (Polars ``concat(how="horizontal")``); shorter
+    inputs are padded with nulls."""
+
+    inputs: tuple[PlanNode, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Explode(PlanNode):
+    """One row per element of the list columns ``columns`` (Polars ``explode``)."""
+
+    input: PlanNode
+    columns: tuple[str, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Unnest(PlanNode):
+    """Struct columns ``columns`` replaced by their fields (Polars ``unnest``)."""
+
+    input: PlanNode
+    columns: tuple[str, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class Unpivot(PlanNode):
+    """Wide to long (Polars ``unpivot``): ``index`` columns kept, one row per (row, column
+    of ``on``) with the column name in ``variable_name`` and its value in ``value_name``."""
+
+    input: PlanNode
+    index: tuple[str, ...]
+    on: tuple[str, ...]
+    variable_name: str
+    value_name: str
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class RowIndex(PlanNode):
+    """Prepend a column ``name`` numbering the rows in order from ``offset``
+    (Polars ``with_row_index``)."""
+
+    input: PlanNode
+    name: str
+    offset: int
     schema: Schema
 
 

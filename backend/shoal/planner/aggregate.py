@@ -44,10 +44,7 @@ def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
 
 
 def _inside_agg(root: Expr, target: Expr) -> bool:
-    for e in root.walk():
-        if isinstance(e, Agg) and any(x is target for x in e.walk()):
-            return True
-    return False
+    return any(isinstance(e, Agg) and any(x is target for x in e.walk()) for e in root.walk())
 
 
 def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:

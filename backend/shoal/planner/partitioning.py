@@ -14,24 +14,31 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
-from shoal.execution.task import MemoryPiece, ParquetPiece, ScanPartition
-from shoal.ir.nodes import InMemorySource, ParquetSource, Scan
+from shoal.execution.task import (
+    FilePartition,
+    MemoryPiece,
+    ParquetPiece,
+    ScanInput,
+    ScanPartition,
+)
+from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
 
 
 @dataclass(frozen=True)
 class ScanSplit:
     """The partitions of one scan and its estimated size (bytes, rows)."""
 
-    partitions: tuple[ScanPartition | MemoryPiece, ...]
+    partitions: tuple[ScanInput, ...]
     est_bytes: int
     est_rows: int
 
 
-def check_paths(source: ParquetSource) -> None:
+def check_paths(source: ParquetSource | FileSource) -> None:
     """Raise ``FileNotFoundError`` naming the first path that does not exist."""
     for path in source.paths:
         if not os.path.exists(path):
-            raise FileNotFoundError(2, f"shoal: Parquet file not found: {path}", path)
+            kind = "Parquet" if isinstance(source, ParquetSource) else source.format.upper()
+            raise FileNotFoundError(2, f"shoal: {kind} file not found: {path}", path)
 
 
 def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> ScanSplit:
@@ -44,6 +51,11 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
     """
     if isinstance(scan.source, InMemorySource):
         return _split_table(scan, target_bytes, default_partitions)
+    if isinstance(scan.source, FileSource):
+        check_paths(scan.source)
+        sizes = [os.path.getsize(p) for p in scan.source.paths]
+        parts: tuple[ScanInput, ...] = tuple(FilePartition(p) for p in scan.source.paths)
+        return ScanSplit(parts or (FilePartition(""),), sum(sizes), 0)
     assert isinstance(scan.source, ParquetSource)
     check_paths(scan.source)
     columns = set(scan.schema.names)
@@ -74,7 +86,7 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
             offset += rows
         if meta.num_row_groups == 0:
             units.append((ParquetPiece(path, 0, 0), 0))
-    partitions: list[ScanPartition | MemoryPiece] = []
+    partitions: list[ScanInput] = []
     current: list[ParquetPiece] = []
     current_bytes = 0
     for piece, size in units:
@@ -99,7 +111,7 @@ def _split_table(scan: Scan, target_bytes: int, default_partitions: int) -> Scan
     else:
         n = min(max(1, math.ceil(nbytes / target_bytes)), max(1, table.num_rows))
     rows = table.num_rows
-    parts: list[ScanPartition | MemoryPiece] = []
+    parts: list[ScanInput] = []
     for i in range(n):
         start, stop = i * rows // n, (i + 1) * rows // n
         parts.append(MemoryPiece(table.slice(start, stop - start)))

@@ -20,26 +20,34 @@ from typing import Literal
 
 from shoal.execution.task import (
     HashOutput,
-    MemoryPiece,
     OutputSpec,
     RangeOutput,
-    ScanPartition,
+    ScanInput,
     SingleOutput,
 )
 from shoal.ir.explain import describe
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 
-InputMode = Literal["pointwise", "bucket", "all"]
+InputMode = Literal["pointwise", "bucket", "all", "concat"]
 
 
 @dataclass(frozen=True)
 class StageInputSpec:
-    """Input ``index`` of a stage: the outputs of stage ``stage`` read in ``mode``."""
+    """Input ``index`` of a stage: the outputs of stage ``stage`` read in ``mode``.
+
+    ``"concat"`` (a union) reads the partitions of ``stage`` and then of each stage in
+    ``more``, one per task, in that order.
+    """
 
     stage: int
     mode: InputMode
     schema: Schema
+    more: tuple[int, ...] = ()
+
+    @property
+    def stages(self) -> tuple[int, ...]:
+        return (self.stage, *self.more)
 
 
 @dataclass
@@ -57,7 +65,7 @@ class Stage:
     inputs: tuple[StageInputSpec, ...]
     output: OutputSpec
     num_tasks: int
-    scan_partitions: tuple[ScanPartition | MemoryPiece, ...] | None = None
+    scan_partitions: tuple[ScanInput, ...] | None = None
     boundaries_from: int | None = None
     est_bytes: int = 0
 
@@ -92,13 +100,16 @@ class PhysicalPlan:
         return self.stages[stage_id]
 
     def consumers(self, stage_id: int) -> list[Stage]:
-        return [s for s in self.stages if any(i.stage == stage_id for i in s.inputs)]
+        return [s for s in self.stages if any(stage_id in i.stages for i in s.inputs)]
 
     def explain(self) -> str:
         """Stages and exchanges as text, root first."""
         lines: list[str] = []
         for st in reversed(self.stages):
-            ins = ", ".join(f"stage {i.stage} ({i.mode})" for i in st.inputs)
+            ins = ", ".join(
+                f"stage{'s' if i.more else ''} {', '.join(map(str, i.stages))} ({i.mode})"
+                for i in st.inputs
+            )
             src = f"; scan of {len(st.scan_partitions)} partitions" if st.scan_partitions else ""
             lines.append(
                 f"Stage {st.id} [{st.name}]: {st.num_tasks} task(s){src}"

@@ -23,28 +23,35 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal.execution.task import (
     HashOutput,
-    MemoryPiece,
     OutputSpec,
     RangeOutput,
-    ScanPartition,
+    ScanInput,
     SingleOutput,
 )
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
+    Distinct,
+    Explode,
     Filter,
+    HConcat,
     Join,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
     StageInput,
+    Union,
+    Unnest,
+    Unpivot,
 )
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
@@ -59,7 +66,7 @@ class _Open:
     node: PlanNode
     num_tasks: int
     inputs: list[StageInputSpec] = field(default_factory=list)
-    scan_partitions: tuple[ScanPartition | MemoryPiece, ...] | None = None
+    scan_partitions: tuple[ScanInput, ...] | None = None
     est_bytes: int = 0
     name: str = "scan"
 
@@ -69,9 +76,11 @@ class _Open:
 
 
 class _Builder:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, shared: set[int] | None = None) -> None:
         self.config = config
         self.plan = PhysicalPlan()
+        self.shared = shared or set()
+        self.memo: dict[int, Stage] = {}
         cpus = config.num_cpus or os.cpu_count() or 1
         self.max_shuffle = max(2, 4 * cpus)
 
@@ -113,6 +122,16 @@ class _Builder:
     # -- nodes ------------------------------------------------------------------------
 
     def visit(self, node: PlanNode) -> _Open:
+        if id(node) in self.shared and not isinstance(node, Scan):
+            # A sub-plan used more than once (Polars' Cache): computed once, read by each use.
+            st = self.memo.get(id(node))
+            if st is None:
+                op = self._visit(node)
+                st = self.memo[id(node)] = self.cut(op, SingleOutput(), name=f"{op.name}+cache")
+            return self.read(st, "pointwise", st.num_tasks, "cached")
+        return self._visit(node)
+
+    def _visit(self, node: PlanNode) -> _Open:
         if isinstance(node, Scan):
             split = split_scan(node, self.config.target_partition_bytes,
                                self.config.default_partitions)
@@ -120,6 +139,8 @@ class _Builder:
                          est_bytes=split.est_bytes, name="scan")
         if isinstance(node, Filter):
             op = self.visit(node.input)
+            if not node.predicate.is_row_local():
+                op = self.gather(op, "gather")
             return op.wrap(Filter(op.node, node.predicate, node.schema))
         if isinstance(node, Project):
             return self.project(node)
@@ -131,6 +152,20 @@ class _Builder:
             return self.sort(node)
         if isinstance(node, Slice):
             return self.slice(node)
+        if isinstance(node, Distinct):
+            return self.distinct(node)
+        if isinstance(node, Union):
+            return self.union(node)
+        if isinstance(node, HConcat):
+            ops = [self.gather(self.visit(i), "gather") for i in node.inputs]
+            return self._combine_single(ops, lambda kids: HConcat(kids, node.schema), "hconcat")
+        if isinstance(node, Explode | Unnest):
+            op = self.visit(node.input)
+            return op.wrap(node.with_children((op.node,)))
+        if isinstance(node, Unpivot | RowIndex):
+            # Polars defines the output order of these by the input order: one partition.
+            op = self.gather(self.visit(node.input), "gather")
+            return op.wrap(node.with_children((op.node,)))
         raise UnsupportedError(f"the planner cannot place plan node {node.label}")
 
     def project(self, node: Project) -> _Open:
@@ -144,7 +179,7 @@ class _Builder:
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
-        if any(with_agg) or not reads_cols:
+        if not all(e.expr.is_row_local() for e in node.exprs) or not reads_cols:
             op = self.gather(op, "gather")
         return op.wrap(Project(op.node, node.exprs, node.schema))
 
@@ -188,14 +223,17 @@ class _Builder:
         left = self.visit(node.left)
         right = self.visit(node.right)
         threshold = self.config.broadcast_join_threshold_bytes
-        can_right = node.how in ("inner", "left")
-        can_left = node.how == "inner"
+        # Which side may be broadcast: the other side's rows must each meet the whole of it.
+        can_right = node.how in ("inner", "left", "semi", "anti", "cross")
+        can_left = node.how in ("inner", "right", "cross")
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
         candidates = []
-        if can_right and (right.num_tasks == 1 or (threshold and right.est_bytes <= threshold)):
+        if can_right and (right.num_tasks == 1 or node.how == "cross"
+                          or (threshold and right.est_bytes <= threshold)):
             candidates.append((right.est_bytes, True))
-        if can_left and (left.num_tasks == 1 or (threshold and left.est_bytes <= threshold)):
+        if can_left and (left.num_tasks == 1 or node.how == "cross"
+                         or (threshold and left.est_bytes <= threshold)):
             candidates.append((left.est_bytes, False))
         if candidates:
             _, build_right = min(candidates)
@@ -213,6 +251,51 @@ class _Builder:
                       node.coalesce, node.schema)
         return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes,
                      name="hash-join")
+
+    def distinct(self, node: Distinct) -> _Open:
+        op = self.visit(node.input)
+        if op.num_tasks == 1:
+            return op.wrap(node.with_children((op.node,)))
+        if node.maintain_order:
+            # Per-partition dedupe keeps each partition's first (last) rows in order; the
+            # gather keeps partition order, so a final dedupe is exact. "none" cannot
+            # pre-dedupe: a row duplicated across partitions must go.
+            if node.keep != "none":
+                op.wrap(Distinct(op.node, node.subset, node.keep, True, node.schema))
+            g = self.gather(op, "distinct")
+            return g.wrap(Distinct(g.node, node.subset, node.keep, True, node.schema))
+        # The hash exchange keeps the input order of rows within each partition (tasks'
+        # outputs are read in partition order), so keep first/last stays exact.
+        if node.keep != "none":
+            op.wrap(Distinct(op.node, node.subset, node.keep, False, node.schema))
+        names = node.subset if node.subset is not None else node.schema.names
+        keys = tuple(Col(n, node.input.schema[n]) for n in names)
+        n = self.shuffle_n(op)
+        st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
+        final = self.read(st, "bucket", n, "distinct")
+        return final.wrap(Distinct(final.node, node.subset, node.keep, False, node.schema))
+
+    def union(self, node: Union) -> _Open:
+        ops = [self.visit(i) for i in node.inputs]
+        if all(o.num_tasks == 1 for o in ops):
+            return self._combine_single(ops, lambda kids: Union(kids, node.schema), "union")
+        stages = [self.cut(o, SingleOutput(), name=f"{o.name}+union") for o in ops]
+        spec = StageInputSpec(stages[0].id, "concat", node.schema,
+                              tuple(s.id for s in stages[1:]))
+        return _Open(StageInput(0, node.schema), sum(s.num_tasks for s in stages), [spec],
+                     est_bytes=sum(o.est_bytes for o in ops), name="union")
+
+    def _combine_single(self, ops: list[_Open], make: Any, name: str) -> _Open:
+        """Single-partition inputs combined by one node (union, hconcat) in one task."""
+        first = ops[0]
+        kids: list[PlanNode] = [first.node]
+        for o in ops[1:]:
+            st = self.cut(o, SingleOutput())
+            kids.append(StageInput(len(first.inputs), st.fragment.schema))
+            first.inputs.append(StageInputSpec(st.id, "all", st.fragment.schema))
+            first.est_bytes += o.est_bytes
+        first.name = name
+        return first.wrap(make(tuple(kids)))
 
     def _broadcast(self, node: Join, probe: _Open, build: _Open, build_is_right: bool) -> _Open:
         st = self.cut(build, SingleOutput(), name=f"{build.name}+broadcast")
@@ -242,6 +325,9 @@ class _Builder:
 
     def slice(self, node: Slice) -> _Open:
         inner = node.input
+        if node.offset < 0:
+            g = self.gather(self.visit(inner), "limit")
+            return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
         if isinstance(inner, Sort) and node.length is not None:
             op = self.visit(inner.input)
             sort = Sort(op.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
@@ -274,11 +360,28 @@ def _hash_keys(left: tuple[Expr, ...], right: tuple[Expr, ...]) -> tuple[tuple[E
     return left, rk
 
 
+def _shared_nodes(plan: PlanNode) -> set[int]:
+    """Ids of node objects reached more than once (sub-plans shared by several parents)."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+
+    def rec(n: PlanNode) -> None:
+        if id(n) in seen:
+            shared.add(id(n))
+            return
+        seen.add(id(n))
+        for c in n.children():
+            rec(c)
+
+    rec(plan)
+    return shared
+
+
 def build(plan: PlanNode, config: Config) -> PhysicalPlan:
     """The physical plan of ``plan`` under ``config`` (partition sizes, broadcast threshold,
     shuffle partitions). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing
     file, before anything runs."""
-    b = _Builder(config)
+    b = _Builder(config, _shared_nodes(plan))
     root = b.visit(plan)
     b.cut(root, SingleOutput(), name=root.name)
     b.plan.schema = plan.schema

@@ -23,7 +23,7 @@ import pyarrow as pa
 
 from shoal.errors import TaskError
 from shoal.execution.kernel import TaskStats, choose_boundaries
-from shoal.execution.task import MemoryPiece, OutputSpec, RangeOutput, ScanPartition
+from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import PhysicalPlan, Stage
@@ -37,7 +37,7 @@ class TaskSpec:
     stage: Stage
     partition: int
     inputs: list[list[Any]]
-    scan: ScanPartition | MemoryPiece | None
+    scan: ScanInput | None
     output: OutputSpec
     config: Any = None
     config_digest: str = ""
@@ -191,7 +191,7 @@ class DispatchLoop:
     # -- helpers ------------------------------------------------------------------------
 
     def _ready(self, st: _StageState) -> bool:
-        deps = [i.stage for i in st.stage.inputs]
+        deps = [d for i in st.stage.inputs for d in i.stages]
         if st.stage.boundaries_from is not None:
             deps.append(st.stage.boundaries_from)
         return all(self.states[d].finished for d in deps)
@@ -210,7 +210,12 @@ class DispatchLoop:
         for spec in st.stage.inputs:
             up = self.states[spec.stage]
             n_up = up.stage.num_tasks
-            if spec.mode == "pointwise":
+            if spec.mode == "concat":
+                flat = [(s, p) for s in spec.stages
+                        for p in range(self.states[s].stage.num_tasks)]
+                s_id, p_id = flat[partition]
+                inputs.append([self.states[s_id].outputs[p_id][0]])
+            elif spec.mode == "pointwise":
                 inputs.append([up.outputs[partition][0]])
             elif spec.mode == "bucket":
                 inputs.append([up.outputs[i][partition] for i in range(n_up)])

@@ -8,6 +8,7 @@ config snapshot is ``ray.put`` once per query and every task installs it first.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Sequence
@@ -121,10 +122,8 @@ class RayBackend:
     def cancel(self, handles: Sequence[Any]) -> None:
         for h in handles:
             self._outputs.pop(h, None)
-            try:
+            with contextlib.suppress(Exception):  # already finished
                 self._ray.cancel(h)
-            except Exception:  # pragma: no cover - already finished
-                pass
 
     def close(self) -> None:
         self._outputs.clear()
