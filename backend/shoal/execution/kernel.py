@@ -65,6 +65,7 @@ class TaskStats:
     pid: int
     node_id: str
     rows_in: int
+    scan_rows: int
     rows_out: int
     bytes_out: int
     start: float
@@ -314,10 +315,12 @@ def run_fragment(
     frames = [_from_arrow(ts, s) for ts, s in zip(inputs, input_schemas, strict=True)]
     rows_in = sum(f.height for f in frames)
     df = build(fragment, frames, scan).collect()
+    scan_rows = 0
     if isinstance(scan, ScanPartition):
-        rows_in += scan.rows
+        scan_rows = scan.rows
     elif isinstance(scan, MemoryPiece):
-        rows_in += scan.table.num_rows
+        scan_rows = scan.table.num_rows
+    rows_in += scan_rows
     sample = None
     if isinstance(output, SingleOutput):
         parts = [df]
@@ -332,6 +335,7 @@ def run_fragment(
         pid=os.getpid(),
         node_id=_node_id(),
         rows_in=rows_in,
+        scan_rows=scan_rows,
         rows_out=df.height,
         bytes_out=sum(t.nbytes for t in tables),
         start=start,

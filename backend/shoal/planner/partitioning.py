@@ -90,7 +90,10 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
     current: list[ParquetPiece] = []
     current_bytes = 0
     for piece, size in units:
-        if current and current_bytes + size > target_bytes:
+        # A file without rows stays a partition of its own: grouping it changes nothing,
+        # and keeping it shows that empty partitions flow through every stage.
+        if current and (current_bytes + size > target_bytes or piece.rows == 0
+                        or current[-1].rows == 0):
             partitions.append(ScanPartition(tuple(current)))
             current, current_bytes = [], 0
         current.append(piece)
