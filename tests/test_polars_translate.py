@@ -186,11 +186,17 @@ AGG_QUERIES: dict[str, Query] = {
     "unique": lambda lf: lf.unique(),
     "unique-subset-first": lambda lf: lf.unique(subset=["g"], keep="first", maintain_order=True),
     "unique-subset-last": lambda lf: lf.unique(subset=["g", "k"], keep="last"),
+    "unique-none-ordered": lambda lf: lf.unique(subset="g", keep="none", maintain_order=True),
+    "concat": lambda lf: pl.concat([lf, lf.filter(pl.col("k") > 1)]),
+    "concat-head": lambda lf: pl.concat([lf, lf]).head(9),
+    "concat-diagonal-relaxed": lambda lf: pl.concat(
+        [lf.select("k", "g"), lf.select(pl.col("u").alias("k"), "s")], how="diagonal_relaxed"
+    ),
     "filter-after-agg": lambda lf: lf.group_by("g").agg(pl.col("u").sum()).filter(pl.col("u") > 3),
 }
 
 _ORDERED = {"sort-multi", "sort-head", "sort-slice", "group_by-maintain_order",
-            "unique-subset-first"}  # fmt: skip
+            "unique-subset-first", "unique-none-ordered", "concat", "concat-head"}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(AGG_QUERIES))
@@ -345,10 +351,8 @@ def test_expression_udf_raises(mem: pl.LazyFrame) -> None:
         (lambda lf: lf.select(pl.col("v").sum().over("g")), "expression Window"),
         (lambda lf: lf.group_by("g").agg(pl.col("v")), "Agg(implode)"),
         (lambda lf: lf.select(pl.col("v").nan_max()), "nan_max"),
-        (lambda lf: lf.unique(subset="g", keep="none"), "keep='none'"),
         (lambda lf: lf.filter(pl.col("u") > 0).tail(2), "Slice: a slice from the end"),
         (lambda lf: lf.sort("k").tail(2), "Sort: a slice from the end"),
-        (lambda lf: pl.concat([lf, lf]), "Union"),
         (lambda lf: lf.with_row_index(), "MapFunction(row_index)"),
         (lambda lf: lf.select(pl.col("k").cast(pl.Int8, wrap_numerical=True)), "wrapping"),
         (lambda lf: lf.select(pl.col("k") & 1), "bitwise"),
@@ -477,7 +481,9 @@ def test_collect_engine_dist_runs_through_shoal(
     assert len(plans) == 1 and isinstance(plans[0], Aggregate)
 
 
-@pytest.mark.parametrize("name", ["group_by-aggs", "sort-head", "unique"])
+@pytest.mark.parametrize(
+    "name", ["group_by-aggs", "sort-head", "unique", "unique-none-ordered", "concat"]
+)
 def test_local_runner_end_to_end(pq: pl.LazyFrame, name: str) -> None:
     lf = AGG_QUERIES[name](pq)
     config = Config(runner="local", target_partition_bytes=256)  # several partitions

@@ -18,6 +18,7 @@ import polars as pl
 from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
+    Distinct,
     Filter,
     InMemorySource,
     Join,
@@ -28,6 +29,7 @@ from shoal.ir.nodes import (
     Scan,
     Slice,
     Sort,
+    Union,
 )
 from shoal.ir.types import Schema
 from shoal_polars.translate import NODES, NodeHandler, Translator
@@ -219,30 +221,32 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
 def _distinct(t: Translator, node: Any, schema: Schema) -> PlanNode:
     keep, subset, maintain_order, slice_ = node.options
     child = t.plan(node.input)
-    if keep == "none" or slice_ is not None or (keep == "last" and maintain_order):
-        what = (
-            "keep='none'"
-            if keep == "none"
-            else (
-                "a slice pushed into unique()"
-                if slice_ is not None
-                else "keep='last' with maintain_order=True"
-            )
-        )
-        t.error("Distinct", f"unique() with {what} is not supported")
+    if slice_ is not None:
+        t.error("Distinct", "a slice pushed into unique() is not supported")
         return t.placeholder(schema)
-    # unique() is a group-by on the subset keeping one row per group (Polars' semantics):
-    # the other columns take the first (keep any/first) or last value of their group.
-    key_names = set(subset) if subset is not None else set(schema.names)
-    agg = "last" if keep == "last" else "first"
-    keys = tuple(ne for ne in _cols(schema) if ne.name in key_names)
-    aggs = tuple(
-        NamedExpr(n, Agg(agg, Col(n, dt), dt)) for n, dt in schema.fields if n not in key_names
-    )
-    grouped = Schema(tuple((ne.name, ne.dtype) for ne in (*keys, *aggs)))
-    out: PlanNode = Aggregate(child, keys, aggs, bool(maintain_order), grouped)
-    if grouped.names != schema.names:
-        out = Project(out, _cols(schema), schema)
+    if keep not in ("first", "last", "any", "none"):
+        t.error(f"Distinct(keep={keep!r})", "unknown keep strategy")
+        return t.placeholder(schema)
+    names = None if subset is None else tuple(str(n) for n in subset)
+    return Distinct(child, names, keep, bool(maintain_order), schema)
+
+
+@_register("Union")
+def _union(t: Translator, node: Any, schema: Schema) -> PlanNode:
+    # Polars has already made every input's schema equal to the output's (casts and
+    # projections for relaxed and diagonal concatenation).
+    inputs = tuple(t.plan(i) for i in node.inputs)
+    if not inputs:
+        t.error("Union", "no inputs")
+        return t.placeholder(schema)
+    slice_ = node.slice
+    out: PlanNode = Union(inputs, schema)
+    if slice_ is not None:
+        offset, length = slice_[0], slice_[1]
+        if offset < 0:
+            t.error("Union", f"a slice from the end (offset {offset}) is not supported")
+            return t.placeholder(schema)
+        out = Slice(out, int(offset), _length(length), schema)
     return out
 
 

@@ -30,7 +30,6 @@ NODES: dict[str, NodeHandler] = {}
 
 #: Plan node classes shoal cannot run, with the reason.
 UNSUPPORTED_NODES: dict[str, str] = {
-    "Union": "concatenation (pl.concat, vertical) has no shoal IR node yet",
     "HConcat": "horizontal concatenation depends on row positions",
     "MapFunction": "this map function is not supported",
     "PythonScan": "Python scans (register_io_source, from_*) cannot be read by shoal",
