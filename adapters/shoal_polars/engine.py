@@ -187,4 +187,6 @@ def to_ir(lf: pl.LazyFrame, *, optimizations: pl.QueryOptFlags | None = None) ->
     InMemoryEngine().collect(
         lf, optimizations=optimizations or pl.QueryOptFlags(), post_opt_callback=record
     )
+    if "plan" not in found:  # pragma: no cover - Polars did not call the callback
+        raise RuntimeError("Polars did not hand its optimised plan to shoal")
     return found["plan"]

@@ -1,10 +1,11 @@
 """Polars' optimised plan (NodeTraverser version (16, 0)) -> shoal IR plan.
 
-:func:`translate_plan` walks the plan from the cursor's node down. One function per
-Polars plan node class, chosen by class name in :data:`_NODES` (plain-data
-handlers are in :mod:`shoal_polars.nodes`). A part that cannot be translated is recorded
-and replaced by a placeholder, and translation goes on, so that one
-:class:`shoal.UnsupportedError` names every unsupported part of the query at once.
+:func:`translate_plan` walks the plan from the cursor's node down with a
+:class:`Translator`. One function per Polars plan node class, chosen by class name in
+:data:`NODES` (the functions are in :mod:`shoal_polars.nodes`, expressions in
+:mod:`shoal_polars.exprs`). A part that cannot be translated is recorded and replaced by a
+placeholder, and translation goes on, so that one :class:`shoal.UnsupportedError` names
+every unsupported part of the query at once.
 """
 
 from __future__ import annotations
