@@ -33,7 +33,10 @@ RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
 
 #: Fields that shape the runner; fixed once a runner has started.
-RUNNER_FIELDS: frozenset[str] = frozenset({"runner", "ray_address", "num_cpus", "ray_temp_dir"})
+RUNNER_FIELDS: frozenset[str] = frozenset(
+    {"runner", "ray_address", "num_cpus", "ray_temp_dir", "object_store_bytes", "spill_dir",
+     "ray_connect_timeout_s", "task_max_retries"}
+)
 
 
 class FrozenDict(Mapping[str, Any]):
@@ -111,6 +114,18 @@ class Config:
     ray_temp_dir: str | None = field(default=None, metadata=_doc(
         "Session directory of a local Ray instance (keep it short: Unix socket paths are "
         "limited to 107 bytes); unset: Ray's default."))
+    object_store_bytes: int | None = field(default=None, metadata=_doc(
+        "Object store size of a local Ray instance, in bytes; unset: Ray's default (30% of "
+        "memory). Data beyond it spills to spill_dir."))
+    spill_dir: str | None = field(default=None, metadata=_doc(
+        "Directory where a local Ray instance spills objects that do not fit in the object "
+        "store; unset: Ray's default under its session directory."))
+    ray_connect_timeout_s: float = field(default=10.0, metadata=_doc(
+        "Seconds to wait for a Ray cluster address to answer before saying it is "
+        "unreachable."))
+    task_max_retries: int = field(default=3, metadata=_doc(
+        "Times Ray re-runs a task whose worker or node died, or whose output object was "
+        "lost (lineage reconstruction); errors raised by the task itself are not retried."))
     target_partition_bytes: int = field(default=128 * 1024 * 1024, metadata=_doc(
         "Bytes per scan partition, uncompressed, as Parquet footers or Arrow buffers "
         "report them."))
@@ -158,12 +173,18 @@ class Config:
                 raise ValueError(f"shoal setting {name} must be a positive integer, got "
                                  f"{getattr(self, name)!r}")
         for name in ("shuffle_partitions", "broadcast_join_threshold_bytes",
-                     "max_tasks_in_flight", "default_partitions"):
+                     "max_tasks_in_flight", "default_partitions", "task_max_retries"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise ValueError(f"shoal setting {name} must be an integer >= 0, got "
                                  f"{getattr(self, name)!r}")
-        if self.num_cpus is not None and self.num_cpus <= 0:
-            raise ValueError(f"shoal setting num_cpus must be positive, got {self.num_cpus}")
+        for name in ("num_cpus", "object_store_bytes"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"shoal setting {name} must be a positive integer, got "
+                                 f"{value!r}")
+        if not isinstance(self.ray_connect_timeout_s, int | float) or self.ray_connect_timeout_s <= 0:
+            raise ValueError("shoal setting ray_connect_timeout_s must be a positive number of "
+                             f"seconds, got {self.ray_connect_timeout_s!r}")
         ext = self.extensions
         if not isinstance(ext, FrozenDict):
             if not isinstance(ext, Mapping):
@@ -238,6 +259,8 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
             raise ValueError
         if typ.startswith("int"):
             return int(text.replace("_", ""))
+        if typ.startswith("float"):
+            return float(text)
         if typ.startswith("Mapping"):
             value = json.loads(text)
             if not isinstance(value, dict):
@@ -246,6 +269,7 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
         return text
     except ValueError:
         form = ("true or false" if typ == "bool" else "an integer" if typ.startswith("int")
+                else "a number" if typ.startswith("float")
                 else "a JSON object" if typ.startswith("Mapping") else "a string")
         raise ValueError(f"environment variable {var}={raw!r}: expected {form}") from None
 
@@ -300,7 +324,9 @@ def set_config(**changes: Any) -> Config:
     """Change the global config and return it.
 
     Raises :class:`ConfigFrozenError` when a runner setting (runner, ray_address,
-    num_cpus, ray_temp_dir) changes while a runner is running, ``TypeError`` for an unknown
+    num_cpus, ray_temp_dir, object_store_bytes, spill_dir, ray_connect_timeout_s,
+    task_max_retries) changes
+    while a runner is running, ``TypeError`` for an unknown
     setting, ``ValueError`` for an invalid value.
     """
     global _config

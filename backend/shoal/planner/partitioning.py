@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pyarrow.parquet as pq
 
+from shoal.errors import PlanError
 from shoal.execution.task import (
     FilePartition,
     MemoryPiece,
@@ -22,6 +23,7 @@ from shoal.execution.task import (
     ScanPartition,
 )
 from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
+from shoal.ir.types import DataType
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
 
     An in-memory table splits into ``default_partitions`` row ranges when that is set.
 
-    Raises ``FileNotFoundError`` naming a missing path, and ``OSError`` naming a file whose
-    footer cannot be read.
+    Raises ``FileNotFoundError`` naming a missing path; :class:`shoal.PlanError` naming a
+    file whose footer cannot be read, or two files that disagree on a column's type.
     """
     if isinstance(scan.source, InMemorySource):
         return _split_table(scan, target_bytes, default_partitions)
@@ -60,11 +62,20 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
     check_paths(scan.source)
     columns = set(scan.schema.names)
     units: list[tuple[ParquetPiece, int]] = []  # (piece, bytes)
+    first: tuple[str, dict[str, DataType]] | None = None
     for path in scan.source.paths:
         try:
             meta = pq.read_metadata(path)
+            arrow_schema = meta.schema.to_arrow_schema()
         except Exception as exc:
-            raise OSError(f"shoal: cannot read the Parquet footer of {path}: {exc}") from exc
+            raise PlanError(
+                f"shoal: {path} is not a readable Parquet file (corrupt or truncated): {exc}"
+            ) from exc
+        types = {f.name: DataType(f.type) for f in arrow_schema if f.name in columns}
+        if first is None:
+            first = (path, types)
+        else:
+            _check_same_schema(first, (path, types), scan.schema.names)
         offset = 0
         for g in range(meta.num_row_groups):
             rg = meta.row_group(g)
@@ -103,6 +114,29 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
     total = sum(s for _, s in units)
     rows = sum(p.rows for p, _ in units)
     return ScanSplit(tuple(partitions), total, rows)
+
+
+def _check_same_schema(
+    a: tuple[str, dict[str, DataType]], b: tuple[str, dict[str, DataType]],
+    columns: tuple[str, ...],
+) -> None:
+    """Files of one dataset must agree on every scanned column: raise PlanError naming the
+    two files and the column otherwise."""
+    for col in columns:
+        ta, tb = a[1].get(col), b[1].get(col)
+        if ta is None and tb is None:
+            continue  # e.g. a hive partition column, not stored in the files
+        if ta is None or tb is None:
+            missing, has = (a[0], b[0]) if ta is None else (b[0], a[0])
+            raise PlanError(
+                f"shoal: Parquet files of one scan disagree: column {col!r} is in {has} "
+                f"but not in {missing}"
+            )
+        if ta != tb:
+            raise PlanError(
+                f"shoal: Parquet files of one scan disagree on column {col!r}: {ta} in "
+                f"{a[0]} but {tb} in {b[0]}"
+            )
 
 
 def _split_table(scan: Scan, target_bytes: int, default_partitions: int) -> ScanSplit:

@@ -9,8 +9,10 @@ config snapshot is ``ray.put`` once per query and every task installs it first.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,15 +44,46 @@ def start_ray(config: Config) -> bool:
         "runtime_env": runtime_env,
     }
     address = config.ray_address or os.environ.get("RAY_ADDRESS")
+    if address and address != "auto":
+        check_reachable(address, config.ray_connect_timeout_s)
     try:
         if address:
             ray.init(address=address, **kwargs)
         else:
-            ray.init(num_cpus=config.num_cpus, _temp_dir=config.ray_temp_dir, **kwargs)
+            system: dict[str, Any] = {}
+            if config.spill_dir:
+                os.makedirs(config.spill_dir, exist_ok=True)
+                system["object_spilling_config"] = json.dumps(
+                    {"type": "filesystem", "params": {"directory_path": config.spill_dir}}
+                )
+            ray.init(
+                num_cpus=config.num_cpus,
+                _temp_dir=config.ray_temp_dir,
+                object_store_memory=config.object_store_bytes,
+                _system_config=system or None,
+                **kwargs,
+            )
     except Exception as exc:
         where = f"cluster at {address!r}" if address else "a local Ray instance"
         raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}") from exc
     return True
+
+
+def check_reachable(address: str, timeout_s: float) -> None:
+    """Raise :class:`shoal.ShoalError` when nothing answers at the Ray ``address``
+    (``ray://host:port`` or ``host:port``) within ``timeout_s`` seconds."""
+    target = address.removeprefix("ray://")
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ShoalError(f"shoal: Ray address {address!r} is not of the form [ray://]host:port")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise ShoalError(
+            f"shoal: the Ray cluster at {address!r} is unreachable (no answer within "
+            f"{timeout_s:g} s: {exc}); check the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
+        ) from exc
 
 
 def _ray_task(payload: tuple[Any, ...], config: Config, digest: str, layout: list[int],
@@ -84,6 +117,7 @@ class RayBackend:
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
         self.task_cpus = config.task_cpus
+        self.max_retries = config.task_max_retries
 
     def begin_query(self, config: Config) -> Any:
         """Put the query's config snapshot in the object store: once per query."""
@@ -95,6 +129,7 @@ class RayBackend:
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs, num_cpus=self.task_cpus,
+            max_retries=self.max_retries, retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))
