@@ -35,7 +35,7 @@ ProgressMode = Literal["auto", "always", "never"]
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset(
     {"runner", "ray_address", "num_cpus", "ray_temp_dir", "object_store_bytes", "spill_dir",
-     "ray_connect_timeout_s", "task_max_retries"}
+     "ray_connect_timeout_s"}
 )
 
 
@@ -324,8 +324,7 @@ def set_config(**changes: Any) -> Config:
     """Change the global config and return it.
 
     Raises :class:`ConfigFrozenError` when a runner setting (runner, ray_address,
-    num_cpus, ray_temp_dir, object_store_bytes, spill_dir, ray_connect_timeout_s,
-    task_max_retries) changes
+    num_cpus, ray_temp_dir, object_store_bytes, spill_dir, ray_connect_timeout_s) changes
     while a runner is running, ``TypeError`` for an unknown
     setting, ``ValueError`` for an invalid value.
     """

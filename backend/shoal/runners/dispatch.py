@@ -27,6 +27,7 @@ from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.tracing.tracer import NO_SPAN, QueryTracer
 
 
 @dataclass
@@ -41,6 +42,7 @@ class TaskSpec:
     output: OutputSpec
     config: Any = None
     config_digest: str = ""
+    max_retries: int = 0
 
     @property
     def fragment(self) -> PlanNode:
@@ -103,19 +105,23 @@ class DispatchLoop:
     ``max_in_flight`` bounds the tasks submitted and not yet finished. ``config`` is the
     query's snapshot: the backend publishes it once and every task installs it. After
     :meth:`run`,
-    ``task_stats`` holds every task's stats by (stage id, partition).
+    ``task_stats`` holds every task's stats by (stage id, partition). ``tracer`` is the
+    query's :class:`~shoal.tracing.QueryTracer`, or None when tracing is off: then the
+    loop only tests ``tracer`` and calls nothing of tracing.
     """
 
     def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int,
-                 config: Any = None) -> None:
+                 config: Any = None, tracer: QueryTracer | None = None) -> None:
         self.plan = plan
         self.config_digest = config.digest() if config is not None else ""
+        self.max_retries = config.task_max_retries if config is not None else 0
         self.config_handle = backend.begin_query(config) if config is not None else None
         self.backend = backend
         self.max_in_flight = max(1, max_in_flight)
         self.states = [_StageState(s) for s in plan.stages]
         self.in_flight: dict[Any, TaskSpec] = {}
         self.task_stats: dict[tuple[int, int], TaskStats] = {}
+        self.tracer = tracer
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -140,8 +146,11 @@ class DispatchLoop:
         return batch, has_next
 
     def _dispatch(self, batch: list[TaskSpec]) -> None:
+        tracer = self.tracer
         for task in batch:
             self.in_flight[self.backend.submit(task)] = task
+            if tracer is not None:
+                tracer.task_dispatched(task)
 
     def _await_tasks(self) -> list[TaskResult]:
         done = self.backend.wait(list(self.in_flight))
@@ -151,19 +160,25 @@ class DispatchLoop:
             try:
                 res = self.backend.result(handle)
             except BaseException as exc:
+                if self.tracer is not None:
+                    self.tracer.task_failed(spec, exc)
                 self.backend.cancel(list(self.in_flight))
                 self.in_flight.clear()
                 if isinstance(exc, KeyboardInterrupt):
                     raise
+                retried = (f" (after up to {spec.max_retries} retries on worker or object loss)"
+                           if spec.max_retries else "")
                 raise TaskError(
                     f"task failed in stage {spec.stage.id} [{spec.stage.name}], partition "
-                    f"{spec.partition}: {type(exc).__name__}: {exc}"
+                    f"{spec.partition}{retried}: {type(exc).__name__}: {exc}"
                 ) from exc
             st = self.states[spec.stage.id]
             st.outputs[spec.partition] = res.outputs
             st.stats[spec.partition] = res.stats
             st.done += 1
             self.task_stats[(spec.stage.id, spec.partition)] = res.stats
+            if self.tracer is not None:
+                self.tracer.task_finished(spec, res.stats)
             results.append(res)
         return results
 
@@ -171,15 +186,23 @@ class DispatchLoop:
 
     def run(self) -> list[Any]:
         """Run every task; return the root stage's output references in partition order."""
+        tracer = self.tracer  # None when tracing is off: each step then tests it only
         try:
             while True:
-                batch, has_next = self._construct_dispatch_batch()
-                self._dispatch(batch)
+                with tracer.span("construct dispatch batch") if tracer else NO_SPAN as span:
+                    batch, has_next = self._construct_dispatch_batch()
+                    span.set(tasks=len(batch), has_next=has_next)
+                if batch:
+                    with tracer.span("dispatch") if tracer else NO_SPAN as span:
+                        self._dispatch(batch)
+                        span.set(tasks=len(batch), in_flight=len(self.in_flight))
                 if not self.in_flight:
                     if has_next:  # pragma: no cover - a plan whose inputs never finish
                         raise RuntimeError("dispatch loop stalled: no task can run")
                     break
-                self._await_tasks()
+                with tracer.span("await") if tracer else NO_SPAN as span:
+                    done = self._await_tasks()
+                    span.set(tasks=len(done), in_flight=len(self.in_flight))
         except BaseException:
             if self.in_flight:
                 self.backend.cancel(list(self.in_flight))
@@ -224,4 +247,4 @@ class DispatchLoop:
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
         return TaskSpec(st.stage, partition, inputs, scan, st.output, self.config_handle,
-                        self.config_digest)
+                        self.config_digest, self.max_retries)

@@ -117,7 +117,6 @@ class RayBackend:
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
         self.task_cpus = config.task_cpus
-        self.max_retries = config.task_max_retries
 
     def begin_query(self, config: Config) -> Any:
         """Put the query's config snapshot in the object store: once per query."""
@@ -129,7 +128,7 @@ class RayBackend:
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs, num_cpus=self.task_cpus,
-            max_retries=self.max_retries, retry_exceptions=False,
+            max_retries=task.max_retries, retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))

@@ -1,0 +1,87 @@
+"""Bad input gets a clear error naming the file, column or node, before any task runs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import shoal
+from shoal.runners.session import last_query
+
+
+def _scan_ir(paths: list[Path], schema: dict[str, pl.DataType]) -> shoal.ir.PlanNode:
+    return shoal.ir.Scan(
+        shoal.ir.ParquetSource(tuple(str(p) for p in paths)), shoal.ir.Schema.from_polars(schema)
+    )
+
+
+def _engine() -> shoal.DistEngine:
+    return shoal.DistEngine(runner="local", raise_on_fail=True)
+
+
+def test_missing_file_names_the_path(tmp_path: Path) -> None:
+    good = tmp_path / "a.parquet"
+    pl.DataFrame({"a": [1, 2]}).write_parquet(good)
+    missing = tmp_path / "gone.parquet"
+    before = last_query()
+    with pytest.raises(FileNotFoundError, match="gone.parquet"):
+        shoal.execute(_scan_ir([good, missing], {"a": pl.Int64}), runner="local")
+    assert last_query() is before
+
+
+def test_corrupt_parquet_file_names_the_file(tmp_path: Path) -> None:
+    good = tmp_path / "a.parquet"
+    pl.DataFrame({"a": [1, 2]}).write_parquet(good)
+    bad = tmp_path / "b.parquet"
+    bad.write_bytes(b"PAR1 this is not parquet at all PAR1")
+    before = last_query()
+    with pytest.raises(shoal.PlanError, match=r"b\.parquet is not a readable Parquet file"):
+        shoal.execute(_scan_ir([good, bad], {"a": pl.Int64}), runner="local")
+    # Through Polars: Polars reads the first file's schema; shoal checks every footer.
+    with pytest.raises(shoal.PlanError, match=r"b\.parquet"):
+        pl.scan_parquet([good, bad]).collect(engine=_engine())
+    assert last_query() is before
+
+
+def test_clashing_schemas_name_both_files_and_the_column(tmp_path: Path) -> None:
+    a = tmp_path / "part-0.parquet"
+    b = tmp_path / "part-1.parquet"
+    pl.DataFrame({"k": [1, 2], "v": [1.0, 2.0]}).write_parquet(a)
+    pl.DataFrame({"k": ["x", "y"], "v": [1.0, 2.0]}).write_parquet(b)
+    before = last_query()
+    with pytest.raises(shoal.PlanError, match=r"column 'k'.*part-0\.parquet.*part-1\.parquet"):
+        shoal.execute(_scan_ir([a, b], {"k": pl.Int64, "v": pl.Float64}), runner="local")
+    with pytest.raises(shoal.PlanError, match=r"column 'k'"):
+        pl.scan_parquet([a, b]).select("k", "v").collect(engine=_engine())
+    assert last_query() is before
+
+
+def test_unsupported_construct_with_raise_on_fail_names_the_node() -> None:
+    lf = pl.LazyFrame({"a": [1, 2, 3]}).map_batches(lambda df: df)
+    with pytest.raises(shoal.UnsupportedError, match="MapFunction"):
+        lf.collect(engine=_engine())
+
+
+def test_unreachable_cluster_address_fails_within_the_timeout() -> None:
+    import socket
+
+    import ray
+
+    if ray.is_initialized():  # pragma: no cover - another module left Ray running
+        pytest.skip("a Ray instance is already connected in this process")
+    with socket.socket() as s:  # a loopback port with nothing listening
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cfg = shoal.Config(runner="ray", ray_address=f"127.0.0.1:{port}", ray_connect_timeout_s=2)
+    plan = shoal.ir.Scan(
+        shoal.ir.InMemorySource(pl.DataFrame({"a": [1]}).to_arrow()),
+        shoal.ir.Schema.from_polars({"a": pl.Int64}),
+    )
+    start = time.monotonic()
+    with pytest.raises(shoal.ShoalError, match=f"127.0.0.1:{port}.*unreachable"):
+        shoal.execute(plan, config=cfg)
+    assert time.monotonic() - start < 5
+    assert not ray.is_initialized()

@@ -1,0 +1,122 @@
+"""Faults on the Ray runner: a worker killed mid-shuffle, retries running out, Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+
+import polars as pl
+import pytest
+import ray
+
+import shoal
+from shoal.config import Config
+
+from .irplans import agg_sort_plan
+
+pytestmark = pytest.mark.usefixtures("ray_runner")
+
+
+def _big_frame(rows: int) -> pl.DataFrame:
+    i = pl.int_range(rows, eager=True)
+    return pl.DataFrame({"k": i * 7919 % 50_000, "v": (i * 31 % 1000).cast(pl.Float64)})
+
+
+def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, str]]:
+    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    found = []
+    for line in out.splitlines():
+        pid, _, args = line.strip().partition(" ")
+        if args.startswith(stage_prefix):
+            found.append((int(pid), args))
+    return found
+
+
+class _Killer(threading.Thread):
+    """SIGKILLs the first Ray worker seen running a task of a shuffle's reduce side (or, if
+    none shows up in time, of any stage)."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.killed: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 30
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            workers = _shoal_workers("ray::shoal-stage1") or (
+                _shoal_workers() if time.monotonic() > deadline - 25 else []
+            )
+            for pid, args in workers:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    continue
+                self.killed.append(args)
+                return
+            time.sleep(0.005)
+
+
+def test_worker_killed_mid_shuffle_still_gives_the_right_answer() -> None:
+    plan, expected = agg_sort_plan(_big_frame(2_000_000))
+    cfg = Config(default_partitions=48, shuffle_partitions=24)
+    for _attempt in range(4):
+        killer = _Killer()
+        killer.start()
+        got = shoal.execute(plan, runner="ray", config=cfg)
+        killer.stop.set()
+        killer.join()
+        assert pl.from_arrow(got).equals(expected)
+        if killer.killed:
+            break
+    assert killer.killed, "no worker was caught running a task"
+
+
+def test_retries_running_out_names_stage_and_partition() -> None:
+    plan, _ = agg_sort_plan(_big_frame(2_000_000))
+    cfg = Config(default_partitions=48, shuffle_partitions=24, task_max_retries=0)
+    for _attempt in range(4):
+        killer = _Killer()
+        killer.start()
+        try:
+            shoal.execute(plan, runner="ray", config=cfg)
+        except shoal.TaskError as exc:
+            assert killer.killed
+            assert "stage" in str(exc) and "partition" in str(exc)
+            assert "WorkerCrashedError" in str(exc) or "died" in str(exc).lower()
+            break
+        finally:
+            killer.stop.set()
+            killer.join()
+    else:
+        pytest.fail("no worker was caught running a task")
+
+
+def test_keyboard_interrupt_cancels_the_query_quickly() -> None:
+    plan, expected = agg_sort_plan(_big_frame(6_000_000))
+    cfg = Config(default_partitions=96)
+    sent = {}
+
+    def interrupt() -> None:
+        time.sleep(0.5)
+        sent["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        shoal.execute(plan, runner="ray", config=cfg)
+    assert time.monotonic() - sent["at"] < 5
+    t.join()
+    # Every task of the query is cancelled or finished: all CPUs come back.
+    deadline = time.monotonic() + 5
+    while ray.available_resources().get("CPU") != ray.cluster_resources().get("CPU"):
+        assert time.monotonic() < deadline, "tasks of the interrupted query still hold CPUs"
+        time.sleep(0.05)
+    # The runner is ready for the next query.
+    small, small_expected = agg_sort_plan(_big_frame(10_000))
+    assert pl.from_arrow(shoal.execute(small, runner="ray", config=cfg)).equals(small_expected)
+    del expected
