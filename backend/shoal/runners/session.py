@@ -12,10 +12,12 @@ import pyarrow as pa
 
 from shoal import config as _config
 from shoal.config import Config
+from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats
 from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.dispatch import DispatchLoop
+from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
@@ -40,24 +42,53 @@ def last_query() -> QueryReport | None:
     return _last
 
 
+_started_with: dict[str, Config] = {}
+
+
+def runner_settings(config: Config) -> Config:
+    """The settings a runner starts with: the global config's runner settings, overridden
+    by those that ``config`` (a query's config) sets to a non-default value."""
+    base = _config.get_config()
+    defaults = Config()
+    explicit = {k: getattr(config, k) for k in _config.RUNNER_FIELDS
+                if getattr(config, k) != getattr(defaults, k)}
+    return base.replace(**{k: v for k, v in explicit.items() if k != "runner"})
+
+
 def _backend(config: Config) -> Any:
     global _owns_ray
     with _lock:
         kind = config.runner
         if kind in _backends:
+            _check_same_runner(kind, config)
             return _backends[kind]
+        settings = runner_settings(config)
         if kind == "ray":
             from shoal.runners.ray_runner import RayBackend, start_ray
 
-            _owns_ray = start_ray(config) or _owns_ray
-            backend: Any = RayBackend(config)
+            _owns_ray = start_ray(settings) or _owns_ray
+            backend: Any = RayBackend(settings)
         else:
             from shoal.runners.local import LocalBackend
 
-            backend = LocalBackend(config.num_cpus)
+            backend = LocalBackend(settings.num_cpus)
         _backends[kind] = backend
+        _started_with[kind] = settings
         _config.mark_runner_started(True)
         return backend
+
+
+def _check_same_runner(kind: str, config: Config) -> None:
+    """A query may not ask for runner settings other than those its runner started with."""
+    started = _started_with[kind]
+    defaults = Config()
+    for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
+        wanted = getattr(config, name)
+        if wanted != getattr(defaults, name) and wanted != getattr(started, name):
+            raise ConfigFrozenError(
+                f"shoal setting {name}={wanted!r} differs from the running {kind} runner's "
+                f"{getattr(started, name)!r}; call shoal.shutdown() first to start a new one"
+            )
 
 
 def _cpus(config: Config) -> int:
@@ -65,22 +96,37 @@ def _cpus(config: Config) -> int:
         import ray
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
-    return config.num_cpus or os.cpu_count() or 1
+    started = _started_with.get("local")
+    return (started.num_cpus if started else None) or os.cpu_count() or 1
 
 
 def run_plan(plan: PlanNode, config: Config) -> pa.Table:
     """Plan ``plan``, run it on the configured runner, and return the result with exactly
     ``plan.schema``. Raises ``FileNotFoundError`` for a missing input before any task runs,
-    :class:`shoal.TaskError` when a task fails."""
+    :class:`shoal.TaskError` when a task fails. Traced when tracing is on (see
+    :mod:`shoal.tracing`)."""
+    tracer = start_query(config)  # None unless tracing is on
+    if tracer is None:
+        return _run_plan(plan, config, None)
+    with tracer:
+        return _run_plan(plan, config, tracer)
+
+
+def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.Table:
     global _last
-    physical = plan_physical(plan, config)
-    backend = _backend(config)
+    with tracer.span("plan") if tracer else NO_SPAN:
+        physical = plan_physical(plan, config)
+    with tracer.span("start runner") if tracer else NO_SPAN:
+        backend = _backend(config)
     limit = config.max_tasks_in_flight or 2 * _cpus(config)
-    loop = DispatchLoop(physical, backend, limit, config)
+    if tracer is not None:
+        tracer.planned(physical, cpus=_cpus(config), max_in_flight=limit)
+    loop = DispatchLoop(physical, backend, limit, config, tracer)
     refs = loop.run()
-    tables = backend.fetch(refs)
+    with tracer.span("fetch result") if tracer else NO_SPAN:
+        result = conform(backend.fetch(refs), plan)
     _last = QueryReport(physical, loop.task_stats, config.runner)
-    return conform(tables, plan)
+    return result
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
@@ -102,6 +148,7 @@ def shutdown_runner() -> None:
         for b in _backends.values():
             b.close()
         _backends.clear()
+        _started_with.clear()
         if _owns_ray:
             import ray
 

@@ -1,0 +1,84 @@
+"""A three-node Ray test cluster (``ray.cluster_utils.Cluster`` on this machine): queries
+spread over the nodes, and survive losing a worker node mid-query."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pytest
+
+import shoal
+from shoal.config import Config
+from shoal.runners.session import last_query
+from shoal.tpch.compare import assert_frames_match
+from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
+
+from .irplans import agg_sort_plan
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[object]:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    shoal.shutdown()
+    if ray.is_initialized():  # pragma: no cover
+        ray.shutdown()
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "temp_dir": f"/tmp/shoal-ray-mn-{os.getpid()}"},
+    )
+    workers = [c.add_node(num_cpus=1) for _ in range(2)]
+    c.wait_for_nodes()
+    shoal.set_config(ray_address=c.address)
+    try:
+        yield c, workers
+    finally:
+        shoal.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+        shoal.set_config(ray_address=None)
+        c.shutdown()
+
+
+def test_tasks_spread_over_the_worker_nodes(cluster: object, tpch_dir: Path) -> None:
+    tables = scan_tables(tpch_dir)
+    cfg = Config(target_partition_bytes=96 * 1024)
+    got = QUERIES[1](tables).collect(
+        engine=shoal.DistEngine(runner="ray", raise_on_fail=True, config=cfg)
+    )
+    assert_frames_match(got, QUERIES[1](tables).collect(), sort_keys=SORT_KEYS[1])
+    report = last_query()
+    assert report is not None
+    assert len({s.node_id for s in report.task_stats.values()}) == 2
+
+
+def test_losing_a_worker_node_mid_query_still_gives_the_right_answer(cluster: object) -> None:
+    import ray
+
+    c, workers = cluster  # type: ignore[misc]
+    i = pl.int_range(1_500_000, eager=True)
+    df = pl.DataFrame({"k": i * 7919 % 40_000, "v": (i * 31 % 1000).cast(pl.Float64)})
+    plan, expected = agg_sort_plan(df)
+    cfg = Config(default_partitions=40, shuffle_partitions=16, task_max_retries=5)
+    removed: list[float] = []
+
+    def remove() -> None:
+        time.sleep(1.0)
+        c.remove_node(workers[1])  # its running tasks die and its objects are lost
+        removed.append(time.monotonic())
+
+    t = threading.Thread(target=remove, daemon=True)
+    t.start()
+    got = shoal.execute(plan, runner="ray", config=cfg)
+    finished = time.monotonic()
+    t.join()
+    assert removed and removed[0] < finished, "the node went only after the query ended"
+    assert pl.from_arrow(got).equals(expected)
+    alive = [n for n in ray.nodes() if n["Alive"]]
+    assert len(alive) == 2  # the head and the remaining worker did all the work
