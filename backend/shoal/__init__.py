@@ -16,6 +16,7 @@ from shoal import ir
 from shoal.api import execute, execute_batches, explain, shutdown
 from shoal.config import Config, execution_config, get_config, set_config
 from shoal.errors import ConfigFrozenError, PlanError, ShoalError, TaskError, UnsupportedError
+from shoal.tracing import trace
 
 # Imported last: registers the Polars engine name "dist".
 from shoal_polars import DistEngine  # noqa: E402
@@ -36,6 +37,7 @@ __all__ = [
     "ir",
     "set_config",
     "shutdown",
+    "trace",
 ]
 
 

@@ -9,6 +9,7 @@ split as the task's :data:`~shoal.execution.task.OutputSpec` says.
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class TaskStats:
     sample: pa.Table | None = None
     config_digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Native id of the thread that ran the task (filled where the stats are built, on the
+    #: worker); with ``pid`` it names the task's track in a trace.
+    thread: int = field(default_factory=threading.get_native_id)
 
 
 def _empty(schema: Schema) -> pl.DataFrame:

@@ -148,9 +148,9 @@ class DispatchLoop:
     def _dispatch(self, batch: list[TaskSpec]) -> None:
         tracer = self.tracer
         for task in batch:
-            self.in_flight[self.backend.submit(task)] = task
             if tracer is not None:
                 tracer.task_dispatched(task)
+            self.in_flight[self.backend.submit(task)] = task
 
     def _await_tasks(self) -> list[TaskResult]:
         done = self.backend.wait(list(self.in_flight))
