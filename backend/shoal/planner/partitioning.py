@@ -43,10 +43,20 @@ def check_paths(source: ParquetSource | FileSource) -> None:
             raise FileNotFoundError(2, f"shoal: {kind} file not found: {path}", path)
 
 
-def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> ScanSplit:
+#: A scan is not cut finer than this to reach ``min_partitions`` (bytes).
+MIN_SPLIT_BYTES = 1024 * 1024
+
+
+def split_scan(
+    scan: Scan, target_bytes: int, default_partitions: int = 0, min_partitions: int = 1
+) -> ScanSplit:
     """Partitions of ``scan`` of about ``target_bytes`` each (at least one partition).
 
-    An in-memory table splits into ``default_partitions`` row ranges when that is set.
+    Sizes are estimated in memory (Arrow) bytes: the larger of the Parquet footer's
+    uncompressed size and rows x the scanned schema's row width. A scan big enough is cut
+    into at least ``min_partitions`` partitions (the planner asks for 2 per CPU) but never
+    below :data:`MIN_SPLIT_BYTES` each. An in-memory table splits into
+    ``default_partitions`` row ranges when that is set.
 
     Raises ``FileNotFoundError`` naming a missing path; :class:`shoal.PlanError` naming a
     file whose footer cannot be read, or two files that disagree on a column's type.
@@ -60,8 +70,46 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
         return ScanSplit(parts or (FilePartition(""),), sum(sizes), 0)
     assert isinstance(scan.source, ParquetSource)
     check_paths(scan.source)
-    columns = set(scan.schema.names)
+    groups = _row_groups(scan)
+    total = sum(size for *_, size in groups)
+    if min_partitions > 1 and total > MIN_SPLIT_BYTES:
+        target_bytes = min(target_bytes, max(MIN_SPLIT_BYTES, total // min_partitions))
     units: list[tuple[ParquetPiece, int]] = []  # (piece, bytes)
+    for path, offset, rows, size in groups:
+        pieces = max(1, math.ceil(size / target_bytes)) if rows else 1
+        step = math.ceil(rows / pieces) if rows else 0
+        start = 0
+        while True:
+            n = min(step, rows - start)
+            units.append((ParquetPiece(path, offset + start, n), size * n // max(rows, 1)))
+            start += n
+            if start >= rows:
+                break
+    partitions: list[ScanInput] = []
+    current: list[ParquetPiece] = []
+    current_bytes = 0
+    for piece, size in units:
+        # A file without rows stays a partition of its own: grouping it changes nothing,
+        # and keeping it shows that empty partitions flow through every stage.
+        if current and (current_bytes + size > target_bytes or piece.rows == 0
+                        or current[-1].rows == 0):
+            partitions.append(ScanPartition(tuple(current)))
+            current, current_bytes = [], 0
+        current.append(piece)
+        current_bytes += size
+    if current or not partitions:
+        partitions.append(ScanPartition(tuple(current)))
+    rows_total = sum(p.rows for p, _ in units)
+    return ScanSplit(tuple(partitions), total, rows_total)
+
+
+def _row_groups(scan: Scan) -> list[tuple[str, int, int, int]]:
+    """(path, first row, rows, estimated bytes) of every row group of the scan's files, in
+    order; a file without row groups gives one entry of 0 rows. Checks the files agree."""
+    assert isinstance(scan.source, ParquetSource)
+    columns = set(scan.schema.names)
+    width = scan.schema.row_width()
+    out: list[tuple[str, int, int, int]] = []
     first: tuple[str, dict[str, DataType]] | None = None
     for path in scan.source.paths:
         try:
@@ -84,36 +132,11 @@ def split_scan(scan: Scan, target_bytes: int, default_partitions: int = 0) -> Sc
                 col = rg.column(j)
                 if col.path_in_schema.split(".")[0] in columns:
                     size += col.total_uncompressed_size
-            rows = rg.num_rows
-            pieces = max(1, math.ceil(size / target_bytes)) if rows else 1
-            step = math.ceil(rows / pieces) if rows else 0
-            start = 0
-            while True:
-                n = min(step, rows - start)
-                units.append((ParquetPiece(path, offset + start, n), size * n // max(rows, 1)))
-                start += n
-                if start >= rows:
-                    break
-            offset += rows
+            out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width)))
+            offset += rg.num_rows
         if meta.num_row_groups == 0:
-            units.append((ParquetPiece(path, 0, 0), 0))
-    partitions: list[ScanInput] = []
-    current: list[ParquetPiece] = []
-    current_bytes = 0
-    for piece, size in units:
-        # A file without rows stays a partition of its own: grouping it changes nothing,
-        # and keeping it shows that empty partitions flow through every stage.
-        if current and (current_bytes + size > target_bytes or piece.rows == 0
-                        or current[-1].rows == 0):
-            partitions.append(ScanPartition(tuple(current)))
-            current, current_bytes = [], 0
-        current.append(piece)
-        current_bytes += size
-    if current or not partitions:
-        partitions.append(ScanPartition(tuple(current)))
-    total = sum(s for _, s in units)
-    rows = sum(p.rows for p, _ in units)
-    return ScanSplit(tuple(partitions), total, rows)
+            out.append((path, 0, 0, 0))
+    return out
 
 
 def _check_same_schema(
