@@ -13,7 +13,7 @@ import pyarrow as pa
 from shoal import config as _config
 from shoal.config import Config
 from shoal.errors import ConfigFrozenError
-from shoal.execution.kernel import TaskStats
+from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.dispatch import DispatchLoop
@@ -132,7 +132,7 @@ def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     """Concatenate partition results in order and cast to ``plan.schema``."""
     schema = plan.schema.to_polars()
-    frames = [pl.from_arrow(t) for t in tables if t.num_rows]
+    frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
         return pl.DataFrame(schema=schema).to_arrow()
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
