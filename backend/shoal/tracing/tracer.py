@@ -253,6 +253,7 @@ class QueryTracer:
         self._in_flight = 0
         self._rows = 0
         self._store_bytes = 0
+        self._counters: dict[str, float] = {}
 
     # -- lifetime -----------------------------------------------------------------------
 
@@ -404,6 +405,10 @@ class QueryTracer:
     # -- internals ----------------------------------------------------------------------
 
     def _counter(self, ts: float, name: str, value: float) -> None:
+        """Emit a sample of counter ``name``, unless it holds ``value`` already."""
+        if self._counters.get(name) == value:
+            return
+        self._counters[name] = value
         self._emit(CounterSample(self.query_id, ts, name, value))
 
     def _worker_counters(self) -> None:
