@@ -309,26 +309,32 @@ def test_parquet_head_then_filter(pq_dir: Path) -> None:
 
 def test_parquet_unsupported_options(pq_dir: Path) -> None:
     path = pq_dir / "part-0.parquet"
-    with pytest.raises(UnsupportedError, match=r"Scan\(parquet\): a row index"):
-        to_ir(pl.scan_parquet(path, row_index_name="i"))
-    with pytest.raises(UnsupportedError, match="include_file_paths"):
+    with pytest.raises(UnsupportedError, match=r"Scan\(parquet\): include_file_paths"):
         to_ir(pl.scan_parquet(path, include_file_paths="f"))
-    with pytest.raises(UnsupportedError, match="slice from the end"):
-        to_ir(pl.scan_parquet(path).tail(2))
-    csv = pq_dir / "x.csv"
-    _frame().select("k", "g").write_csv(csv)
-    with pytest.raises(UnsupportedError, match=r"Scan\(csv\): csv scans are not supported"):
-        to_ir(pl.scan_csv(csv))
+    hive = pq_dir / "hive" / "g=a"
+    hive.mkdir(parents=True)
+    _frame().drop("g").write_parquet(hive / "0.parquet")
+    with pytest.raises(UnsupportedError, match="hive-partitioned"):
+        to_ir(pl.scan_parquet(pq_dir / "hive", hive_partitioning=True))
+    ipc = pq_dir / "x.arrow"
+    _frame().select("k", "g").write_ipc(ipc)
+    with pytest.raises(UnsupportedError, match="ipc scan"):
+        to_ir(pl.scan_ipc(ipc))
 
 
 # ---------------------------------------------------------------- unsupported
 
 
-def test_cross_join_raises_naming_the_node(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
-    lf = mem.join(right, how="cross")
-    with pytest.raises(UnsupportedError, match=r"Join\(how=Cross\)"):
+def _asof(a: pl.LazyFrame, b: pl.LazyFrame) -> pl.LazyFrame:
+    """A join shoal does not run (join_asof)."""
+    return a.drop_nulls("k").sort("k").join_asof(b.drop_nulls("k").sort("k"), on="k")
+
+
+def test_asof_join_raises_naming_the_node(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
+    lf = _asof(mem, right)
+    with pytest.raises(UnsupportedError, match=r"Join\(how=AsOf\)"):
         to_ir(lf)
-    with pytest.raises(UnsupportedError, match=r"Join\(how=Cross\)"):
+    with pytest.raises(UnsupportedError, match=r"Join\(how=AsOf\)"):
         lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
 
 
@@ -347,15 +353,17 @@ def test_expression_udf_raises(mem: pl.LazyFrame) -> None:
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        (lambda lf: lf.with_columns(pl.col("v").cum_sum()), "Function(cum_sum)"),
-        (lambda lf: lf.select(pl.col("v").sum().over("g")), "expression Window"),
-        (lambda lf: lf.group_by("g").agg(pl.col("v")), "Agg(implode)"),
-        (lambda lf: lf.select(pl.col("v").nan_max()), "nan_max"),
-        (lambda lf: lf.filter(pl.col("u") > 0).tail(2), "Slice: a slice from the end"),
-        (lambda lf: lf.sort("k").tail(2), "Sort: a slice from the end"),
-        (lambda lf: lf.with_row_index(), "MapFunction(row_index)"),
-        (lambda lf: lf.select(pl.col("k").cast(pl.Int8, wrap_numerical=True)), "wrapping"),
+        (lambda lf: lf.select(pl.col("v").shuffle(seed=1)), "Function(shuffle)"),
+        (lambda lf: lf.select(pl.col("v").rank("random")), "rank(method='random')"),
+        (lambda lf: lf.select(pl.col("v").top_k(2)), "Function(top_k)"),
+        (lambda lf: lf.select(pl.col("v").gather([0, 1])), "expression Gather"),
+        (lambda lf: lf.select(pl.col("g").mode()), "Function(mode)"),
         (lambda lf: lf.select(pl.col("k") & 1), "bitwise"),
+        (
+            lambda lf: lf.drop_nulls("d").sort("d").group_by_dynamic("d", every="1y").agg(pl.len()),
+            "group_by_dynamic",
+        ),
+        (lambda lf: lf.merge_sorted(lf, key="k"), "MergeSorted"),
     ],
 )
 def test_unsupported_constructs(mem: pl.LazyFrame, query: Query, expected: str) -> None:
@@ -364,29 +372,27 @@ def test_unsupported_constructs(mem: pl.LazyFrame, query: Query, expected: str) 
 
 
 def test_every_unsupported_part_is_reported(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
-    lf = (
-        mem.map_batches(lambda df: df)
-        .join(right, how="cross")
-        .with_columns(pl.col("v").cum_sum().alias("c"))
+    lf = _asof(mem.map_batches(lambda df: df), right).with_columns(
+        pl.col("v").shuffle(seed=1).alias("c")
     )
     with pytest.raises(UnsupportedError) as info:
         lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
     msg = str(info.value)
     assert "3 unsupported parts" in msg
-    for part in ("MapFunction", "Join(how=Cross)", "Function(cum_sum)"):
+    for part in ("MapFunction", "Join(how=AsOf)", "Function(shuffle)"):
         assert part in msg
 
 
 def test_fallback_warns_and_gives_polars_answer(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
-    lf = mem.join(right, how="cross")
-    with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Join\(how=Cross\)") as rec:
+    lf = _asof(mem, right)
+    with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Join\(how=AsOf\)") as rec:
         got = lf.collect(engine=DistEngine(runner="local"))
     assert rec[0].filename == __file__  # points at the caller of collect()
     assert_frame_equal(got, lf.collect(engine="in-memory"))
 
 
 def test_raise_on_fail_explicit_wins_over_config(mem: pl.LazyFrame) -> None:
-    lf = mem.select(pl.col("v").cum_sum())
+    lf = mem.select(pl.col("v").shuffle(seed=1))
     raising = Config(runner="local", raise_on_fail=True)
     with pytest.warns(ShoalFallbackWarning):
         lf.collect(engine=DistEngine(raise_on_fail=False, config=raising))
@@ -397,7 +403,7 @@ def test_raise_on_fail_explicit_wins_over_config(mem: pl.LazyFrame) -> None:
 
 
 def test_background_collect_is_left_to_polars(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
-    lf = mem.join(right, how="cross")
+    lf = _asof(mem, right)
     with warnings.catch_warnings():
         warnings.simplefilter("error", ShoalFallbackWarning)
         warnings.simplefilter("ignore", UserWarning)  # Polars: background mode is unstable

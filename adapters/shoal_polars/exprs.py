@@ -51,24 +51,27 @@ OPERATORS: dict[str, str] = {
 }
 
 #: Polars ``Agg`` names that map one to one onto IR aggregates.
-_PLAIN_AGGS = frozenset({"sum", "mean", "n_unique", "first", "last", "median"})
+_PLAIN_AGGS = frozenset(
+    {"sum", "mean", "n_unique", "first", "last", "median", "first_non_null", "last_non_null",
+     "implode"}
+)  # fmt: skip
 
-#: Polars ``CastOptions`` codes: 0 strict, 1 non-strict (null on failure), 2 overflowing.
-_CAST_STRICT = {0: True, 1: False}
+#: Polars ``CastOptions`` codes: 0 strict, 1 non-strict (null on failure), 2 overflowing
+#: (numbers wrap around: ``wrap_numerical``).
+_CAST_STRICT = {0: True, 1: False, 2: False}
+_CAST_WRAP = 2
+
+#: Polars ``over(mapping_strategy=...)`` as the NodeTraverser shows it -> Polars' name.
+_MAPPING_STRATEGIES = {"groups_to_rows": "group_to_rows", "explode": "explode", "join": "join"}
 
 #: Expression classes shoal cannot run, with the reason.
 _UNSUPPORTED_EXPRS: dict[str, str] = {
-    "Window": "window expressions (.over()) are not supported yet",
     "Rolling": "rolling windows are not supported",
     "RollingFunction": "rolling windows are not supported",
     "RollingFunctionBy": "rolling windows are not supported",
-    "EwmFunction": "exponentially weighted functions depend on row order",
-    "Sort": "sorting inside an expression depends on all rows of the column",
-    "SortBy": "sorting inside an expression depends on all rows of the column",
-    "Gather": "gather (get/take by index) depends on row positions",
-    "Filter": "filtering inside an expression is not supported",
-    "Slice": "slicing inside an expression (head/tail/slice of a column) depends on row positions",
-    "Explode": "explode changes the number of rows",
+    "EwmFunction": "exponentially weighted functions are not supported",
+    "Gather": "gather (get/take by index) is not supported",
+    "Explode": "explode inside an expression is not supported (LazyFrame.explode is)",
 }
 
 
@@ -146,15 +149,16 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
 def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
     inner = translate_expr(t, view.expr, where)
     strict = _CAST_STRICT.get(view.options)
-    if strict is None and _widening(inner.dtype, dtype):
-        strict = True  # a wrapping cast that cannot wrap (Polars adds these for supertypes)
     if strict is None:
         t.error(
             f"{where}: expression Cast({inner.dtype} -> {dtype}, options={view.options})",
-            "wrapping (overflowing) casts are not supported",
+            "unknown cast option",
         )
         return t.placeholder_expr(dtype)
-    return Cast(inner, dtype, strict)
+    if view.options == _CAST_WRAP and not _widening(inner.dtype, dtype):
+        return Cast(inner, dtype, strict=False, wrap=True)
+    # A wrapping cast that cannot wrap (Polars adds these for supertypes) is a plain one.
+    return Cast(inner, dtype, strict or view.options == _CAST_WRAP)
 
 
 def _widening(src: DataType, dst: DataType) -> bool:
@@ -186,24 +190,17 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
     args = view.arguments if isinstance(view.arguments, list) else [view.arguments]
     arg = translate_expr(t, args[0], where)
     name, options = view.name, view.options
-    desc = f"{where}: expression Agg({name})"
     if name in _PLAIN_AGGS:
         return Agg(name, arg, dtype)
     if name in ("min", "max"):
-        if options:  # propagate_nans: nan_min / nan_max
-            t.error(desc, f"nan_{name} (NaN-propagating {name}) is not supported")
-            return t.placeholder_expr(dtype)
-        return Agg(name, arg, dtype)
+        # options: propagate_nans (nan_min / nan_max: NaN wins over every number).
+        return Agg(f"nan_{name}" if options else name, arg, dtype)
     if name == "count":
         # Polars: count() skips nulls (include_nulls=False); len() on a column counts all rows.
         return Agg("len", None, dtype) if options else Agg("count", arg, dtype)
     if name in ("std", "var"):
         return Agg(name, arg, dtype, (("ddof", int(options)),))
-    t.error(
-        desc,
-        "aggregate not supported by shoal"
-        + (" (it returns a list per group)" if name == "implode" else ""),
-    )
+    t.error(f"{where}: expression Agg({name})", "aggregate not supported by shoal")
     return t.placeholder_expr(dtype)
 
 
@@ -222,14 +219,78 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         # A runtime filter Polars adds below a top-k sort; always true is exact.
         return Lit(True, BOOL)
     args = tuple(translate_expr(t, i, where) for i in view.input)
-    if key == "null_count":
-        return Agg("null_count", args[0], dtype)
+    if key in ("null_count", "product", "arg_min", "arg_max"):
+        return Agg(key, args[0], dtype)
+    if key == "quantile":
+        # quantile(q, interpolation): q must be a literal (Polars allows an expression).
+        q = args[1]
+        if not isinstance(q, Lit) or not isinstance(q.value, int | float):
+            t.error(f"{where}: expression Function(quantile)", "the quantile must be a number")
+            return t.placeholder_expr(dtype)
+        return Agg("quantile", args[0], dtype, (("quantile", q.value), ("interpolation", extra[0])))
+    if key == "rank" and extra and extra[0] == "random":
+        t.error(f"{where}: expression Function(rank)", "rank(method='random') is not repeatable")
+        return t.placeholder_expr(dtype)
     found = lookup(key, tuple(extra))
     if isinstance(found, str):
         t.error(f"{where}: expression Function({key})", found)
         return t.placeholder_expr(dtype)
     name, options = found
     return Function(name, args, options, dtype)
+
+
+def _window(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.over(partition_by, order_by=...)`` -> IR function ``over``: arguments are the
+    function, the partition keys, then the order key (when there is one)."""
+    fn = translate_expr(t, view.function, where)
+    keys = tuple(translate_expr(t, k, where) for k in view.partition_by)
+    order = () if view.order_by is None else (translate_expr(t, view.order_by, where),)
+    kind = getattr(view.options, "kind", None)
+    strategy = _MAPPING_STRATEGIES.get(str(kind))
+    if strategy is None:
+        t.error(f"{where}: expression Window({kind})", "window kind not supported by shoal")
+        return t.placeholder_expr(dtype)
+    options = (
+        ("partitions", len(keys)),
+        ("ordered", bool(order)),
+        ("descending", bool(view.order_by_descending)),
+        ("nulls_last", bool(view.order_by_nulls_last)),
+        ("mapping_strategy", strategy),
+    )
+    return Function("over", (fn, *keys, *order), options, dtype)
+
+
+def _filter(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.filter(predicate)``: the values where the predicate holds."""
+    args = (translate_expr(t, view.input, where), translate_expr(t, view.by, where))
+    return Function("filter", args, (), dtype)
+
+
+def _slice(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.slice(offset, length)`` (also ``head``/``tail``)."""
+    args = tuple(translate_expr(t, i, where) for i in (view.input, view.offset, view.length))
+    return Function("slice", args, (), dtype)
+
+
+def _sort(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.sort(descending=, nulls_last=)``; options are (stable, nulls_last, descending)."""
+    _stable, nulls_last, descending = view.options[:3]
+    options = (("descending", bool(descending)), ("nulls_last", bool(nulls_last)))
+    return Function("sort", (translate_expr(t, view.expr, where),), options, dtype)
+
+
+def _sort_by(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.sort_by(by, descending=, nulls_last=, maintain_order=)``; options are
+    (maintain_order, nulls_last per key, descending per key)."""
+    maintain_order, nulls_last, descending = view.sort_options[:3]
+    by = tuple(translate_expr(t, b, where) for b in view.by)
+    n = len(by)
+    options = (
+        ("descending", tuple(map(bool, descending * n if len(descending) == 1 else descending))),
+        ("nulls_last", tuple(map(bool, nulls_last * n if len(nulls_last) == 1 else nulls_last))),
+        ("maintain_order", bool(maintain_order)),
+    )
+    return Function("sort_by", (translate_expr(t, view.expr, where), *by), options, dtype)
 
 
 _EXPRS: dict[str, ExprHandler] = {
@@ -242,4 +303,9 @@ _EXPRS: dict[str, ExprHandler] = {
     "Len": _len,
     "Alias": _alias,
     "Function": _function,
+    "Window": _window,
+    "Filter": _filter,
+    "Slice": _slice,
+    "Sort": _sort,
+    "SortBy": _sort_by,
 }

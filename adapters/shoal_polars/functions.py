@@ -6,6 +6,9 @@ tuple whose first element names the function (an enum such as
 are the function's parameters. :data:`SCALAR_FUNCTIONS` maps that name to the IR function
 name and names the parameters, which become the IR ``Function.options`` in order. Every IR
 name emitted here has an implementation in :data:`shoal.execution.expressions.FUNCTIONS`.
+Functions whose value on a row depends on other rows (``cum_sum``, ``shift``, ``rank``, ...)
+become IR functions listed in :data:`shoal.ir.expr.ORDER_DEPENDENT_FUNCTIONS`, which the
+planner evaluates after gathering their input in order, as Polars defines them.
 """
 
 from __future__ import annotations
@@ -83,45 +86,38 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "min_horizontal": ("min_horizontal", ()),
     "sum_horizontal": ("sum_horizontal", ("ignore_nulls",)),
     "mean_horizontal": ("mean_horizontal", ("ignore_nulls",)),
+    # order-dependent: the value on a row depends on other rows (the planner gathers first)
+    "cum_sum": ("cum_sum", ("reverse",)),
+    "cum_prod": ("cum_prod", ("reverse",)),
+    "cum_min": ("cum_min", ("reverse",)),
+    "cum_max": ("cum_max", ("reverse",)),
+    "cum_count": ("cum_count", ("reverse",)),
+    "shift": ("shift", ()),
+    "shift_and_fill": ("shift", ()),
+    "diff": ("diff", ("null_behavior",)),
+    "pct_change": ("pct_change", ()),
+    "rank": ("rank", ("method", "descending", "seed")),
+    "fill_null_with_strategy": ("fill_null_strategy", ("strategy", "limit")),
+    "reverse": ("reverse", ()),
+    "unique": ("unique", ("maintain_order",)),
+    "rle_id": ("rle_id", ()),
+    "interpolate": ("interpolate", ("method",)),
+    "gather_every": ("gather_every", ("offset", "n")),
+    "BooleanFunction.IsUnique": ("is_unique", ()),
+    "BooleanFunction.IsDuplicated": ("is_duplicated", ()),
+    "BooleanFunction.IsFirstDistinct": ("is_first_distinct", ()),
+    "BooleanFunction.IsLastDistinct": ("is_last_distinct", ()),
 }
 
-#: Polars functions that read other rows than their own (their result depends on the order
-#: or the neighbours of a row): they cannot run per partition.
-ORDER_DEPENDENT = frozenset(
-    {
-        "cum_sum",
-        "cum_prod",
-        "cum_min",
-        "cum_max",
-        "cum_count",
-        "shift",
-        "diff",
-        "pct_change",
-        "rank",
-        "fill_null_with_strategy",
-        "forward_fill",
-        "backward_fill",
-        "interpolate",
-        "reverse",
-        "rle",
-        "rle_id",
-        "shuffle",
-        "sample",
-        "arg_sort",
-        "arg_min",
-        "arg_max",
-        "gather_every",
-        "unique",
-        "is_unique",
-        "is_duplicated",
-        "is_first_distinct",
-        "is_last_distinct",
-        "BooleanFunction.IsUnique",
-        "BooleanFunction.IsDuplicated",
-        "BooleanFunction.IsFirstDistinct",
-        "BooleanFunction.IsLastDistinct",
-    }
-)
+#: Functions shoal does not run, with the reason.
+UNSUPPORTED_FUNCTIONS: dict[str, str] = {
+    "shuffle": "random order is not repeatable",
+    "sample": "random samples are not repeatable",
+    "mode": "the order of tied modes is not defined",
+    "arg_sort": "arg_sort is not supported",
+    "top_k": "the output order of top_k and bottom_k is not defined",
+    "rle": "rle is not supported",
+}
 
 
 def function_key(head: Any) -> str:
@@ -135,9 +131,7 @@ def lookup(key: str, extra: tuple[Any, ...]) -> tuple[str, tuple[tuple[str, Any]
     reason why shoal cannot run it (a string)."""
     spec = SCALAR_FUNCTIONS.get(key)
     if spec is None:
-        if key in ORDER_DEPENDENT:
-            return "its result depends on other rows or on row order; shoal runs row-wise functions only"
-        return "no shoal function for it yet"
+        return UNSUPPORTED_FUNCTIONS.get(key, "no shoal function for it yet")
     name, option_names = spec
     if len(extra) != len(option_names):
         return (

@@ -15,30 +15,49 @@ from typing import Any
 
 import polars as pl
 
-from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr
+from shoal.ir.expr import Agg, BinaryOp, Col, Expr, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
+    Explode,
+    FileSource,
     Filter,
+    HConcat,
     InMemorySource,
     Join,
     JoinHow,
     ParquetSource,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
     Union,
+    Unnest,
+    Unpivot,
 )
-from shoal.ir.types import Schema
+from shoal.ir.types import BOOL, DataType, Schema
+from shoal_polars.exprs import OPERATORS
+from shoal_polars.functions import function_key
 from shoal_polars.translate import NODES, NodeHandler, Translator
 
 #: A Polars slice length at or above this means "to the end" (Polars' IdxSize::MAX).
 _TO_END = 2**32 - 1
 
-#: Polars join ``how`` -> IR join type, for the join types shoal runs.
-_JOIN_HOW: dict[str, JoinHow] = {"Inner": "inner", "Left": "left"}
+#: Polars join ``how`` -> IR join type (``IEJoin`` becomes a cross join and a filter).
+_JOIN_HOW: dict[str, JoinHow] = {
+    "Inner": "inner",
+    "Left": "left",
+    "Right": "right",
+    "Full": "full",
+    "Semi": "semi",
+    "Anti": "anti",
+    "Cross": "cross",
+}
+
+#: Polars' join ``maintain_order`` values (the IR's :data:`~shoal.ir.nodes.JoinOrder`).
+_JOIN_ORDERS = frozenset({"none", "left", "right", "left_right", "right_left"})
 
 
 def _register(name: str) -> Callable[[NodeHandler], NodeHandler]:
@@ -92,34 +111,53 @@ def _scan(t: Translator, where: str, source: Any, schema: Schema, pred: Expr | N
 
 @_register("Scan")
 def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    scan_type = node.scan_type[0] if isinstance(node.scan_type, tuple) else node.scan_type
-    problems = _scan_problems(node, str(scan_type))
-    for p in problems:
-        t.error(f"Scan({scan_type})", p)
-    pred = None if node.predicate is None else t.expr(node.predicate.node, "Scan")
-    if problems:
-        return t.placeholder(schema)
+    scan_type = str(node.scan_type[0] if isinstance(node.scan_type, tuple) else node.scan_type)
+    where = f"Scan({scan_type})"
+    fo = node.file_options
+    problems = _scan_problems(node, scan_type)
     paths = tuple(os.path.abspath(os.fspath(p)) for p in node.paths)
-    n_rows = node.file_options.n_rows
-    if n_rows is None:
-        return _scan(t, "Scan", ParquetSource(paths), schema, pred)
-    # Polars applies a scan's pre-slice to the file rows, before its predicate.
-    offset, length = n_rows
-    out: PlanNode = Slice(Scan(ParquetSource(paths), schema), offset, _length(length), schema)
+    source: Any = None
+    if not problems and scan_type == "parquet":
+        source = ParquetSource(paths)
+    elif not problems:
+        index = None if fo.row_index is None else str(fo.row_index[0])
+        columns = Schema(tuple((n, dt) for n, dt in schema.fields if n != index))
+        found = _file_source(scan_type, paths, node.scan_type[1], columns)
+        if isinstance(found, str):
+            problems.append(found)
+        else:
+            source = found
+    for p in problems:
+        t.error(where, p)
+    pred = None if node.predicate is None else t.expr(node.predicate.node, "Scan")
+    if source is None:
+        return t.placeholder(schema)
+    # Polars numbers the file rows (row index), then applies the pre-slice, then the
+    # predicate: the row index and slice see every row of the files.
+    row_index = fo.row_index
+    index_name = None if row_index is None else str(row_index[0])
+    file_schema = Schema(tuple((n, dt) for n, dt in schema.fields if n != index_name))
+    if row_index is None and fo.n_rows is None:
+        return _scan(t, "Scan", source, schema, pred)
+    out: PlanNode = Scan(source, file_schema)
+    if row_index is not None:
+        out = RowIndex(out, str(index_name), int(row_index[1]), schema)
+    if fo.n_rows is not None:
+        offset, length = fo.n_rows
+        out = Slice(out, int(offset), _length(length), schema)
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
 
 
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
-    if scan_type != "parquet":
-        return [f"{scan_type} scans are not supported (Parquet only)"]
+    if scan_type not in ("parquet", "csv", "ndjson"):
+        return [f"{scan_type} scans are not supported (Parquet, CSV and NDJSON are)"]
     out = []
     fo = node.file_options
     if node.hive_parts is not None:
         out.append("hive-partitioned datasets are not supported")
     for attr, what in (
-        ("row_index", "a row index (with_row_index / row_index_name)"),
         ("include_file_paths", "include_file_paths"),
         ("deletion_files", "deletion files"),
         ("column_mapping", "column mapping"),
@@ -133,16 +171,118 @@ def _scan_problems(node: Any, scan_type: str) -> list[str]:
     casts = sorted(k for k, v in policy.items() if v is True and k != "null_upcast")
     if casts:
         out.append(f"cast_options {casts} are not supported")
-    n_rows = fo.n_rows
-    if n_rows is not None and n_rows[0] < 0:
-        out.append(f"a slice from the end (offset {n_rows[0]}) is not supported")
-    try:
-        options = json.loads(node.scan_type[1])
-    except (TypeError, ValueError, IndexError):
-        options = {}
-    if isinstance(options, dict) and options.get("schema") is not None:
-        out.append("an explicit schema= is not supported")
+    if scan_type == "parquet":
+        try:
+            options = json.loads(node.scan_type[1])
+        except (TypeError, ValueError, IndexError):
+            options = {}
+        if isinstance(options, dict) and options.get("schema") is not None:
+            out.append("an explicit schema= is not supported")
     return out
+
+
+#: CSV options in Polars' serialised ``CsvReadOptions`` whose value shoal passes on to
+#: ``polars.scan_csv`` (JSON key -> keyword); ``parse_options`` keys are prefixed.
+_CSV_OPTIONS = {
+    "has_header": "has_header",
+    "skip_rows": "skip_rows",
+    "skip_lines": "skip_lines",
+    "skip_rows_after_header": "skip_rows_after_header",
+    "ignore_errors": "ignore_errors",
+    "raise_if_empty": "raise_if_empty",
+    "parse_options.missing_is_null": "empty_string_is_null",
+    "parse_options.truncate_ragged_lines": "truncate_ragged_lines",
+    "parse_options.try_parse_dates": "try_parse_dates",
+    "parse_options.decimal_comma": "decimal_comma",
+}
+
+#: Options that only steer schema inference or buffering: each file is read with the
+#: dtypes Polars inferred for the whole scan (the scan's schema), so they do not matter.
+_INFERENCE_ONLY = frozenset(
+    {"infer_schema_length", "infer_schema_files", "schema_overwrite", "dtype_overwrite",
+     "low_memory", "chunk_size", "rechunk", "n_threads", "path", "columns", "projection",
+     "n_rows", "row_index", "fields_to_cast"}
+)  # fmt: skip
+
+#: Serialised names of the dtypes an explicit CSV/NDJSON ``schema=`` may use.
+_DTYPES: dict[str, pl.DataType] = {
+    str(dt): dt
+    for dt in (pl.Int8(), pl.Int16(), pl.Int32(), pl.Int64(), pl.UInt8(), pl.UInt16(),
+               pl.UInt32(), pl.UInt64(), pl.Float32(), pl.Float64(), pl.String(),
+               pl.Boolean(), pl.Date())
+}  # fmt: skip
+
+
+def _file_source(
+    kind: str, paths: tuple[str, ...], options_json: str, schema: Schema
+) -> FileSource | str:
+    """A CSV or NDJSON source whose files, each read on its own, give the rows Polars reads
+    from all of them: the parse options are carried over, and each file is read with the
+    dtypes of ``schema`` (the scan's columns, as Polars inferred them over the files), so
+    that per-file type inference cannot differ. Returns the reason when an option cannot be
+    carried over."""
+    try:
+        raw = json.loads(options_json)
+    except (TypeError, ValueError):
+        return "its options could not be read"
+    flat = {k: v for k, v in raw.items() if k != "parse_options"}
+    flat.update({f"parse_options.{k}": v for k, v in (raw.get("parse_options") or {}).items()})
+    kwargs: dict[str, Any] = {}
+    for key, value in flat.items():
+        if key in _INFERENCE_ONLY:
+            continue
+        if key == "schema":
+            if value is not None:
+                fields = value.get("fields", {})
+                unknown = sorted({str(v) for v in fields.values() if str(v) not in _DTYPES})
+                if unknown:
+                    return f"an explicit schema with dtypes {unknown} is not supported"
+                kwargs["schema"] = tuple(
+                    (n, DataType.from_polars(_DTYPES[str(v)])) for n, v in fields.items()
+                )
+        elif kind == "ndjson":
+            if key != "ignore_errors":
+                return f"option {key}={value!r} is not supported"
+            kwargs[key] = bool(value)
+        elif key in _CSV_OPTIONS:
+            kwargs[_CSV_OPTIONS[key]] = value
+        elif key in ("parse_options.separator", "parse_options.eol_char"):
+            kwargs[key.split(".")[1]] = chr(value)
+        elif key == "parse_options.quote_char":
+            kwargs["quote_char"] = None if value is None else chr(value)
+        elif key == "parse_options.encoding":
+            kwargs["encoding"] = {"Utf8": "utf8", "LossyUtf8": "utf8-lossy"}[value]
+        elif key == "parse_options.comment_prefix":
+            if value is not None:
+                kwargs["comment_prefix"] = _comment_prefix(value)
+        elif key == "parse_options.null_values":
+            if value is not None:
+                kwargs["null_values"] = _null_values(value)
+        elif key == "column_names_overwrite":
+            if value is not None:
+                kwargs["new_columns"] = tuple(value)
+        else:
+            return f"option {key}={value!r} is not supported"
+    if "schema" not in kwargs:
+        kwargs["schema_overrides"] = schema.fields
+    return FileSource(kind, paths, tuple(sorted(kwargs.items())))
+
+
+def _comment_prefix(value: Any) -> str:
+    """``{"Single": 35}`` or ``{"Multi": "//"}`` -> the prefix."""
+    if "Single" in value:
+        return chr(value["Single"])
+    return str(value["Multi"])
+
+
+def _null_values(value: Any) -> str | tuple[str, ...] | tuple[tuple[str, str], ...]:
+    """Polars' serialised ``NullValues`` -> the ``null_values`` argument (hashable: a
+    tuple for a list, pairs for a dict; the kernel turns them back)."""
+    if "AllColumnsSingle" in value:
+        return str(value["AllColumnsSingle"])
+    if "AllColumns" in value:
+        return tuple(value["AllColumns"])
+    return tuple((str(k), str(v)) for k, v in value["Named"])
 
 
 # ---------------------------------------------------------------- row-wise
@@ -239,14 +379,9 @@ def _union(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if not inputs:
         t.error("Union", "no inputs")
         return t.placeholder(schema)
-    slice_ = node.slice
     out: PlanNode = Union(inputs, schema)
-    if slice_ is not None:
-        offset, length = slice_[0], slice_[1]
-        if offset < 0:
-            t.error("Union", f"a slice from the end (offset {offset}) is not supported")
-            return t.placeholder(schema)
-        out = Slice(out, int(offset), _length(length), schema)
+    if node.slice is not None:
+        out = Slice(out, int(node.slice[0]), _length(node.slice[1]), schema)
     return out
 
 
@@ -254,37 +389,154 @@ def _union(t: Translator, node: Any, schema: Schema) -> PlanNode:
 def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
     how_raw, nulls_equal, slice_, suffix, coalesce, maintain_order = node.options
     # ``how`` is a string ("Inner"), or a tuple: ("Inner", "fused_predicate") when Polars
-    # moved a filter on the join's output into the join, ("IEJoin", op, ...) for inequality
-    # joins.
+    # moved a filter on the join's output into the join, ("IEJoin", op1, op2) for an
+    # inequality join (Polars' rewrite of a cross join under a filter, and join_where).
     how_name = str(how_raw[0] if isinstance(how_raw, tuple) else how_raw)
     how = _JOIN_HOW.get(how_name)
-    if how is None:
-        t.error(f"Join(how={how_name})", "only inner and left joins are supported")
+    if how is None and how_name != "IEJoin":
+        t.error(f"Join(how={how_name})", "join type not supported by shoal")
     if node.predicate is not None and how_name != "Inner":
         t.error(f"Join(how={how_name})", "join predicates are supported on inner joins only")
-    if slice_ is not None:
-        t.error("Join", "a slice pushed into the join is not supported")
-    if maintain_order not in (None, "none"):
-        t.error(
-            "Join", f"maintain_order={maintain_order!r} is not supported (order is unspecified)"
-        )
+    order = str(maintain_order or "none")
+    if order not in _JOIN_ORDERS:
+        t.error("Join", f"unknown maintain_order={maintain_order!r}")
     left = t.plan(node.input_left)
     right = t.plan(node.input_right)
-    if how is None:
-        # The join itself is the problem: its keys (Polars rewrites them for some join
-        # types) would only add noise to the report.
+    if how is None and how_name != "IEJoin":
+        # The join itself is the problem: its keys would only add noise to the report.
         return t.placeholder(schema)
-    left_on = tuple(ne.expr for ne in t.named_at(node.input_left, node.left_on, "Join"))
-    right_on = tuple(ne.expr for ne in t.named_at(node.input_right, node.right_on, "Join"))
-    # A fused predicate reads the join's output columns (suffixed names included).
-    pred = None if node.predicate is None else t.expr(node.predicate.node, "Join")
-    out: PlanNode = Join(
-        left, right, left_on, right_on, how, str(suffix), bool(nulls_equal), bool(coalesce), schema
-    )
-    if pred is not None and not _is_true(pred):
-        # Inner join with a predicate: the rows of the equi-join where it holds.
-        out = Filter(out, pred, schema)
+    if how_name == "IEJoin":
+        with t.at(node.input_left):
+            left_on = tuple(_ie_key(t, e.node) for e in node.left_on)
+        with t.at(node.input_right):
+            right_on = tuple(_ie_key(t, e.node) for e in node.right_on)
+        out = _ie_join(t, how_raw, left, right, left_on, right_on, str(suffix), order, schema)
+    else:
+        assert how is not None
+        left_on = tuple(ne.expr for ne in t.named_at(node.input_left, node.left_on, "Join"))
+        right_on = tuple(ne.expr for ne in t.named_at(node.input_right, node.right_on, "Join"))
+        out = _equi_join(
+            left,
+            right,
+            left_on,
+            right_on,
+            how,
+            str(suffix),
+            bool(nulls_equal),
+            bool(coalesce),
+            schema,
+            order,
+        )
+        # A fused predicate reads the join's output columns (suffixed names included).
+        pred = None if node.predicate is None else t.expr(node.predicate.node, "Join")
+        if pred is not None and not _is_true(pred):
+            # Inner join with a predicate: the rows of the equi-join where it holds.
+            out = Filter(out, pred, schema)
+    if slice_ is not None:
+        # Polars slices the join's output (head/tail/slice pushed into the join).
+        out = Slice(out, int(slice_[0]), _length(slice_[1]), schema)
     return out
+
+
+def _equi_join(
+    left: PlanNode,
+    right: PlanNode,
+    left_on: tuple[Expr, ...],
+    right_on: tuple[Expr, ...],
+    how: JoinHow,
+    suffix: str,
+    nulls_equal: bool,
+    coalesce: bool,
+    schema: Schema,
+    order: str,
+) -> PlanNode:
+    """An IR join with Polars' output ``schema``.
+
+    Polars adds keys to an inner or left join from a filter above it (``a == b`` on a left
+    and a right column) and keeps such a right key column, while a coalescing join drops
+    its right key columns. Where Polars' schema keeps one, the join does not coalesce and a
+    projection picks Polars' columns (on inner and left joins the coalesced key is the left
+    key, so nothing else changes).
+    """
+    left_names = set(left.schema.names)
+    kept = [
+        e.name for e in right_on
+        if isinstance(e, Col) and e.name in schema.names and e.name not in left_names
+    ]  # fmt: skip
+    if not (coalesce and kept and how in ("inner", "left")):
+        return Join(
+            left, right, left_on, right_on, how, suffix, nulls_equal, coalesce, schema, order
+        )  # type: ignore[arg-type]
+    wide = Schema(
+        (*left.schema.fields,
+         *((n + suffix if n in left_names else n, dt) for n, dt in right.schema.fields))
+    )  # fmt: skip
+    joined = Join(left, right, left_on, right_on, how, suffix, nulls_equal, False, wide, order)  # type: ignore[arg-type]
+    return Project(joined, _cols(schema), schema)
+
+
+def _ie_key(t: Translator, node: int) -> Expr:
+    """One key of an IEJoin (cursor on its side's input).
+
+    Polars compares Decimal keys as their Int128 physical values brought to one scale:
+    ``col.to_physical().clip(-10**36, 10**36) * 10**k``. That order is the order of the
+    decimals themselves (short of the clip, which only values above 10**34 reach), so the
+    key is the decimal expression inside; Int128 has no Arrow type for the IR to carry.
+    """
+    if t.nt.get_dtype(node) != pl.Int128:
+        return t.expr(node, "Join")
+    view = t.nt.view_expression(node)
+    while True:
+        kind = type(view).__name__
+        key = function_key(view.function_data[0]) if kind == "Function" else ""
+        if kind == "BinaryExpr" and str(view.op).endswith("Multiply"):
+            node = view.left
+        elif key == "clip":
+            node = view.input[0]
+        elif key == "to_physical" and isinstance(t.nt.get_dtype(view.input[0]), pl.Decimal):
+            return t.expr(view.input[0], "Join")
+        else:
+            t.error(f"Join(how=IEJoin): key {kind}", "an Int128 key shoal cannot carry")
+            return t.placeholder_expr()
+        view = t.nt.view_expression(node)
+
+
+def _ie_join(
+    t: Translator,
+    how: tuple[Any, ...],
+    left: PlanNode,
+    right: PlanNode,
+    left_on: tuple[Expr, ...],
+    right_on: tuple[Expr, ...],
+    suffix: str,
+    order: str,
+    schema: Schema,
+) -> PlanNode:
+    """Polars' inequality join, ``left_on[i] <op_i> right_on[i]`` for every ``i``, as the
+    cross join it is defined by, filtered by the comparisons. The output has every column of
+    both sides (right names that clash get ``suffix``), so a right column in a comparison is
+    read under its output name. The planner broadcasts the smaller side of a cross join, and
+    the kernel's Polars turns each partition's cross join and filter back into an IEJoin."""
+    ops = [op for op in how[1:] if op is not None]
+    left_names = set(left.schema.names)
+
+    def renamed(e: Expr) -> Expr | None:
+        if isinstance(e, Col) and e.name in left_names:
+            return Col(e.name + suffix, e.dtype)
+        return None
+
+    terms: list[Expr] = []
+    for op, lhs, rhs in zip(ops, left_on, right_on, strict=True):
+        name = OPERATORS.get(str(op).rsplit(".", 1)[-1])
+        if name not in ("lt", "le", "gt", "ge"):
+            t.error(f"Join(how=IEJoin, op={op})", "inequality operator not supported by shoal")
+            return t.placeholder(schema)
+        terms.append(BinaryOp(name, lhs, replace(rhs, renamed), BOOL))
+    pred = terms[0]
+    for term in terms[1:]:
+        pred = BinaryOp("and", pred, term, BOOL)
+    cross = Join(left, right, (), (), "cross", suffix, False, False, schema, order)  # type: ignore[arg-type]
+    return Filter(cross, pred, schema)
 
 
 @_register("Sort")
@@ -299,18 +551,54 @@ def _sort(t: Translator, node: Any, schema: Schema) -> PlanNode:
         child, by, tuple(map(bool, desc)), tuple(map(bool, last)), bool(maintain_order), schema
     )
     if node.slice is not None:
-        offset, length = node.slice[0], node.slice[1]
-        if offset < 0:
-            t.error("Sort", f"a slice from the end (offset {offset}, e.g. tail) is not supported")
-            return t.placeholder(schema)
-        out = Slice(out, int(offset), _length(length), schema)
+        out = Slice(out, int(node.slice[0]), _length(node.slice[1]), schema)
     return out
 
 
 @_register("Slice")
 def _slice(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    child = t.plan(node.input)
-    if node.offset < 0:
-        t.error("Slice", f"a slice from the end (offset {node.offset}, e.g. tail) is not supported")
+    # A negative offset counts from the end (tail).
+    return Slice(t.plan(node.input), int(node.offset), _length(node.len), schema)
+
+
+@_register("HConcat")
+def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
+    # Polars' options: (parallel, strict, broadcast unit-length inputs); heights must match.
+    _parallel, strict, broadcast = node.options
+    inputs = tuple(t.plan(i) for i in node.inputs)
+    if not strict or broadcast:
+        t.error(f"HConcat(options={node.options})", "these options are not supported")
         return t.placeholder(schema)
-    return Slice(child, int(node.offset), _length(node.len), schema)
+    return HConcat(inputs, schema)
+
+
+@_register("MapFunction")
+def _map_function(t: Translator, node: Any, schema: Schema) -> PlanNode:
+    name, *args = node.function
+    child = t.plan(node.input)
+    if name == "explode":
+        columns, empty_as_null, keep_nulls = args
+        return Explode(child, tuple(columns), schema, bool(empty_as_null), bool(keep_nulls))
+    if name == "unnest":
+        columns, separator = args
+        return Unnest(child, tuple(columns), schema, separator)
+    if name == "unpivot":
+        index, on, variable_name, value_name = args
+        return Unpivot(child, tuple(index), tuple(on), str(variable_name), str(value_name), schema)
+    if name == "row_index":
+        index_name, offset = args
+        return RowIndex(child, str(index_name), int(offset), schema)
+    if name == "rename":
+        # rename(mapping) where Polars kept it as a map function: existing -> new names.
+        return Project(
+            child,
+            tuple(
+                NamedExpr(new, Col(old, dt))
+                for (new, dt), old in zip(schema.fields, child.schema.names, strict=True)
+            ),
+            schema,
+        )
+    if name in ("rechunk", "set_sorted", "hint"):
+        return child  # no effect on the rows
+    t.error(f"MapFunction({name})", "this map function is not supported")
+    return t.placeholder(schema)

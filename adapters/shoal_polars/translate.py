@@ -31,8 +31,6 @@ NODES: dict[str, NodeHandler] = {}
 
 #: Plan node classes shoal cannot run, with the reason.
 UNSUPPORTED_NODES: dict[str, str] = {
-    "HConcat": "horizontal concatenation depends on row positions",
-    "MapFunction": "this map function is not supported",
     "PythonScan": "Python scans (register_io_source, from_*) cannot be read by shoal",
     "MergeSorted": "merge_sorted is not supported",
     "ExtContext": "with_context is not supported",
@@ -138,9 +136,13 @@ class Translator:
         try:
             view = self.nt.view_current_node()
         except NotImplementedError as exc:
-            # e.g. LazyFrame.map_batches: "opaque python mapfunction".
-            name = "MapFunction" if "mapfunction" in str(exc).lower() else "plan node"
-            self.error(f"{name} ({exc})", "Python functions over frames cannot run in shoal")
+            # LazyFrame.map_batches: "opaque python mapfunction"; IPC scans: "ipc scan".
+            if "mapfunction" in str(exc).lower():
+                self.error(
+                    f"MapFunction ({exc})", "Python functions over frames cannot run in shoal"
+                )
+            else:
+                self.error(f"plan node ({exc})", "Polars does not show this node to engines")
             return self._skip(Schema(()))
         name = type(view).__name__
         schema = self.schema(name)

@@ -92,7 +92,53 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.truncate": lambda a, o: a[0].dt.truncate(a[1]),
     "dt.to_string": lambda a, o: a[0].dt.to_string(o["format"]),
     "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
+    # order-dependent (ORDER_DEPENDENT_FUNCTIONS: the planner gathers their input first)
+    "cum_sum": lambda a, o: a[0].cum_sum(reverse=o.get("reverse", False)),
+    "cum_prod": lambda a, o: a[0].cum_prod(reverse=o.get("reverse", False)),
+    "cum_min": lambda a, o: a[0].cum_min(reverse=o.get("reverse", False)),
+    "cum_max": lambda a, o: a[0].cum_max(reverse=o.get("reverse", False)),
+    "cum_count": lambda a, o: a[0].cum_count(reverse=o.get("reverse", False)),
+    "shift": lambda a, o: a[0].shift(a[1], fill_value=a[2] if len(a) > 2 else None),
+    "diff": lambda a, o: a[0].diff(a[1], null_behavior=o.get("null_behavior", "ignore")),
+    "pct_change": lambda a, o: a[0].pct_change(a[1]),
+    "rank": lambda a, o: a[0].rank(o.get("method", "average"),
+                                   descending=o.get("descending", False)),
+    "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"],
+                                                      limit=o.get("limit")),
+    "reverse": lambda a, o: a[0].reverse(),
+    "is_unique": lambda a, o: a[0].is_unique(),
+    "is_duplicated": lambda a, o: a[0].is_duplicated(),
+    "is_first_distinct": lambda a, o: a[0].is_first_distinct(),
+    "is_last_distinct": lambda a, o: a[0].is_last_distinct(),
+    "rle_id": lambda a, o: a[0].rle_id(),
+    "interpolate": lambda a, o: a[0].interpolate(o.get("method", "linear")),
+    "gather_every": lambda a, o: a[0].gather_every(o["n"], o.get("offset", 0)),
+    "filter": lambda a, o: a[0].filter(a[1]),
+    "slice": lambda a, o: a[0].slice(a[1], a[2]),
+    "sort": lambda a, o: a[0].sort(descending=o.get("descending", False),
+                                   nulls_last=o.get("nulls_last", False)),
+    "sort_by": lambda a, o: a[0].sort_by(
+        a[1:], descending=list(o["descending"]), nulls_last=list(o["nulls_last"]),
+        maintain_order=o.get("maintain_order", False),
+    ),
+    "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
+    "over": lambda a, o: _over(a, o),
 }
+
+
+def _over(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """A window: ``a`` is the function, then ``o["partitions"]`` partition keys, then the
+    ``order_by`` key when ``o["ordered"]``."""
+    n = o["partitions"]
+    keys = a[1 : 1 + n]
+    order_by = a[1 + n] if o.get("ordered") else None
+    return a[0].over(
+        keys or None,
+        order_by=order_by,
+        descending=o.get("descending", False),
+        nulls_last=o.get("nulls_last", False),
+        mapping_strategy=o.get("mapping_strategy", "group_to_rows"),
+    )
 
 
 def _clip(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
@@ -152,6 +198,12 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
         return getattr(arg, name)()
     if name in ("std", "var"):
         return getattr(arg, name)(ddof=options.get("ddof", 1))
+    if name in ("nan_min", "nan_max", "implode", "product", "arg_min", "arg_max"):
+        return getattr(arg, name)()
+    if name in ("first_non_null", "last_non_null"):
+        return getattr(arg, name.removesuffix("_non_null"))(ignore_nulls=True)
+    if name == "quantile":
+        return arg.quantile(options["quantile"], options.get("interpolation", "nearest"))
     raise UnsupportedError(f"aggregate function {name!r} is not supported by the kernel")
 
 
@@ -167,6 +219,8 @@ def to_polars(expr: Expr) -> pl.Expr:
     if isinstance(expr, BinaryOp):
         return _BINARY[expr.op](to_polars(expr.left), to_polars(expr.right))
     if isinstance(expr, Cast):
+        if expr.wrap:
+            return to_polars(expr.expr).cast(expr.dtype.to_polars(), wrap_numerical=True)
         return to_polars(expr.expr).cast(expr.dtype.to_polars(), strict=expr.strict)
     if isinstance(expr, Ternary):
         return (

@@ -53,7 +53,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import Schema
+from shoal.ir.types import DataType, Schema
 
 _BUCKET = "__shoal_bucket"
 _HASH_SEED = 0x5EED
@@ -87,9 +87,7 @@ def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
     frames = [pl.from_arrow(t) for t in tables if t.num_rows > 0]
     if not frames:
         return _empty(schema)
-    df = frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
-    assert isinstance(df, pl.DataFrame)
-    return df
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
 
 
 class _ScanLookup:
@@ -131,7 +129,7 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         reader = _READERS.get(node.source.format)
         if reader is None:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
-        lf = reader(part.path, **dict(node.source.options)).select(cols)
+        lf = reader(part.path, **_reader_options(node.source.options)).select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
     if node.predicate is not None:
@@ -144,6 +142,20 @@ _READERS: dict[str, Any] = {
     "ndjson": pl.scan_ndjson,
     "ipc": pl.scan_ipc,
 }
+
+
+def _reader_options(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """A :class:`FileSource`'s options as reader keyword arguments. The IR keeps them
+    hashable: a schema (``schema``, ``schema_overrides``) as (name, DataType) pairs, a
+    mapping as (key, value) pairs and a list as a tuple; they become dicts and lists."""
+    out: dict[str, Any] = {}
+    for key, value in options:
+        if isinstance(value, tuple) and value and all(isinstance(v, tuple) for v in value):
+            value = {k: v.to_polars() if isinstance(v, DataType) else v for k, v in value}
+        elif isinstance(value, tuple):
+            value = list(value)
+        out[key] = value
+    return out
 
 _JOIN_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
              "semi": "semi", "anti": "anti", "cross": "cross"}
@@ -175,7 +187,8 @@ def build(
         left = build(node.left, inputs, scan)
         right = build(node.right, inputs, scan)
         if node.how == "cross":
-            return left.join(right, how="cross", suffix=node.suffix)
+            return left.join(right, how="cross", suffix=node.suffix,
+                             maintain_order=node.maintain_order)
         return left.join(
             right,
             left_on=[to_polars(e) for e in node.left_on],
@@ -184,6 +197,7 @@ def build(
             suffix=node.suffix,
             nulls_equal=node.nulls_equal,
             coalesce=node.coalesce,
+            maintain_order=node.maintain_order,
         )
     if isinstance(node, Sort):
         lf = build(node.input, inputs, scan)
@@ -206,9 +220,12 @@ def build(
     if isinstance(node, HConcat):
         return pl.concat([build(i, inputs, scan) for i in node.inputs], how="horizontal")
     if isinstance(node, Explode):
-        return build(node.input, inputs, scan).explode(list(node.columns))
+        return build(node.input, inputs, scan).explode(
+            list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
+        )
     if isinstance(node, Unnest):
-        return build(node.input, inputs, scan).unnest(list(node.columns))
+        return build(node.input, inputs, scan).unnest(list(node.columns),
+                                                      separator=node.separator)
     if isinstance(node, Unpivot):
         return build(node.input, inputs, scan).unpivot(
             on=list(node.on), index=list(node.index), variable_name=node.variable_name,
@@ -287,8 +304,7 @@ def choose_boundaries(
     frames = [pl.from_arrow(s) for s in samples if s.num_rows > 0]
     if not frames or n <= 1:
         return None
-    allk = pl.concat(frames, how="vertical_relaxed")  # type: ignore[arg-type]
-    assert isinstance(allk, pl.DataFrame)
+    allk = pl.concat(frames, how="vertical_relaxed")
     allk = allk.sort(allk.columns, descending=list(descending), nulls_last=list(nulls_last))
     idx = [min(allk.height - 1, (i * allk.height) // n) for i in range(1, n)]
     return allk[idx].to_arrow()

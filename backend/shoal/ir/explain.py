@@ -38,7 +38,8 @@ def describe(node: PlanNode) -> str:
         return f"AGGREGATE BY [{keys}] [{aggs}]{mo}"
     if isinstance(node, Join):
         on = ", ".join(f"{a} = {b}" for a, b in zip(node.left_on, node.right_on, strict=True))
-        return f"JOIN {node.how.upper()} ON {on}"
+        mo = "" if node.maintain_order == "none" else f" MAINTAIN ORDER {node.maintain_order}"
+        return f"JOIN {node.how.upper()} ON {on}{mo}"
     if isinstance(node, Sort):
         keys = ", ".join(
             f"{e}{' DESC' if d else ''}{' NULLS LAST' if n else ''}"

@@ -27,7 +27,8 @@ BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | BOOLEAN_OPS
 #: Aggregate functions the IR knows.
 AGG_FUNCTIONS = frozenset(
     {"sum", "mean", "min", "max", "count", "len", "n_unique", "first", "last", "median",
-     "std", "var", "null_count"}
+     "std", "var", "null_count", "nan_min", "nan_max", "first_non_null", "last_non_null",
+     "quantile", "implode", "product", "arg_min", "arg_max"}
 )
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
@@ -37,7 +38,9 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {"cum_sum", "cum_prod", "cum_min", "cum_max", "cum_count", "shift", "diff", "rank",
      "over", "row_index", "int_range", "pct_change", "rolling", "forward_fill",
      "backward_fill", "fill_null_strategy", "gather_every", "reverse", "head", "tail",
-     "slice", "sort", "sort_by", "unique", "arg_sort", "top_k", "bottom_k"}
+     "slice", "sort", "sort_by", "unique", "arg_sort", "top_k", "bottom_k", "filter",
+     "is_unique", "is_duplicated", "is_first_distinct", "is_last_distinct", "rle_id",
+     "interpolate"}
 )
 
 _SYMBOL = {
@@ -86,7 +89,13 @@ class Expr:
         return {e.name for e in self.walk() if isinstance(e, Col)}
 
     def has_agg(self) -> bool:
-        return any(isinstance(e, Agg) for e in self.walk())
+        """True when this expression aggregates rows: it has an aggregate outside any
+        window (``over``), whose aggregates are computed per group and mapped back to rows."""
+        if isinstance(self, Agg):
+            return True
+        if isinstance(self, Function) and self.name == "over":
+            return False
+        return any(c.has_agg() for c in self.children())
 
     def is_row_local(self) -> bool:
         """True when each output row depends only on the same input row (no aggregate,
@@ -117,8 +126,20 @@ class Lit(Expr):
     value: Any
     dtype: DataType
 
+    def __hash__(self) -> int:
+        # A list value (the right side of is_in) hashes by its items.
+        return hash((_hashable(self.value), self.dtype))
+
     def __str__(self) -> str:
         return f"lit({self.value!r}: {self.dtype})"
+
+
+def _hashable(value: Any) -> Any:
+    if isinstance(value, list | tuple):
+        return tuple(_hashable(v) for v in value)
+    if isinstance(value, dict):
+        return tuple((k, _hashable(v)) for k, v in value.items())
+    return value
 
 
 @dataclass(frozen=True)
@@ -136,14 +157,18 @@ class BinaryOp(Expr):
 
 @dataclass(frozen=True)
 class Cast(Expr):
-    """Cast to ``dtype``; ``strict`` raises on values that do not fit (else they become null)."""
+    """Cast to ``dtype``; ``strict`` raises on values that do not fit (else they become null);
+    ``wrap`` makes numbers that do not fit wrap around instead (Polars'
+    ``wrap_numerical``, which Polars also uses for its own integer supertype casts)."""
 
     expr: Expr
     dtype: DataType
     strict: bool = True
+    wrap: bool = False
 
     def __str__(self) -> str:
-        return f"{self.expr}.{'strict_' if self.strict else ''}cast({self.dtype})"
+        kind = "wrapping_" if self.wrap else "strict_" if self.strict else ""
+        return f"{self.expr}.{kind}cast({self.dtype})"
 
 
 @dataclass(frozen=True)

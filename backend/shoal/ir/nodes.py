@@ -17,6 +17,7 @@ from shoal.ir.expr import Expr, NamedExpr
 from shoal.ir.types import Schema
 
 JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
+JoinOrder = Literal["none", "left", "right", "left_right", "right_left"]
 
 
 class PlanNode:
@@ -166,9 +167,11 @@ class Aggregate(PlanNode):
 class Join(PlanNode):
     """Equi-join on ``left_on[i] == right_on[i]`` with Polars' join semantics.
 
-    ``how`` is inner or left for now; null keys match only when ``nulls_equal``. With
-    ``coalesce`` the right key columns are dropped; other right columns whose names clash
-    get ``suffix``. Output order is unspecified.
+    ``how`` is any of :data:`JoinHow` (a cross join has no keys); null keys match only when
+    ``nulls_equal``. With ``coalesce`` the right key columns are dropped; other right
+    columns whose names clash get ``suffix``. ``maintain_order`` is Polars' option of that
+    name: ``"none"`` (output order unspecified), ``"left"``, ``"right"``, ``"left_right"`` or
+    ``"right_left"`` (rows in the order of that side, ties in the order of the other).
     """
 
     left: PlanNode
@@ -180,6 +183,7 @@ class Join(PlanNode):
     nulls_equal: bool
     coalesce: bool
     schema: Schema
+    maintain_order: JoinOrder = "none"
 
 
 @dataclass(frozen=True)
@@ -197,7 +201,8 @@ class Sort(PlanNode):
 
 @dataclass(frozen=True)
 class Slice(PlanNode):
-    """Rows ``offset`` to ``offset + length`` (``length`` None: to the end); offset >= 0."""
+    """Rows ``offset`` to ``offset + length`` (``length`` None: to the end); a negative
+    ``offset`` counts from the end, as in Polars (``tail(n)`` is offset ``-n``)."""
 
     input: PlanNode
     offset: int
@@ -229,8 +234,8 @@ class Union(PlanNode):
 
 @dataclass(frozen=True)
 class HConcat(PlanNode):
-    """Columns of every input side by side (Polars ``concat(how="horizontal")``); shorter
-    inputs are padded with nulls."""
+    """Columns of every input side by side (Polars ``concat(how="horizontal")``); the inputs
+    must have the same number of rows (Polars raises ``ShapeError`` otherwise)."""
 
     inputs: tuple[PlanNode, ...]
     schema: Schema
@@ -238,20 +243,26 @@ class HConcat(PlanNode):
 
 @dataclass(frozen=True)
 class Explode(PlanNode):
-    """One row per element of the list columns ``columns`` (Polars ``explode``)."""
+    """One row per element of the list columns ``columns`` (Polars ``explode``): an empty
+    list gives a null row when ``empty_as_null`` (else no row), a null list gives a null row
+    when ``keep_nulls`` (else no row)."""
 
     input: PlanNode
     columns: tuple[str, ...]
     schema: Schema
+    empty_as_null: bool = False
+    keep_nulls: bool = True
 
 
 @dataclass(frozen=True)
 class Unnest(PlanNode):
-    """Struct columns ``columns`` replaced by their fields (Polars ``unnest``)."""
+    """Struct columns ``columns`` replaced by their fields (Polars ``unnest``), each named
+    ``<column><separator><field>`` when ``separator`` is set, else by the field name."""
 
     input: PlanNode
     columns: tuple[str, ...]
     schema: Schema
+    separator: str | None = None
 
 
 @dataclass(frozen=True)

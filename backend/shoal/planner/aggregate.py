@@ -1,21 +1,36 @@
 """Two-phase aggregation: split aggregates into a partial part (per partition) and a final
 part (after the exchange), where that split is exact.
 
-``sum``, ``count``, ``len``, ``min``, ``max`` and ``null_count`` combine exactly;
-``mean`` becomes ``sum / count`` (null when the count is 0, as Polars' mean of no values).
-``n_unique``, ``median``, ``std``, ``var``, ``first`` and ``last`` are not split: their
-rows are shuffled by key and aggregated once, which is exact.
+``sum``, ``count``, ``len``, ``min``, ``max``, ``nan_min``, ``nan_max``, ``product`` and
+``null_count`` combine exactly; ``mean`` becomes ``sum / count`` (null when the count is 0,
+as Polars' mean of no values). ``n_unique``, ``median``, ``quantile``, ``std``, ``var``,
+``first``, ``last``, ``implode`` and the rest are not split, nor is any aggregate of an
+order-dependent expression (``cum_sum(a).sum()``): their rows are shuffled by key and
+aggregated once, which is exact (the shuffle keeps the input order within a group).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Lit, NamedExpr, Ternary, replace
+from shoal.ir.expr import (
+    ORDER_DEPENDENT_FUNCTIONS,
+    Agg,
+    BinaryOp,
+    Cast,
+    Col,
+    Expr,
+    Function,
+    Lit,
+    NamedExpr,
+    Ternary,
+    replace,
+)
 from shoal.ir.types import FLOAT64, DataType
 
 _FINAL = {"sum": "sum", "count": "sum", "len": "sum", "min": "min", "max": "max",
-          "null_count": "sum"}
+          "null_count": "sum", "nan_min": "nan_min", "nan_max": "nan_max",
+          "product": "product"}
 DECOMPOSABLE = frozenset(_FINAL) | {"mean"}
 
 
@@ -36,10 +51,22 @@ def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
             if isinstance(e, Agg):
                 if e.name not in DECOMPOSABLE:
                     return False
-                if e.arg is not None and e.arg.has_agg():
+                if e.arg is not None and not _rows_independent(e.arg):
                     return False
             elif isinstance(e, Col) and not _inside_agg(ne.expr, e):
                 return False
+    return True
+
+
+def _rows_independent(arg: Expr) -> bool:
+    """Whether each row's contribution to an aggregate of ``arg`` depends on that row only
+    (row-local functions, and ``filter``, which only drops rows): then the aggregate of a
+    group is the combination of its partial aggregates over any split of the rows."""
+    for e in arg.walk():
+        if isinstance(e, Agg):
+            return False
+        if isinstance(e, Function) and e.name in ORDER_DEPENDENT_FUNCTIONS and e.name != "filter":
+            return False
     return True
 
 

@@ -22,7 +22,7 @@ A fragment that already has a single partition takes every operator in place.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from shoal.config import Config
@@ -222,6 +222,8 @@ class _Builder:
     def join(self, node: Join) -> _Open:
         left = self.visit(node.left)
         right = self.visit(node.right)
+        if node.maintain_order != "none":
+            return self._ordered_join(node, left, right)
         threshold = self.config.broadcast_join_threshold_bytes
         # Which side may be broadcast: the other side's rows must each meet the whole of it.
         can_right = node.how in ("inner", "left", "semi", "anti", "cross")
@@ -246,11 +248,25 @@ class _Builder:
         rs = self.cut(right, HashOutput(rkeys, n), name=f"{right.name}+shuffle")
         specs = [StageInputSpec(ls.id, "bucket", ls.fragment.schema),
                  StageInputSpec(rs.id, "bucket", rs.fragment.schema)]
-        joined = Join(StageInput(0, ls.fragment.schema), StageInput(1, rs.fragment.schema),
-                      node.left_on, node.right_on, node.how, node.suffix, node.nulls_equal,
-                      node.coalesce, node.schema)
+        joined = replace(node, left=StageInput(0, ls.fragment.schema),
+                         right=StageInput(1, rs.fragment.schema))
         return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes,
                      name="hash-join")
+
+    def _ordered_join(self, node: Join, left: _Open, right: _Open) -> _Open:
+        """A join whose output order Polars defines (``maintain_order``): the side whose
+        order leads is the probe side, in its partitions, and the other side is broadcast
+        whole (in its order), so that the concatenated partitions are in Polars' order.
+        Where the other side may not be broadcast (a full join, or a left join ordered by
+        its right side), both sides are gathered into one task."""
+        leads_left = node.maintain_order.startswith("left")
+        if leads_left and node.how in ("inner", "left", "semi", "anti", "cross"):
+            return self._broadcast(node, probe=left, build=right, build_is_right=True)
+        if not leads_left and node.how in ("inner", "right"):
+            return self._broadcast(node, probe=right, build=left, build_is_right=False)
+        left = self.gather(left, "ordered-join")
+        return self._broadcast(node, probe=left, build=self.gather(right, "gather"),
+                               build_is_right=True)
 
     def distinct(self, node: Distinct) -> _Open:
         op = self.visit(node.input)
@@ -305,8 +321,7 @@ class _Builder:
         left, right = (probe.node, small) if build_is_right else (small, probe.node)
         probe.est_bytes += build.est_bytes
         probe.name = f"{probe.name}+broadcast-join"
-        return probe.wrap(Join(left, right, node.left_on, node.right_on, node.how, node.suffix,
-                               node.nulls_equal, node.coalesce, node.schema))
+        return probe.wrap(replace(node, left=left, right=right))
 
     def sort(self, node: Sort) -> _Open:
         op = self.visit(node.input)
