@@ -94,6 +94,7 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
         track = (e["pid"], e["tid"])
         if track not in y or e["name"] == "query":
             continue
+        c: Any
         if e["cat"] == "driver":
             c = DRIVER_COLORS.get(e["name"], "#444444")
             height = 0.6

@@ -36,6 +36,12 @@ EPS_US = 0.01  # timestamps are written with 3 decimals (ns); allow rounding
 # -- helpers: read a trace the way Perfetto does --------------------------------------------
 
 
+def _frame(table: Any) -> pl.DataFrame:
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
 def _load(path: Path) -> dict[str, Any]:
     text = path.read_text()
     data = json.loads(text)
@@ -214,7 +220,7 @@ def test_ir_plan_trace_on_ray(tmp_path: Path):
     config = shoal.Config(default_partitions=4, runner="ray")
     with shoal.trace(tmp_path / "agg.json"):
         got = shoal.execute(plan, runner="ray", config=config)
-    assert pl.from_arrow(got).equals(expected)
+    assert _frame(got).equals(expected)
     report = last_query()
     assert report is not None
     _check_trace(_load(tmp_path / "agg.json"), report, config)
@@ -303,7 +309,7 @@ def test_listener_receives_the_same_events_live(caplog):
     finally:
         tracing.remove_listener(seen.append)
         tracing.remove_listener(broken)
-    assert pl.from_arrow(got).equals(expected)  # the broken listener broke nothing
+    assert _frame(got).equals(expected)  # the broken listener broke nothing
     assert calls == len(seen) > 10  # and it kept receiving events
     reports = [r for r in caplog.records if r.name == "shoal.tracing"]
     assert len(reports) == 1 and "listener" in reports[0].getMessage()  # reported once
@@ -367,7 +373,7 @@ def test_free_when_off(monkeypatch):
         for name, fn in list(vars(cls).items()):
             if callable(fn) and (not name.startswith("__") or name in ("__init__", "__enter__")):
                 monkeypatch.setattr(cls, name, counting(f"{cls.__name__}.{name}", fn))
-    for cls in (
+    for event_cls in (
         ev.QueryStarted,
         ev.LoopSpan,
         ev.TaskDispatched,
@@ -376,13 +382,13 @@ def test_free_when_off(monkeypatch):
         ev.StageFinished,
         ev.QueryFinished,
     ):
-        monkeypatch.setattr(cls, "__init__", counting(cls.__name__, cls.__init__))
+        monkeypatch.setattr(event_cls, "__init__", counting(event_cls.__name__, event_cls.__init__))
 
     config = shoal.Config(default_partitions=4, runner="ray")
     assert config.trace is None and start_query(config) is None
     plan, expected = agg_sort_plan(frame())
     got = shoal.execute(plan, config=config)
-    assert pl.from_arrow(got).equals(expected)
+    assert _frame(got).equals(expected)
     report = last_query()
     assert report is not None and len(report.task_stats) > 4
     assert calls == Counter(), calls
@@ -402,7 +408,8 @@ def test_a_failed_task_is_in_the_trace(tmp_path):
     try:
         with pytest.raises(TaskError), tracer:
             tracer.planned(physical, cpus=2, max_in_flight=50)
-            DispatchLoop(physical, FakeBackend(0, fail=(0, 2)), 50, None, tracer).run()
+            backend = FakeBackend(0, fail=(0, 2))
+            DispatchLoop(physical, backend, 50, None, tracer).run()  # type: ignore[arg-type]
     finally:
         tracing.remove_listener(seen.append)
     writer.close()
@@ -450,3 +457,13 @@ def test_events_are_plain_frozen_dataclasses():
     e = ev.CounterSample(1, 0.0, "tasks in flight", 2)
     with pytest.raises(AttributeError):
         e.value = 3  # type: ignore[misc]
+
+
+def test_an_unwritable_config_trace_never_breaks_the_query(tmp_path, caplog):
+    (tmp_path / "file").write_text("")
+    plan, expected = agg_sort_plan(frame())
+    config = shoal.Config(trace=str(tmp_path / "file" / "x.json"), default_partitions=2)
+    with caplog.at_level(logging.WARNING, logger="shoal.tracing"):
+        got = shoal.execute(plan, runner="ray", config=config)
+    assert _frame(got).equals(expected)
+    assert any("writing the trace" in r.getMessage() for r in caplog.records)
