@@ -231,7 +231,9 @@ class QueryTracer:
     the whole query: entering emits :class:`QueryStarted`, leaving closes open stages,
     derives the worker-side counters and emits :class:`QueryFinished`).
 
-    Called from the thread that runs the query's dispatch loop only.
+    Called from the thread that runs the query's dispatch loop only. Events go to
+    ``sinks`` (trace writers) and to the registered listeners; ``owned`` are the sinks
+    this query opened itself (``Config.trace``), closed when it ends.
     """
 
     def __init__(
