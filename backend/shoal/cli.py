@@ -1,7 +1,9 @@
 """The ``shoal`` command line.
 
 ``shoal tpch`` runs TPC-H queries with shoal and with native Polars (streaming and
-in-memory engines), times them and checks that shoal's answers match Polars'.
+in-memory engines), times them and checks that shoal's answers match Polars'. With
+``--frontend duckdb`` it runs the DuckDB SQL forms through ``shoal.duckdb.sql`` and checks
+them against native DuckDB.
 """
 
 from __future__ import annotations
@@ -11,12 +13,13 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import polars as pl
 
 import shoal
 from shoal.tpch import QUERIES, SORT_KEYS, compare_frames, generate, scan_tables
+from shoal.tpch.sql import SQL_QUERIES, SQL_SORT_KEYS, register_tpch
 
 T = TypeVar("T")
 
@@ -71,8 +74,17 @@ def _parser() -> argparse.ArgumentParser:
     tpch.add_argument(
         "--queries",
         type=_query_list,
-        default=sorted(QUERIES),
-        help=f"comma-separated query numbers (default: {','.join(map(str, sorted(QUERIES)))})",
+        default=None,
+        help="comma-separated query numbers (default: every query of the frontend: "
+        f"{','.join(map(str, sorted(QUERIES)))} for polars, 1-22 for duckdb)",
+    )
+    tpch.add_argument(
+        "--frontend",
+        choices=["polars", "duckdb"],
+        default="polars",
+        help="polars: the Polars queries through DistEngine, checked against native Polars; "
+        "duckdb: the SQL queries through shoal.duckdb.sql, checked against native DuckDB "
+        "(default: polars)",
     )
     tpch.add_argument(
         "--runner",
@@ -103,10 +115,11 @@ def _query_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(
             f"not a comma-separated list of numbers: {text!r}"
         ) from None
-    unknown = [n for n in numbers if n not in QUERIES]
+    known = set(QUERIES) | set(SQL_QUERIES)
+    unknown = [n for n in numbers if n not in known]
     if not numbers or unknown:
         raise argparse.ArgumentTypeError(
-            f"unknown queries {unknown or text!r}; available: {sorted(QUERIES)}"
+            f"unknown queries {unknown or text!r}; available: {sorted(known)}"
         )
     return numbers
 
@@ -119,7 +132,17 @@ def _positive_int(text: str) -> int:
 
 
 def _tpch(args: argparse.Namespace) -> int:
+    available = SQL_QUERIES if args.frontend == "duckdb" else QUERIES
+    if args.queries is None:
+        args.queries = sorted(available)
+    missing = [n for n in args.queries if n not in available]
+    if missing:
+        print(f"shoal tpch: the {args.frontend} frontend has no queries {missing}; "
+              f"available: {sorted(available)}")
+        return 2
     data_dir = generate(args.scale, args.data_dir, args.partitions)
+    if args.frontend == "duckdb":
+        return _tpch_duckdb(args, data_dir)
     print(f"data:   {data_dir}")
     print(f"runner: {args.runner}")
     print("(the first shoal query includes starting the runner)")
@@ -157,6 +180,55 @@ def _run_query(number: int, tables: dict[str, pl.LazyFrame], runner: str) -> Que
     except Exception as exc:
         return replace(report, status="error", detail=f"error: {type(exc).__name__}: {exc}")
     ok, reason = compare_frames(result, expected, SORT_KEYS[number])
+    if ok:
+        return replace(report, shoal_s=shoal_s)
+    return replace(report, shoal_s=shoal_s, status="NO", detail=f"mismatch: {reason}")
+
+
+def _tpch_duckdb(args: argparse.Namespace, data_dir: Path) -> int:
+    """``shoal tpch --frontend duckdb``: the SQL queries, shoal against native DuckDB."""
+    import duckdb
+
+    print(f"data:   {data_dir}")
+    print(f"runner: {args.runner}")
+    print("(the first shoal query includes starting the runner)")
+    print()
+    con = duckdb.connect()
+    register_tpch(con, data_dir)
+    print(f"{'query':<6} {'rows':>6} {'shoal s':>9} {'duckdb s':>9}  match")
+    reports = []
+    try:
+        for number in args.queries:
+            report = _run_sql_query(number, con, args.runner)
+            reports.append(report)
+            shoal_s = f"{report.shoal_s:.3f}" if report.shoal_s is not None else "-"
+            print(f"{'Q' + str(number):<6} {report.rows:>6} {shoal_s:>9} "
+                  f"{report.streaming_s:>9.3f}  {report.status}", flush=True)
+    finally:
+        shoal.shutdown()
+        con.close()
+    failures = [r for r in reports if not r.ok]
+    if failures:
+        print()
+        for report in failures:
+            print(f"Q{report.query}: {report.detail}")
+    return 1 if failures else 0
+
+
+def _run_sql_query(number: int, con: Any, runner: str) -> QueryReport:
+    """One SQL query: native DuckDB's time is reported in both native-time fields."""
+    query = SQL_QUERIES[number]
+    expected, duckdb_s = _timed(lambda: con.sql(query).pl())
+    report = QueryReport(number, expected.height, None, duckdb_s, duckdb_s, "yes")
+    try:
+        result, shoal_s = _timed(
+            lambda: shoal.duckdb.sql(con, query, runner=runner, raise_on_fail=True).pl()
+        )
+    except shoal.UnsupportedError as exc:
+        return replace(report, status="unsupported", detail=f"fallback/unsupported: {exc}")
+    except Exception as exc:
+        return replace(report, status="error", detail=f"error: {type(exc).__name__}: {exc}")
+    ok, reason = compare_frames(result, expected, SQL_SORT_KEYS[number])
     if ok:
         return replace(report, shoal_s=shoal_s)
     return replace(report, shoal_s=shoal_s, status="NO", detail=f"mismatch: {reason}")

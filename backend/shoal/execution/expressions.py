@@ -92,6 +92,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.truncate": lambda a, o: a[0].dt.truncate(a[1]),
     "dt.to_string": lambda a, o: a[0].dt.to_string(o["format"]),
     "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
+    # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
+    "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
     # order-dependent (ORDER_DEPENDENT_FUNCTIONS: the planner gathers their input first)
     "cum_sum": lambda a, o: a[0].cum_sum(reverse=o.get("reverse", False)),
     "cum_prod": lambda a, o: a[0].cum_prod(reverse=o.get("reverse", False)),

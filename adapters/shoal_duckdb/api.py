@@ -1,0 +1,252 @@
+"""Running DuckDB queries with shoal: :func:`sql`, :func:`run`, :func:`explain`, :func:`to_ir`.
+
+The flow of :func:`sql`:
+
+1. DuckDB parses the query (a syntax error raises DuckDB's ``ParserException``) and binds it
+   on the caller's connection (a missing table raises DuckDB's ``CatalogException``), before
+   anything else happens;
+2. the query's optimised logical plan is serialised (:mod:`shoal_duckdb.prepare`) and
+   translated into the shoal IR (:mod:`shoal_duckdb.translate`);
+3. shoal runs the IR (``runner="ray"`` or ``"local"``) and the result comes back as a
+   ``duckdb.DuckDBPyRelation`` on the caller's connection, with DuckDB's column names and
+   types; users go on with ``.fetchall()``, ``.pl()``, ``.arrow()`` or joins.
+
+A query shoal cannot translate runs on DuckDB itself, on the driver, after a
+:class:`DuckDBFallbackWarning` naming the DuckDB operator and reason; with
+``raise_on_fail=True`` it raises :class:`shoal.UnsupportedError` instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import TYPE_CHECKING
+
+import duckdb
+import pyarrow as pa
+
+from shoal.errors import UnsupportedError
+from shoal_duckdb.prepare import prepare, quote_ident
+
+if TYPE_CHECKING:
+    from shoal.config import Config, RunnerKind
+    from shoal.ir.nodes import PlanNode
+
+
+class DuckDBFallbackWarning(UserWarning):
+    """A DuckDB query that shoal could not translate ran on DuckDB itself, on the driver.
+
+    The message names each unsupported DuckDB operator (or function) and the reason.
+    """
+
+
+def _execute(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -> pa.Table:
+    """Run ``plan`` with shoal (a seam that tests may replace)."""
+    from shoal.api import execute
+
+    return execute(plan, runner=runner, config=config)
+
+
+def _check_statement(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+    """Parse ``query`` with DuckDB (raising its ``ParserException``); the reason it cannot
+    run distributed when it is not a single SELECT, else None."""
+    statements = con.extract_statements(query)
+    if len(statements) != 1:
+        return f"{len(statements)} statements (shoal runs one SELECT at a time)"
+    kind = statements[0].type
+    if kind != duckdb.StatementType.SELECT:
+        return f"statement type {getattr(kind, 'name', kind)} (only SELECT runs distributed)"
+    if statements[0].named_parameters:
+        return "prepared-statement parameters"
+    return None
+
+
+def to_ir(con: duckdb.DuckDBPyConnection, query: str) -> PlanNode:
+    """The shoal IR of ``query`` (one SELECT) on ``con``, without running it.
+
+    The IR's columns are the query's result columns (renamed ``c0``, ``c1``, ... when the
+    result has duplicate names). Raises DuckDB's own ``ParserException``,
+    ``CatalogException`` or ``BinderException`` for bad input, and
+    :class:`shoal.UnsupportedError` naming each DuckDB operator or function shoal cannot
+    translate.
+    """
+    reason = _check_statement(con, query)
+    if reason is not None:
+        raise UnsupportedError(f"shoal cannot run this DuckDB query: {reason}")
+    bound = con.sql(query)
+    plan, _ = _translate(con, query, list(bound.columns))
+    return plan
+
+
+def _translate(
+    con: duckdb.DuckDBPyConnection, query: str, names: list[str]
+) -> tuple[PlanNode, list[str]]:
+    """IR plan of ``query`` whose columns are the result columns (renamed when duplicated),
+    and those IR column names."""
+    from shoal.ir.expr import NamedExpr
+    from shoal.ir.nodes import Project
+    from shoal.ir.types import Schema
+    from shoal_duckdb.translate import translate
+
+    prepared = prepare(con, query)
+    try:
+        root = prepared.plan_json()
+        node, cols = translate(con, root, prepared.standins)
+    finally:
+        prepared.close()
+    if len(cols) != len(names):
+        raise UnsupportedError(
+            f"the translated plan has {len(cols)} columns, DuckDB's result {len(names)}"
+        )
+    unique = len({n.lower() for n in names}) == len(names) and all(names)
+    out_names = list(names) if unique else [f"c{i}" for i in range(len(names))]
+    exprs = tuple(NamedExpr(n, c) for n, c in zip(out_names, cols, strict=True))
+    schema = Schema.of([(e.name, e.dtype) for e in exprs])
+    return Project(node, exprs, schema), out_names
+
+
+def _result_relation(
+    con: duckdb.DuckDBPyConnection, table: pa.Table, bound: duckdb.DuckDBPyRelation
+) -> duckdb.DuckDBPyRelation:
+    """``table`` as a relation on ``con`` with the names and types of DuckDB's own result."""
+    inner = [f"c{i}" for i in range(table.num_columns)]
+    rel = con.from_arrow(table.rename_columns(inner))
+    items = [
+        f"CAST({quote_ident(c)} AS {t}) AS {quote_ident(n)}"
+        for c, n, t in zip(inner, bound.columns, bound.types, strict=True)
+    ]
+    return rel.project(", ".join(items)) if items else rel
+
+
+def _user_stacklevel() -> int:
+    """The stacklevel of the first frame outside this package (the caller), for warnings."""
+    here = os.path.dirname(__file__)
+    frame = sys._getframe(1)
+    level = 1
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level
+
+
+def _should_raise(raise_on_fail: bool | None, config: Config | None) -> bool:
+    if raise_on_fail is not None:
+        return raise_on_fail
+    if config is not None:
+        return config.raise_on_fail
+    from shoal.config import get_config
+
+    return get_config().raise_on_fail
+
+
+def sql(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    *,
+    runner: RunnerKind | None = None,
+    raise_on_fail: bool | None = None,
+    config: Config | None = None,
+) -> duckdb.DuckDBPyRelation:
+    """Run the SELECT ``query`` distributed with shoal, on the tables of ``con``.
+
+    Returns a ``duckdb.DuckDBPyRelation`` on ``con`` that holds the result, with the column
+    names and types DuckDB's own result has (``.fetchall()``, ``.pl()``, ``.arrow()``, joins
+    with other relations of ``con``).
+
+    ``runner`` is ``"ray"``, ``"local"`` or None (the configured runner); ``config`` is a
+    :class:`shoal.Config` (None: :func:`shoal.get_config`). ``raise_on_fail`` True raises
+    :class:`shoal.UnsupportedError` (naming each DuckDB operator or function and the reason)
+    for a query shoal cannot translate; False runs it on DuckDB itself, on the driver, after
+    a :class:`DuckDBFallbackWarning`; None takes ``config.raise_on_fail``. A statement that
+    is not one SELECT (DDL, several statements) counts as untranslatable.
+
+    Errors: a syntax error raises DuckDB's ``ParserException``; a missing table or column
+    DuckDB's ``CatalogException``/``BinderException``; both before anything runs on the
+    cluster. Errors while shoal runs the query (``shoal.TaskError``) propagate.
+    """
+    reason = _check_statement(con, query)
+    if reason is not None:
+        return _fallback(con, query, None, UnsupportedError(reason), raise_on_fail, config)
+    bound = con.sql(query)  # binds: DuckDB's CatalogException / BinderException
+    try:
+        plan, _ = _translate(con, query, list(bound.columns))
+    except Exception as exc:
+        return _fallback(con, query, bound, exc, raise_on_fail, config)
+    table = _execute(plan, runner, config)
+    return _result_relation(con, table, bound)
+
+
+def _fallback(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    bound: duckdb.DuckDBPyRelation | None,
+    exc: BaseException,
+    raise_on_fail: bool | None,
+    config: Config | None,
+) -> duckdb.DuckDBPyRelation:
+    unsupported = isinstance(exc, UnsupportedError)
+    if _should_raise(raise_on_fail, config):
+        if unsupported:
+            raise exc
+        raise UnsupportedError(
+            f"shoal could not translate this DuckDB query: {type(exc).__name__}: {exc}"
+        ) from exc
+    reason = str(exc) if unsupported else f"translation failed: {type(exc).__name__}: {exc}"
+    warnings.warn(
+        f"shoal: running the query on DuckDB itself (driver): {reason}",
+        DuckDBFallbackWarning,
+        stacklevel=_user_stacklevel(),
+    )
+    return bound if bound is not None else con.sql(query)
+
+
+def run(
+    relation: duckdb.DuckDBPyRelation,
+    *,
+    con: duckdb.DuckDBPyConnection | None = None,
+    runner: RunnerKind | None = None,
+    raise_on_fail: bool | None = None,
+    config: Config | None = None,
+) -> duckdb.DuckDBPyRelation:
+    """Run a relation built with DuckDB's relational API (``con.table("t").filter(...)``)
+    distributed with shoal, through its SQL (``relation.sql_query()``).
+
+    ``con`` is the relation's connection (found from the relation when None). Other
+    arguments, the result and the errors are those of :func:`sql`; a relation without SQL
+    text (over a Python object) counts as untranslatable.
+    """
+    connection = con if con is not None else getattr(relation, "_con", None)
+    if connection is None:
+        raise ValueError("run(): pass con=, the relation's connection")
+    try:
+        query = relation.sql_query()
+    except Exception as exc:  # pragma: no cover - depends on DuckDB's relation kinds
+        reason = UnsupportedError(f"the relation has no SQL form ({exc})")
+        if _should_raise(raise_on_fail, config):
+            raise reason from exc
+        warnings.warn(
+            f"shoal: running the relation on DuckDB itself: {reason}",
+            DuckDBFallbackWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        return relation
+    return sql(connection, query, runner=runner, raise_on_fail=raise_on_fail, config=config)
+
+
+def explain(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+) -> str:
+    """The settings, logical plan (shoal IR) and physical plan (stages and exchanges) that
+    shoal would run for ``query``, as :func:`shoal.explain` gives them; nothing runs.
+
+    Raises what :func:`to_ir` raises (no fallback: an untranslatable query raises
+    :class:`shoal.UnsupportedError`).
+    """
+    from shoal.api import explain as explain_ir
+
+    return explain_ir(to_ir(con, query), runner=runner, config=config)

@@ -1,0 +1,1115 @@
+"""DuckDB bound expressions (``json_serialize_plan`` JSON) -> shoal IR expressions.
+
+Every IR expression carries the type DuckDB's binder gave it (``return_type``). Where
+DuckDB's rules differ from Polars' (the kernel's), the difference is made explicit here,
+with DuckDB's documented behaviour as the rule:
+
+* ``/`` on numbers is floating-point division (both sides cast to DOUBLE); ``//`` on
+  integers truncates toward zero and ``%`` takes the sign of the dividend (C semantics);
+* DECIMAL arithmetic is exact at the scale DuckDB's result type says (Polars would round
+  a product to the larger input scale, so both factors are widened first);
+* casts round half away from zero (DOUBLE or DECIMAL to an integer, DECIMAL to a smaller
+  scale) where Polars would truncate;
+* ``SUM`` widens: integers sum into HUGEINT (``decimal128(38, 0)``), DECIMAL(w, s) into
+  DECIMAL(38, s), and the sum of no (non-null) values is NULL, not 0;
+* ``AVG`` of integers and decimals divides the exact sum by the count in DOUBLE;
+* ``count(*)`` counts rows, ``count(x)`` non-null values; ``count(DISTINCT x)`` ignores
+  NULL;
+* ``LIKE``/``ILIKE`` patterns become prefix/suffix/substring tests or an anchored regular
+  expression in which ``%`` and ``_`` match any characters, newlines included;
+* ``concat`` skips NULL arguments while ``||`` propagates them; ``trim`` strips spaces only;
+* ``x IN (...)`` with a NULL in the list is NULL rather than false when nothing matches;
+* ``DATE + INTEGER`` adds days; ``DATE - DATE`` is a BIGINT number of days; adding an
+  INTERVAL gives a TIMESTAMP (months first, clamped to the month's end, then days, then
+  microseconds).
+
+* integer ``+``, ``-`` and ``*`` are computed exactly in a wider type and cast back
+  strictly, so that an overflow fails the query as it does in DuckDB (with the kernel's
+  error, not DuckDB's ``OutOfRangeException``).
+
+Not reproduced (documented in ``docs/duckdb.md``): DuckDB raises on integer division or
+modulo by zero; shoal returns NULL, as DuckDB does with ``error_on_division_by_zero``
+off.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import polars as pl
+import pyarrow as pa
+
+from shoal.errors import UnsupportedError
+from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
+from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
+from shoal_duckdb.types import Interval, arrow_of, dtype_of, type_name, value_of
+
+if TYPE_CHECKING:
+    pass
+
+INT32 = DataType(pa.int32())
+TIMESTAMP_US = DataType(pa.timestamp("us"))
+HUGEINT = DataType(pa.decimal128(38, 0))
+IDX = DataType.from_polars(pl.get_index_type())
+
+
+class Unsupported(Exception):
+    """An expression shoal cannot translate; the message says what and why."""
+
+
+# ---------------------------------------------------------------- constructors
+
+
+def lit(value: Any, dtype: DataType) -> Lit:
+    """A literal of ``dtype``."""
+    return Lit(value, dtype)
+
+
+def cast(e: Expr, dtype: DataType, strict: bool = True) -> Expr:
+    """``e`` cast to ``dtype`` (``e`` itself when it has that type already)."""
+    if e.dtype == dtype:
+        return e
+    if isinstance(e, Lit) and e.value is None:
+        return Lit(None, dtype)
+    return Cast(e, dtype, strict)
+
+
+def fn(name: str, args: Sequence[Expr], dtype: DataType, **options: Any) -> Function:
+    """Kernel function ``name`` (see ``shoal.execution.expressions.FUNCTIONS``)."""
+    return Function(name, tuple(args), tuple(sorted(options.items())), dtype)
+
+
+def binop(op: str, a: Expr, b: Expr, dtype: DataType) -> BinaryOp:
+    return BinaryOp(op, a, b, dtype)
+
+
+def and_all(parts: Sequence[Expr]) -> Expr:
+    """The conjunction of ``parts`` (true when empty)."""
+    if not parts:
+        return lit(True, BOOL)
+    out = parts[0]
+    for p in parts[1:]:
+        out = binop("and", out, p, BOOL)
+    return out
+
+
+def or_all(parts: Sequence[Expr]) -> Expr:
+    out = parts[0]
+    for p in parts[1:]:
+        out = binop("or", out, p, BOOL)
+    return out
+
+
+def not_(e: Expr) -> Expr:
+    return fn("not", [e], BOOL)
+
+
+def is_null(e: Expr) -> Expr:
+    return fn("is_null", [e], BOOL)
+
+
+def is_not_null(e: Expr) -> Expr:
+    return fn("is_not_null", [e], BOOL)
+
+
+def _decimal(width: int, scale: int) -> DataType:
+    return DataType(pa.decimal128(width, scale))
+
+
+def _scale(dtype: DataType) -> int:
+    return int(dtype.arrow.scale) if dtype.is_decimal else 0
+
+
+def round_half_away(e: Expr, decimals: int, dtype: DataType) -> Expr:
+    """``e`` rounded half away from zero to ``decimals`` places (DuckDB's rounding)."""
+    return fn("round", [e], dtype, decimals=decimals, mode="half_away_from_zero")
+
+
+def duck_cast(e: Expr, target: DataType, try_cast: bool = False) -> Expr:
+    """A DuckDB cast of ``e`` to ``target``, rounding as DuckDB does: floating point to an
+    integer half to even, to a DECIMAL half away from zero; DECIMAL to an integer or to a
+    smaller scale half away from zero (Polars would truncate).
+
+    Raises :class:`Unsupported` for casts whose text form differs between DuckDB and the
+    kernel (floating point to VARCHAR)."""
+    src = e.dtype
+    if src == target:
+        return e
+    strict = not try_cast
+    if target.is_integer and src.is_float:  # C's nearbyint: half to even
+        return cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, strict)
+    if target.is_integer and src.is_decimal:
+        return cast(round_half_away(e, 0, src), target, strict)
+    if target.is_decimal and src.is_float:
+        return cast(round_half_away(e, _scale(target), src), target, strict)
+    if target.is_decimal and src.is_decimal and _scale(target) < _scale(src):
+        return cast(round_half_away(e, _scale(target), src), target, strict)
+    if target.is_string and src.is_float:
+        raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
+    if target.is_string and pa.types.is_null(src.arrow):
+        return lit(None, target)
+    return cast(e, target, strict)
+
+
+# ---------------------------------------------------------------- translation
+
+
+Ref = Callable[[int], Col]
+
+
+class ExprTranslator:
+    """Translates one operator's expressions; ``cols`` are the operator input's columns in
+    DuckDB's positional order (``BOUND_REF`` index ``i`` reads ``cols[i]``)."""
+
+    def __init__(self, cols: Sequence[Col]) -> None:
+        self.cols = cols
+
+    # -- entry points ------------------------------------------------------------------
+
+    def expr(self, e: dict[str, Any]) -> Expr:
+        """Translate a scalar expression (raises :class:`Unsupported`)."""
+        cls = e.get("expression_class")
+        handler = _CLASSES.get(str(cls))
+        if handler is None:
+            raise Unsupported(f"expression {cls} is not supported")
+        out = handler(self, e)
+        if isinstance(out, Lit) and isinstance(out.value, Interval):
+            raise Unsupported("an INTERVAL value outside date arithmetic")
+        return out
+
+    def raw(self, e: dict[str, Any]) -> Expr:
+        """Like :meth:`expr` but lets an INTERVAL constant through (for date arithmetic)."""
+        if e.get("expression_class") == "BOUND_CONSTANT":
+            return _constant(self, e)
+        return self.expr(e)
+
+    # -- pieces -------------------------------------------------------------------------
+
+    def ref(self, index: int) -> Col:
+        if not 0 <= index < len(self.cols):
+            raise Unsupported(f"column reference #{index} out of range")
+        return self.cols[index]
+
+
+def rtype(e: dict[str, Any]) -> DataType:
+    """The IR type of a DuckDB expression's ``return_type``."""
+    try:
+        return dtype_of(e["return_type"])
+    except UnsupportedError as exc:
+        raise Unsupported(str(exc)) from None
+
+
+def _ref(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    col = t.ref(int(e["index"]))
+    want = rtype(e)
+    return col if col.dtype == want else cast(col, want)
+
+
+def _constant(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    v = e["value"]
+    try:
+        value = value_of(v)
+    except UnsupportedError as exc:
+        raise Unsupported(str(exc)) from None
+    if isinstance(value, Interval):
+        return Lit(value, FLOAT64)  # marker; only date arithmetic consumes it
+    try:
+        dtype = dtype_of(v["type"])
+    except UnsupportedError as exc:
+        raise Unsupported(str(exc)) from None
+    return lit(value, dtype)
+
+
+def _conjunction(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    parts = [t.expr(c) for c in e["children"]]
+    if e["type"] == "CONJUNCTION_AND":
+        return and_all(parts)
+    if e["type"] == "CONJUNCTION_OR":
+        return or_all(parts)
+    raise Unsupported(f"conjunction {e['type']}")
+
+
+def _case(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    dtype = rtype(e)
+    out = cast(t.expr(e["else_expr"]), dtype)
+    for check in reversed(e["case_checks"]):
+        when = t.expr(check["when_expr"])
+        then = cast(t.expr(check["then_expr"]), dtype)
+        out = Ternary(when, then, out, dtype)
+    return out
+
+
+def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    x = t.expr(e["input"])
+    lo = t.expr(e["lower"])
+    hi = t.expr(e["upper"])
+    lower = compare("ge" if e.get("lower_inclusive", True) else "gt", x, lo)
+    upper = compare("le" if e.get("upper_inclusive", True) else "lt", x, hi)
+    return and_all([lower, upper])
+
+
+def _cast_expr(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    child = e.get("child") or e["children"][0]
+    return duck_cast(t.expr(child), rtype(e), bool(e.get("try_cast", False)))
+
+
+_COMPARISONS = {
+    "COMPARE_EQUAL": "eq",
+    "COMPARE_NOTEQUAL": "ne",
+    "COMPARE_LESSTHAN": "lt",
+    "COMPARE_GREATERTHAN": "gt",
+    "COMPARE_LESSTHANOREQUALTO": "le",
+    "COMPARE_GREATERTHANOREQUALTO": "ge",
+    "COMPARE_DISTINCT_FROM": "ne_missing",
+    "COMPARE_NOT_DISTINCT_FROM": "eq_missing",
+}
+
+
+def compare(op: str, a: Expr, b: Expr) -> Expr:
+    """A comparison (``op`` an IR comparison operator). Both sides get one type first."""
+    if a.dtype != b.dtype:
+        a, b = _common(a, b)
+    return binop(op, a, b, BOOL)
+
+
+def comparison_op(kind: str) -> str:
+    """IR operator of a DuckDB comparison type (``COMPARE_LESSTHAN`` -> ``lt``)."""
+    op = _COMPARISONS.get(kind)
+    if op is None:
+        raise Unsupported(f"comparison {kind}")
+    return op
+
+
+def _common(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    # DuckDB's binder already gives both sides one type; this covers literals whose
+    # serialised type is narrower (e.g. an INTEGER constant against a BIGINT column).
+    if isinstance(b, Lit):
+        return a, cast(b, a.dtype)
+    if isinstance(a, Lit):
+        return cast(a, b.dtype), b
+    if a.dtype.is_numeric and b.dtype.is_numeric:
+        return cast(a, FLOAT64), cast(b, FLOAT64)
+    return a, cast(b, a.dtype)
+
+
+def _operator(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    kind = e["type"]
+    kids = e.get("children", [])
+    if kind == "OPERATOR_NOT":
+        return not_(t.expr(kids[0]))
+    if kind == "OPERATOR_IS_NULL":
+        return is_null(t.expr(kids[0]))
+    if kind == "OPERATOR_IS_NOT_NULL":
+        return is_not_null(t.expr(kids[0]))
+    if kind == "OPERATOR_COALESCE":
+        dtype = rtype(e)
+        return fn("coalesce", [cast(t.expr(k), dtype) for k in kids], dtype)
+    if kind in ("COMPARE_IN", "COMPARE_NOT_IN"):
+        out = _in(t, kids)
+        return not_(out) if kind == "COMPARE_NOT_IN" else out
+    raise Unsupported(f"operator {kind}")
+
+
+def _in(t: ExprTranslator, kids: list[dict[str, Any]]) -> Expr:
+    x = t.expr(kids[0])
+    items = [t.expr(k) for k in kids[1:]]
+    if all(isinstance(i, Lit) for i in items):
+        values = [_value_as(i, x.dtype) for i in items if isinstance(i, Lit)]
+        has_null = any(v is None for v in values)
+        present = [v for v in values if v is not None]
+        list_type = DataType(pa.large_list(x.dtype.arrow))
+        found = fn("is_in", [x, lit(present, list_type)], BOOL)
+        if has_null:
+            # SQL: no match against a list holding NULL is NULL, not false.
+            return Ternary(found, lit(True, BOOL), lit(None, BOOL), BOOL)
+        return found
+    return or_all([compare("eq", x, i) for i in items])
+
+
+def _value_as(x: Lit, dtype: DataType) -> Any:
+    """The value of literal ``x`` converted to ``dtype`` (Arrow's cast)."""
+    if x.dtype == dtype or x.value is None:
+        return x.value
+    try:
+        return pa.array([x.value], type=x.dtype.arrow).cast(dtype.arrow)[0].as_py()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+        raise Unsupported(f"IN list value {x.value!r} as {dtype}: {exc}") from None
+
+
+def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    kind = e.get("type", "")
+    if kind in _COMPARISONS and e.get("is_operator"):
+        kids = e["children"]
+        return compare(_COMPARISONS[kind], t.expr(kids[0]), t.expr(kids[1]))
+    if kind == "OPERATOR_CAST":
+        child = e["children"][0]
+        try_cast = bool((e.get("function_data") or {}).get("try_cast", False))
+        return duck_cast(t.expr(child), rtype(e), try_cast)
+    name = str(e["qname"]["path"][-1]).lower()
+    handler = SCALAR_FUNCTIONS.get(name)
+    if handler is None:
+        raise Unsupported(f"function {name}() is not supported")
+    return handler(t, e, rtype(e))
+
+
+_CLASSES: dict[str, Callable[[ExprTranslator, dict[str, Any]], Expr]] = {
+    "BOUND_REF": _ref,
+    "BOUND_CONSTANT": _constant,
+    "BOUND_CONJUNCTION": _conjunction,
+    "BOUND_CASE": _case,
+    "BOUND_BETWEEN": _between,
+    "BOUND_CAST": _cast_expr,
+    "BOUND_OPERATOR": _operator,
+    "BOUND_FUNCTION": _function,
+    "BOUND_COMPARISON": lambda t, e: compare(
+        comparison_op(e["type"]), t.expr(e["left"]), t.expr(e["right"])
+    ),
+}
+
+
+# ---------------------------------------------------------------- scalar functions
+
+FunctionHandler = Callable[[ExprTranslator, dict[str, Any], DataType], Expr]
+SCALAR_FUNCTIONS: dict[str, FunctionHandler] = {}
+
+
+def _register(*names: str) -> Callable[[FunctionHandler], FunctionHandler]:
+    def deco(f: FunctionHandler) -> FunctionHandler:
+        for n in names:
+            SCALAR_FUNCTIONS[n] = f
+        return f
+
+    return deco
+
+
+def _args(t: ExprTranslator, e: dict[str, Any]) -> list[Expr]:
+    return [t.expr(c) for c in e["children"]]
+
+
+def _const(x: Expr, what: str) -> Any:
+    if not isinstance(x, Lit):
+        raise Unsupported(f"{what} must be a constant")
+    return x.value
+
+
+# -- arithmetic
+
+
+def _is_date(x: Expr) -> bool:
+    return pa.types.is_date32(x.dtype.arrow)
+
+
+def _is_timestamp(x: Expr) -> bool:
+    return pa.types.is_timestamp(x.dtype.arrow)
+
+
+def _interval(x: Expr) -> Interval | None:
+    return x.value if isinstance(x, Lit) and isinstance(x.value, Interval) else None
+
+
+def _days(x: Expr) -> Expr:
+    """A DATE as its number of days since 1970-01-01 (INT32)."""
+    return cast(x, INT32)
+
+
+def add_interval(x: Expr, iv: Interval, sign: int, dtype: DataType) -> Expr:
+    """``x`` (DATE or TIMESTAMP) plus ``sign`` times the interval, as ``dtype``."""
+    out = cast(x, TIMESTAMP_US) if _is_date(x) else x
+    for amount, unit in ((iv.months, "mo"), (iv.days, "d"), (iv.micros, "us")):
+        if amount:
+            out = fn("dt.offset_by", [out], out.dtype, by=f"{sign * amount}{unit}")
+    return cast(out, dtype)
+
+
+def _checked_width(dtype: DataType) -> DataType:
+    """A type wide enough for the exact sum, difference or product of two ``dtype`` values."""
+    if dtype.arrow.bit_width <= 32:
+        return INT64
+    return HUGEINT
+
+
+def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
+    if dtype.is_decimal:
+        # Exact at the result's scale: Polars rounds products to the larger input scale,
+        # so both sides are widened to the result scale first.
+        wide = _decimal(38, _scale(dtype))
+        return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
+    if dtype.is_integer:
+        # DuckDB raises on overflow: compute exactly in a wider type, then a strict cast
+        # back fails (the task fails) where the result does not fit.
+        wide = _checked_width(dtype)
+        return Cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype, strict=True)
+    return binop(op, cast(a, dtype), cast(b, dtype), dtype)
+
+
+@_register("+", "add")
+def _plus(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    kids = [t.raw(c) for c in e["children"]]
+    if len(kids) == 1:
+        return cast(kids[0], dtype)
+    a, b = kids
+    if _interval(a) is not None:
+        a, b = b, a
+    iv = _interval(b)
+    if iv is not None:
+        if not (_is_date(a) or _is_timestamp(a)):
+            raise Unsupported(f"{type_name(e['return_type'])} + INTERVAL")
+        return add_interval(a, iv, 1, dtype)
+    if _is_date(b) and b.dtype != a.dtype:
+        a, b = b, a
+    if _is_date(a) and b.dtype.is_integer:
+        return cast(binop("add", _days(a), cast(b, INT32), INT32), DATE)
+    if a.dtype.is_temporal or b.dtype.is_temporal:
+        raise Unsupported(f"+ on {a.dtype} and {b.dtype}")
+    return _arith("add", a, b, dtype)
+
+
+@_register("-", "subtract")
+def _minus(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    kids = [t.raw(c) for c in e["children"]]
+    if len(kids) == 1:
+        x = kids[0]
+        if dtype.is_decimal:
+            return cast(fn("neg", [x], x.dtype), dtype)
+        return fn("neg", [cast(x, dtype)], dtype)
+    a, b = kids
+    iv = _interval(b)
+    if iv is not None:
+        if not (_is_date(a) or _is_timestamp(a)):
+            raise Unsupported(f"{a.dtype} - INTERVAL")
+        return add_interval(a, iv, -1, dtype)
+    if _is_date(a) and _is_date(b):
+        return cast(binop("sub", _days(a), _days(b), INT32), dtype)
+    if _is_date(a) and b.dtype.is_integer:
+        return cast(binop("sub", _days(a), cast(b, INT32), INT32), DATE)
+    if a.dtype.is_temporal or b.dtype.is_temporal:
+        raise Unsupported(f"- on {a.dtype} and {b.dtype}")
+    return _arith("sub", a, b, dtype)
+
+
+@_register("*", "multiply")
+def _times(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    a, b = _args(t, e)
+    return _arith("mul", a, b, dtype)
+
+
+def trunc_div(a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """Integer division truncating toward zero (DuckDB's ``//`` on integers)."""
+    a, b = cast(a, dtype), cast(b, dtype)
+    q = binop("floordiv", fn("abs", [a], dtype), fn("abs", [b], dtype), dtype)
+    signs_differ = binop(
+        "xor", compare("lt", a, lit(0, dtype)), compare("lt", b, lit(0, dtype)), BOOL
+    )
+    return Ternary(signs_differ, fn("neg", [q], dtype), q, dtype)
+
+
+def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """Remainder with the sign of the dividend (DuckDB's ``%``)."""
+    if dtype.is_decimal:
+        wide = _decimal(38, _scale(dtype))
+        a, b = cast(a, wide), cast(b, wide)
+        work = wide
+    else:
+        a, b = cast(a, dtype), cast(b, dtype)
+        work = dtype
+    r = binop("mod", fn("abs", [a], work), fn("abs", [b], work), work)
+    out = Ternary(compare("lt", a, lit(0, work)), fn("neg", [r], work), r, work)
+    return cast(out, dtype)
+
+
+@_register("/", "divide")
+def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    a, b = _args(t, e)
+    if dtype.is_float:
+        return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+    if dtype.is_integer:  # SET integer_division = true
+        return trunc_div(a, b, dtype)
+    raise Unsupported(f"/ with result type {dtype}")
+
+
+@_register("//", "fdiv")
+def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    a, b = _args(t, e)
+    if dtype.is_integer:
+        return trunc_div(a, b, dtype)
+    if dtype.is_float:
+        return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+    raise Unsupported(f"// with result type {dtype}")
+
+
+@_register("%", "mod", "fmod")
+def _modulo(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    a, b = _args(t, e)
+    if not dtype.is_numeric:
+        raise Unsupported(f"% with result type {dtype}")
+    return c_mod(a, b, dtype)
+
+
+# -- numbers
+
+
+def _unary(name: str, work: DataType | None = None) -> FunctionHandler:
+    def handler(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+        (x,) = _args(t, e)
+        w = work or dtype
+        return cast(fn(name, [cast(x, w)], w), dtype)
+
+    return handler
+
+
+for _name, _impl in (("abs", "abs"), ("@", "abs"), ("sign", "sign")):
+    SCALAR_FUNCTIONS[_name] = _unary(_impl)
+for _name, _impl in (("sqrt", "sqrt"), ("cbrt", "cbrt"), ("exp", "exp")):
+    SCALAR_FUNCTIONS[_name] = _unary(_impl, FLOAT64)
+
+
+@_register("floor", "ceil", "ceiling")
+def _floor_ceil(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    name = "floor" if e["qname"]["path"][-1].lower() == "floor" else "ceil"
+    if x.dtype.is_integer:
+        return cast(x, dtype)
+    if x.dtype.is_decimal:
+        raise Unsupported(f"{name}() of a DECIMAL")
+    return cast(fn(name, [cast(x, FLOAT64)], FLOAT64), dtype)
+
+
+@_register("round")
+def _round(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    args = _args(t, e)
+    x = args[0]
+    places = int(_const(args[1], "round()'s precision")) if len(args) > 1 else 0
+    if x.dtype.is_integer:
+        if places >= 0:
+            return cast(x, dtype)
+        raise Unsupported("round() of an integer to negative places")
+    if places < 0:
+        raise Unsupported("round() to negative places")
+    return cast(round_half_away(x, places, x.dtype), dtype)
+
+
+@_register("ln")
+def _ln(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return fn("log", [cast(x, FLOAT64), lit(2.718281828459045, FLOAT64)], dtype)
+
+
+@_register("log10", "log", "log2")
+def _log(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    name = e["qname"]["path"][-1].lower()
+    args = _args(t, e)
+    if name == "log" and len(args) == 2:  # log(b, x)
+        base, x = args
+        return fn("log", [cast(x, FLOAT64), cast(base, FLOAT64)], dtype)
+    base_value = 2.0 if name == "log2" else 10.0  # DuckDB's log(x) is log10
+    return fn("log", [cast(args[0], FLOAT64), lit(base_value, FLOAT64)], dtype)
+
+
+@_register("pow", "power", "**", "^")
+def _pow(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    a, b = _args(t, e)
+    return fn("pow", [cast(a, FLOAT64), cast(b, FLOAT64)], dtype)
+
+
+@_register("greatest", "least")
+def _greatest(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    name = "max_horizontal" if e["qname"]["path"][-1].lower() == "greatest" else "min_horizontal"
+    return fn(name, [cast(a, dtype) for a in _args(t, e)], dtype)
+
+
+@_register("constant_or_null")
+def _constant_or_null(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    # DuckDB's optimizer: the constant, or NULL where any other argument is NULL.
+    args = _args(t, e)
+    value = cast(args[0], dtype)
+    if len(args) == 1:
+        return value
+    any_null = or_all([is_null(a) for a in args[1:]])
+    return Ternary(any_null, lit(None, dtype), value, dtype)
+
+
+@_register("isnan")
+def _isnan(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return fn("is_nan", [x], BOOL)
+
+
+@_register("isinf")
+def _isinf(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return fn("is_infinite", [x], BOOL)
+
+
+@_register("isfinite")
+def _isfinite(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return fn("is_finite", [x], BOOL)
+
+
+# -- strings
+
+
+def _str_unary(name: str) -> FunctionHandler:
+    def handler(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+        (x,) = _args(t, e)
+        return cast(fn(name, [x], x.dtype if name.startswith("str.to_") else IDX), dtype)
+
+    return handler
+
+
+for _name in ("lower", "lcase"):
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_lowercase")
+for _name in ("upper", "ucase"):
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_uppercase")
+for _name in ("length", "len", "char_length", "character_length"):
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.len_chars")
+for _name in ("strlen", "octet_length"):
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.len_bytes")
+
+
+@_register("concat")
+def _concat(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    if not dtype.is_string:
+        raise Unsupported(f"concat() of {type_name(e['return_type'])}")
+    args = [cast(a, STRING) for a in _args(t, e)]
+    return fn("str.concat", args, STRING, ignore_nulls=True)  # DuckDB skips NULLs
+
+
+@_register("||")
+def _concat_op(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    if not dtype.is_string:
+        raise Unsupported(f"|| on {type_name(e['return_type'])}")
+    args = [cast(a, STRING) for a in _args(t, e)]
+    return fn("str.concat", args, STRING, ignore_nulls=False)
+
+
+@_register("substring", "substr")
+def _substring(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    args = _args(t, e)
+    s = args[0]
+    start = int(_const(args[1], "substring()'s start"))
+    if start < 1:
+        raise Unsupported("substring() with a start below 1")
+    if len(args) > 2:
+        length = int(_const(args[2], "substring()'s length"))
+        if length < 0:
+            raise Unsupported("substring() with a negative length")
+    else:
+        length = 2**31 - 1
+    return fn("str.slice", [s, lit(start - 1, INT64), lit(length, INT64)], dtype)
+
+
+@_register("left")
+def _left(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, n = _args(t, e)
+    count = int(_const(n, "left()'s count"))
+    if count < 0:
+        raise Unsupported("left() with a negative count")
+    return fn("str.head", [s, lit(count, INT64)], dtype)
+
+
+@_register("right")
+def _right(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, n = _args(t, e)
+    count = int(_const(n, "right()'s count"))
+    if count < 0:
+        raise Unsupported("right() with a negative count")
+    return fn("str.tail", [s, lit(count, INT64)], dtype)
+
+
+@_register("trim", "ltrim", "rtrim")
+def _trim(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    name = e["qname"]["path"][-1].lower()
+    args = _args(t, e)
+    chars = args[1] if len(args) > 1 else lit(" ", STRING)  # DuckDB trims spaces only
+    impl = {
+        "trim": "str.strip_chars",
+        "ltrim": "str.strip_chars_start",
+        "rtrim": "str.strip_chars_end",
+    }[name]
+    return fn(impl, [args[0], chars], dtype)
+
+
+@_register("replace")
+def _replace(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, old, new = _args(t, e)
+    return fn("str.replace", [s, old, new], dtype, literal=True, n=-1)
+
+
+@_register("reverse")
+def _reverse(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (s,) = _args(t, e)
+    return fn("str.reverse", [s], dtype)
+
+
+@_register("prefix", "starts_with", "^@")
+def _prefix(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, p = _args(t, e)
+    return fn("str.starts_with", [s, p], BOOL)
+
+
+@_register("suffix", "ends_with")
+def _suffix(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, p = _args(t, e)
+    return fn("str.ends_with", [s, p], BOOL)
+
+
+@_register("contains")
+def _contains(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    s, p = _args(t, e)
+    if not s.dtype.is_string:
+        raise Unsupported("contains() on a non-string")
+    return fn("str.contains", [s, p], BOOL, literal=True)
+
+
+@_register("regexp_matches", "regexp_full_match")
+def _regexp(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    args = _args(t, e)
+    if len(args) != 2:
+        raise Unsupported("regular expression options")
+    pattern = str(_const(args[1], "the regular expression"))
+    if e["qname"]["path"][-1].lower() == "regexp_full_match":
+        pattern = f"^(?:{pattern})$"
+    return fn("str.contains", [args[0], lit(pattern, STRING)], BOOL)
+
+
+#: Characters with a meaning in the kernel's (Rust) regular expression syntax.
+_REGEX_META = set("\\.+*?()|[]{}^$#&-~")
+
+
+def _regex_escape(text: str) -> str:
+    return "".join("\\" + c if c in _REGEX_META else c for c in text)
+
+
+def like(s: Expr, pattern: str, escape: str | None = None, ignore_case: bool = False) -> Expr:
+    """``s LIKE pattern`` (``ILIKE`` with ``ignore_case``): ``%`` matches any characters,
+    ``_`` any one character, ``escape`` makes the next character literal.
+
+    Simple patterns become equality, prefix, suffix or substring tests; others an anchored
+    regular expression."""
+    tokens: list[str] = []  # "%", "_" or one literal character prefixed by "="
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if escape and c == escape:
+            if i + 1 >= len(pattern):
+                raise Unsupported("LIKE pattern ends with the escape character")
+            tokens.append("=" + pattern[i + 1])
+            i += 2
+            continue
+        tokens.append(c if c in "%_" else "=" + c)
+        i += 1
+    if not ignore_case and "_" not in tokens:
+        pieces: list[str] = []
+        current = ""
+        for tok in tokens:
+            if tok == "%":
+                pieces.append(current)
+                current = ""
+            else:
+                current += tok[1:]
+        pieces.append(current)
+        if len(pieces) == 1:
+            return compare("eq", s, lit(pieces[0], STRING))
+        inner = pieces[1:-1]
+        if not inner or all(p == "" for p in inner):
+            parts: list[Expr] = []
+            head, tail = pieces[0], pieces[-1]
+            if head:
+                parts.append(fn("str.starts_with", [s, lit(head, STRING)], BOOL))
+            if tail:
+                parts.append(fn("str.ends_with", [s, lit(tail, STRING)], BOOL))
+            if head and tail:
+                n = len(head) + len(tail)
+                parts.append(compare("ge", fn("str.len_chars", [s], IDX), lit(n, IDX)))
+            if not parts:  # '%' alone: any non-null string
+                return Ternary(is_null(s), lit(None, BOOL), lit(True, BOOL), BOOL)
+            return and_all(parts)
+        if len(pieces) == 3 and not pieces[0] and not pieces[2]:
+            return fn("str.contains", [s, lit(pieces[1], STRING)], BOOL, literal=True)
+    regex = "".join(
+        ".*" if tok == "%" else "." if tok == "_" else _regex_escape(tok[1:]) for tok in tokens
+    )
+    flags = "(?si)" if ignore_case else "(?s)"
+    return fn("str.contains", [s, lit(f"{flags}^{regex}$", STRING)], BOOL)
+
+
+def _like_handler(negate: bool, ignore_case: bool, with_escape: bool) -> FunctionHandler:
+    def handler(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+        args = _args(t, e)
+        pattern = _const(args[1], "the LIKE pattern")
+        if pattern is None:
+            return lit(None, BOOL)
+        escape = None
+        if with_escape:
+            escape = _const(args[2], "the LIKE escape character")
+            if escape is not None and len(str(escape)) != 1:
+                raise Unsupported("a LIKE escape of more than one character")
+        out = like(args[0], str(pattern), escape, ignore_case)
+        return not_(out) if negate else out
+
+    return handler
+
+
+SCALAR_FUNCTIONS.update(
+    {
+        "~~": _like_handler(False, False, False),
+        "!~~": _like_handler(True, False, False),
+        "~~*": _like_handler(False, True, False),
+        "!~~*": _like_handler(True, True, False),
+        "like_escape": _like_handler(False, False, True),
+        "not_like_escape": _like_handler(True, False, True),
+        "ilike_escape": _like_handler(False, True, True),
+        "not_ilike_escape": _like_handler(True, True, True),
+    }
+)
+
+
+# -- dates and times
+
+#: DuckDB date part -> (kernel function, post-processing).
+_PARTS: dict[str, str] = {
+    "year": "dt.year",
+    "month": "dt.month",
+    "day": "dt.day",
+    "quarter": "dt.quarter",
+    "hour": "dt.hour",
+    "minute": "dt.minute",
+    "second": "dt.second",
+    "week": "dt.week",
+    "weekofyear": "dt.week",
+    "dayofyear": "dt.ordinal_day",
+    "doy": "dt.ordinal_day",
+    "isodow": "dt.weekday",
+    "dayofweek": "dt.weekday",
+    "dow": "dt.weekday",
+    "dayofmonth": "dt.day",
+}
+
+
+def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
+    """DuckDB ``date_part(part, x)`` for the parts in :data:`_PARTS`."""
+    impl = _PARTS.get(part.lower())
+    if impl is None:
+        raise Unsupported(f"date part {part!r}")
+    if not x.dtype.is_temporal:
+        raise Unsupported(f"date part of {x.dtype}")
+    out: Expr = cast(fn(impl, [x], INT32), INT64)
+    if part.lower() in ("dayofweek", "dow"):  # DuckDB: Sunday 0 .. Saturday 6
+        out = binop("mod", out, lit(7, INT64), INT64)
+    return cast(out, dtype)
+
+
+def _part_function(part: str) -> FunctionHandler:
+    def handler(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+        (x,) = _args(t, e)
+        return date_part(part, x, dtype)
+
+    return handler
+
+
+for _part in _PARTS:
+    SCALAR_FUNCTIONS.setdefault(_part, _part_function(_part))
+
+
+@_register("date_part", "datepart", "extract")
+def _date_part(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    part, x = _args(t, e)
+    return date_part(str(_const(part, "the date part")), x, dtype)
+
+
+_TRUNC = {
+    "year": "1y",
+    "quarter": "1q",
+    "month": "1mo",
+    "week": "1w",
+    "day": "1d",
+    "hour": "1h",
+    "minute": "1m",
+    "second": "1s",
+}
+
+
+@_register("date_trunc", "datetrunc")
+def _date_trunc(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    part, x = _args(t, e)
+    every = _TRUNC.get(str(_const(part, "the date part")).lower())
+    if every is None:
+        raise Unsupported(f"date_trunc to {part}")
+    if _is_date(x) and pa.types.is_timestamp(dtype.arrow):
+        x = cast(x, TIMESTAMP_US)
+    return cast(fn("dt.truncate", [x, lit(every, STRING)], x.dtype), dtype)
+
+
+@_register("last_day")
+def _last_day(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return cast(fn("dt.month_end", [x], x.dtype), dtype)
+
+
+@_register("strftime")
+def _strftime(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    x, f = _args(t, e)
+    return fn("dt.to_string", [x], STRING, format=str(_const(f, "the strftime format")))
+
+
+# ---------------------------------------------------------------- aggregates
+
+
+def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    """Translate a ``BOUND_AGGREGATE`` into an IR expression over aggregates (raises
+    :class:`Unsupported`)."""
+    name = str(e["qname"]["path"][-1]).lower()
+    dtype = rtype(e)
+    distinct = e.get("aggregate_type") == "DISTINCT"
+    if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
+        raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
+    args = [t.expr(c) for c in e.get("children", [])]
+    if e.get("filter"):
+        keep = t.expr(e["filter"])
+        if name == "count_star":
+            name, args = "count", [Ternary(keep, lit(1, INT32), lit(None, INT32), INT32)]
+        else:
+            args = [Ternary(keep, a, lit(None, a.dtype), a.dtype) for a in args]
+    handler = _AGGREGATES.get(name)
+    if handler is None:
+        raise Unsupported(f"aggregate function {name}() is not supported")
+    if distinct and name not in (
+        "count",
+        "min",
+        "max",
+        "any_value",
+        "arbitrary",
+        "bool_and",
+        "bool_or",
+    ):
+        raise Unsupported(f"{name}(DISTINCT ...)")
+    return handler(args, dtype, distinct)
+
+
+_ORDER_INSENSITIVE = frozenset(
+    {
+        "count",
+        "count_star",
+        "sum",
+        "sum_no_overflow",
+        "avg",
+        "mean",
+        "min",
+        "max",
+        "bool_and",
+        "bool_or",
+    }
+)
+
+
+def _count(x: Expr) -> Expr:
+    return Agg("count", x, IDX)
+
+
+def _sum(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    (x,) = args
+    if dtype.is_decimal:
+        total: Expr = Agg("sum", cast(x, _decimal(38, _scale(dtype))), _decimal(38, _scale(dtype)))
+        total = cast(total, dtype)
+    elif dtype.is_float or dtype.is_integer:
+        total = Agg("sum", cast(x, dtype), dtype)
+    else:
+        raise Unsupported(f"sum() into {dtype}")
+    # DuckDB: the sum of no (non-null) values is NULL.
+    return Ternary(compare("eq", _count(x), lit(0, IDX)), lit(None, dtype), total, dtype)
+
+
+def _avg(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    (x,) = args
+    if x.dtype.is_float:
+        return cast(Agg("mean", x, FLOAT64), dtype)
+    if not (x.dtype.is_integer or x.dtype.is_decimal):
+        raise Unsupported(f"avg() of {x.dtype}")
+    wide = _decimal(38, _scale(x.dtype))
+    total = Agg("sum", cast(x, wide), wide)
+    n = _count(x)
+    mean = binop("truediv", cast(total, FLOAT64, strict=False), cast(n, FLOAT64), FLOAT64)
+    out = Ternary(compare("eq", n, lit(0, IDX)), lit(None, FLOAT64), mean, FLOAT64)
+    return cast(out, dtype)
+
+
+def _count_agg(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    (x,) = args
+    if distinct:
+        has_null = cast(compare("gt", Agg("null_count", x, IDX), lit(0, IDX)), INT64)
+        return cast(binop("sub", cast(Agg("n_unique", x, IDX), INT64), has_null, INT64), dtype)
+    return cast(_count(x), dtype)
+
+
+def _count_star(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    return cast(Agg("len", None, IDX), dtype)
+
+
+def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
+    def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+        (x,) = args
+        return cast(Agg(name, x, x.dtype), dtype)
+
+    return handler
+
+
+def _moment(name: str, ddof: int) -> Callable[[list[Expr], DataType, bool], Expr]:
+    def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+        (x,) = args
+        return cast(Agg(name, cast(x, FLOAT64), FLOAT64, (("ddof", ddof),)), dtype)
+
+    return handler
+
+
+def _median(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    (x,) = args
+    if not dtype.is_float:
+        raise Unsupported(f"median() into {dtype}")
+    return cast(Agg("median", cast(x, FLOAT64), FLOAT64), dtype)
+
+
+_AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
+    "sum": _sum,
+    "sum_no_overflow": _sum,
+    "avg": _avg,
+    "mean": _avg,
+    "count": _count_agg,
+    "count_star": _count_star,
+    "min": _minmax("min"),
+    "max": _minmax("max"),
+    # Any non-null value of the group will do; max is one, and deterministic.
+    "any_value": _minmax("max"),
+    "arbitrary": _minmax("max"),
+    "bool_and": _minmax("min"),
+    "bool_or": _minmax("max"),
+    "stddev_samp": _moment("std", 1),
+    "stddev": _moment("std", 1),
+    "stddev_pop": _moment("std", 0),
+    "var_samp": _moment("var", 1),
+    "variance": _moment("var", 1),
+    "var_pop": _moment("var", 0),
+    "median": _median,
+}
+
+
+def python_value(x: Expr) -> Any:
+    """The Python value of a literal (for VALUES lists)."""
+    if not isinstance(x, Lit):
+        raise Unsupported("a non-constant value in a VALUES list")
+    if isinstance(x.value, Interval):
+        raise Unsupported("an INTERVAL value")
+    return x.value
+
+
+__all__ = [
+    "ExprTranslator",
+    "Unsupported",
+    "aggregate",
+    "arrow_of",
+    "compare",
+    "comparison_op",
+    "datetime",
+]

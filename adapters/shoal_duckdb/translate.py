@@ -1,0 +1,1079 @@
+"""DuckDB's optimised logical plan (``json_serialize_plan`` JSON) -> shoal IR plan.
+
+One function per DuckDB logical operator type, chosen by name in :data:`OPERATORS`.
+DuckDB's operators address columns by position (``BOUND_REF`` index ``i`` is column ``i``
+of the child's output); the translation gives every column a name unique in the whole
+query, so that joins never clash, and keeps for each translated operator the list of its
+output columns in DuckDB's order (a :class:`Rel`). An operator or expression that cannot be
+translated is recorded and translation goes on, so that one
+:class:`shoal.UnsupportedError` names every unsupported part of the query at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from shoal.errors import UnsupportedError
+from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr, Ternary
+from shoal.ir.nodes import (
+    Aggregate,
+    Distinct,
+    Filter,
+    InMemorySource,
+    Join,
+    JoinHow,
+    ParquetSource,
+    PlanNode,
+    Project,
+    Scan,
+    Slice,
+    Sort,
+    Union,
+)
+from shoal.ir.types import BOOL, INT64, DataType, Schema
+from shoal_duckdb.exprs import (
+    IDX,
+    ExprTranslator,
+    Unsupported,
+    aggregate,
+    and_all,
+    binop,
+    cast,
+    compare,
+    comparison_op,
+    duck_cast,
+    fn,
+    is_not_null,
+    is_null,
+    lit,
+    or_all,
+    python_value,
+)
+from shoal_duckdb.prepare import StandIn, quote_ident
+from shoal_duckdb.types import arrow_of, dtype_of, value_of
+
+_VIRTUAL = (
+    "virtual scan columns (rowid, or the row number DuckDB's optimizer makes of "
+    "row_number() OVER ()) are not supported: they depend on storage order"
+)
+
+#: DuckDB writes "no value" for an index as the largest unsigned 64-bit integer.
+_INVALID_INDEX = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class Rel:
+    """A translated operator: its IR node and its output columns in DuckDB's order.
+
+    ``node`` may carry further columns (never read through ``cols``)."""
+
+    node: PlanNode
+    cols: tuple[Col, ...]
+
+
+OperatorHandler = Callable[["Translator", dict[str, Any]], Rel]
+
+#: DuckDB logical operator type -> translation function.
+OPERATORS: dict[str, OperatorHandler] = {}
+
+#: Operators shoal cannot run, with the reason.
+UNSUPPORTED_OPERATORS: dict[str, str] = {
+    "LOGICAL_WINDOW": "window functions are not supported yet",
+    "LOGICAL_UNNEST": "UNNEST is not supported yet",
+    "LOGICAL_PIVOT": "PIVOT is not supported",
+    "LOGICAL_SAMPLE": "sampling (USING SAMPLE) is not supported",
+    "LOGICAL_DELIM_JOIN": "duplicate-eliminated joins are not supported",
+    "LOGICAL_DELIM_GET": "duplicate-eliminated joins are not supported",
+    "LOGICAL_RECURSIVE_CTE": "recursive CTEs are not supported",
+    "LOGICAL_POSITIONAL_JOIN": "positional joins depend on row order",
+    "LOGICAL_ASOF_JOIN": "ASOF joins are not supported",
+    "LOGICAL_DEPENDENT_JOIN": "dependent joins are not supported",
+    "LOGICAL_INSERT": "only queries run distributed",
+    "LOGICAL_DELETE": "only queries run distributed",
+    "LOGICAL_UPDATE": "only queries run distributed",
+}
+
+
+def _register(*names: str) -> Callable[[OperatorHandler], OperatorHandler]:
+    def deco(f: OperatorHandler) -> OperatorHandler:
+        for n in names:
+            OPERATORS[n] = f
+        return f
+
+    return deco
+
+
+class _Failed(Exception):
+    """Internal: an operator could not be translated (its error is recorded)."""
+
+
+class Translator:
+    """The state of one translation: the connection (to read its tables), the stand-ins,
+    the names in use, the CTEs and the errors found so far."""
+
+    def __init__(self, con: Any, standins: dict[str, StandIn]) -> None:
+        self.con = con
+        self.standins = standins
+        self.errors: list[str] = []
+        self.names: set[str] = set()
+        self.ctes: dict[int, Rel] = {}
+        #: Names of columns standing for DuckDB's virtual columns (rowid): never readable.
+        self.virtual: set[str] = set()
+        self._tables: dict[tuple[str, ...], pa.Table] = {}
+
+    # -- errors -------------------------------------------------------------------------
+
+    def error(self, what: str, reason: str) -> None:
+        entry = f"{what}: {reason}"
+        if entry not in self.errors:
+            self.errors.append(entry)
+
+    # -- names --------------------------------------------------------------------------
+
+    def fresh(self, hint: str = "c") -> str:
+        """A column name not used anywhere in the plan yet (``hint`` when free)."""
+        base = re.sub(r"\s+", "_", hint.strip()) or "c"
+        if base.startswith("__"):
+            base = base.lstrip("_") or "c"
+        name, i = base, 0
+        while name.lower() in self.names:
+            i += 1
+            name = f"{base}_{i}"
+        self.names.add(name.lower())
+        return name
+
+    def claim(self, name: str) -> bool:
+        """Take ``name`` if it is free; whether it was."""
+        if name.lower() in self.names:
+            return False
+        self.names.add(name.lower())
+        return True
+
+    # -- expressions --------------------------------------------------------------------
+
+    def expr(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+        """Translate expression ``e`` over ``cols``; records the error and returns a
+        placeholder when it cannot."""
+        try:
+            return self._no_virtual(ExprTranslator(cols).expr(e), where)
+        except Unsupported as exc:
+            self.error(where, str(exc))
+            return Lit(None, BOOL)
+
+    def agg(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+        try:
+            return self._no_virtual(aggregate(ExprTranslator(cols), e), where)
+        except Unsupported as exc:
+            self.error(where, str(exc))
+            return Lit(None, BOOL)
+
+    def _no_virtual(self, e: Expr, where: str) -> Expr:
+        if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
+            raise Unsupported(_VIRTUAL)
+        return e
+
+    def dtype(self, t: dict[str, Any], where: str) -> DataType:
+        try:
+            return dtype_of(t)
+        except UnsupportedError as exc:
+            self.error(where, str(exc))
+            raise _Failed() from None
+
+    # -- operators ----------------------------------------------------------------------
+
+    def plan(self, op: dict[str, Any]) -> Rel:
+        kind = str(op.get("type"))
+        handler = OPERATORS.get(kind)
+        if handler is None:
+            reason = UNSUPPORTED_OPERATORS.get(kind, "operator not supported by shoal")
+            self.error(kind, reason)
+            for child in op.get("children", []):
+                self._try(child)
+            raise _Failed()
+        return handler(self, op)
+
+    def _try(self, op: dict[str, Any]) -> None:
+        with contextlib.suppress(_Failed):
+            self.plan(op)
+
+    def single_child(self, op: dict[str, Any]) -> tuple[Rel | None, Sequence[Col]]:
+        """Translate the only child; when it fails, stand-in columns so that the caller
+        still translates (and reports) its own expressions, then raises."""
+        (child,) = op["children"]
+        try:
+            rel = self.plan(child)
+        except _Failed:
+            return None, _AnyColumns()
+        return rel, rel.cols
+
+    def children(self, op: dict[str, Any]) -> list[Rel]:
+        """Translate every child (all of them, to report every error), or raise."""
+        out: list[Rel | None] = []
+        failed = False
+        for child in op.get("children", []):
+            try:
+                out.append(self.plan(child))
+            except _Failed:
+                out.append(None)
+                failed = True
+        if failed:
+            raise _Failed()
+        return [r for r in out if r is not None]
+
+    # -- building blocks ----------------------------------------------------------------
+
+    def project(self, rel: Rel, exprs: Sequence[tuple[str, Expr]]) -> Rel:
+        """A projection computing ``exprs`` (hint, expression) over ``rel``; plain column
+        references keep their names when they can."""
+        named: list[NamedExpr] = []
+        seen: set[str] = set()
+        for hint, e in exprs:
+            if isinstance(e, Col) and e.name not in seen:
+                name = e.name
+            else:
+                name = self.fresh(hint)
+            seen.add(name)
+            named.append(NamedExpr(name, e))
+        schema = Schema.of([(n.name, n.dtype) for n in named])
+        cols = tuple(Col(n.name, n.dtype) for n in named)
+        return Rel(Project(rel.node, tuple(named), schema), cols)
+
+    def select(self, rel: Rel, indexes: Sequence[int]) -> Rel:
+        """Columns ``indexes`` of ``rel`` (all when empty)."""
+        if not indexes:
+            return rel
+        return self.project(rel, [(rel.cols[i].name, rel.cols[i]) for i in indexes])
+
+    def renamed(self, rel: Rel) -> Rel:
+        """``rel`` with fresh names for every column (a second use of a shared plan)."""
+        named = tuple(NamedExpr(self.fresh(c.name), c) for c in rel.cols)
+        schema = Schema.of([(n.name, n.dtype) for n in named])
+        return Rel(Project(rel.node, named, schema), tuple(Col(n.name, n.dtype) for n in named))
+
+    def exact(self, rel: Rel) -> Rel:
+        """``rel`` whose node has exactly its columns, in order."""
+        if rel.node.schema.names == tuple(c.name for c in rel.cols):
+            return rel
+        return self.project(rel, [(c.name, c) for c in rel.cols])
+
+    def filter(self, rel: Rel, predicate: Expr) -> Rel:
+        if isinstance(predicate, Lit) and predicate.value is True:
+            return rel
+        return Rel(Filter(rel.node, predicate, rel.node.schema), rel.cols)
+
+    def table_arrow(self, qualified: str, columns: Sequence[str]) -> pa.Table:
+        """Columns of a DuckDB table as Arrow (read once per query)."""
+        key = (qualified, *columns)
+        got = self._tables.get(key)
+        if got is None:
+            listing = ", ".join(quote_ident(c) for c in columns)
+            got = self.con.sql(f"SELECT {listing} FROM {qualified}").to_arrow_table()
+            self._tables[key] = got
+        return got
+
+
+class _AnyColumns(Sequence[Col]):
+    """Columns of an operator that could not be translated: any index is a column of
+    unknown type (its readers translate their expressions only to report their errors)."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return Col(f"?{index}", DataType(pa.null()))
+
+    def __len__(self) -> int:
+        return 2**31
+
+
+def _done(child: Rel | None) -> Rel:
+    """``child``, or raise when it failed (after the caller reported its own errors)."""
+    if child is None:
+        raise _Failed()
+    return child
+
+
+def translate(
+    con: Any, root: dict[str, Any], standins: dict[str, StandIn]
+) -> tuple[PlanNode, tuple[Col, ...]]:
+    """Translate a plan's root operator; returns the IR plan (exactly the output columns,
+    in order) and its columns.
+
+    Raises :class:`shoal.UnsupportedError` listing every unsupported part (each naming the
+    DuckDB operator or function and the reason).
+    """
+    t = Translator(con, standins)
+    try:
+        rel = t.exact(t.plan(root))
+        if any(c.name.lower() in t.virtual for c in rel.cols):
+            t.error("result", _VIRTUAL)
+    except _Failed:
+        rel = None
+    if t.errors or rel is None:
+        listing = "\n".join(f"  - {e}" for e in t.errors) or "  - (no reason recorded)"
+        n = len(t.errors)
+        raise UnsupportedError(
+            f"shoal cannot run this DuckDB query ({n} unsupported part{'s' if n != 1 else ''}):"
+            f"\n{listing}"
+        )
+    return rel.node, rel.cols
+
+
+# ---------------------------------------------------------------- scans
+
+
+@_register("LOGICAL_GET")
+def _get(t: Translator, op: dict[str, Any]) -> Rel:
+    func = str(op.get("qname", {}).get("path", ["?"])[-1])
+    if func != "seq_scan":
+        t.error(f"LOGICAL_GET({func})", "table function scans are not supported here")
+        raise _Failed()
+    data = op.get("function_data") or {}
+    table = str(data.get("table"))
+    names: list[str] = op["names"]
+    types: list[dict[str, Any]] = op["returned_types"]
+    indexes = [int(c["index"]) for c in op.get("column_indexes", [])]
+    where = f"LOGICAL_GET({table})"
+    # Virtual columns (rowid) have indexes past the table's columns. A scan that reads
+    # none but counts rows (count(*)) still needs a real column to carry the row count.
+    read = list(dict.fromkeys(i for i in indexes if i < len(names))) or [0]
+    scanned = [(names[i], t.dtype(types[i], where)) for i in read]
+    standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
+    if standin is not None and standin.kind == "parquet":
+        source: Any = ParquetSource(standin.paths)
+        schema = Schema.of(scanned)
+    else:
+        if standin is not None:
+            arrow = t.con.sql(standin.source_sql).to_arrow_table().select([n for n, _ in scanned])
+        else:
+            qualified = ".".join(
+                quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
+            )
+            arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+        try:
+            schema = Schema.from_arrow(arrow.schema)
+        except Exception as exc:
+            t.error(where, f"column types shoal cannot carry ({exc})")
+            raise _Failed() from None
+        source = InMemorySource(arrow)
+    cols_as_read = [Col(n, dt) for n, dt in schema.fields]
+    by_index = dict(zip(read, cols_as_read, strict=True))
+    positional = [by_index.get(i) if i < len(names) else None for i in indexes]
+    pred = _table_filters(t, op, positional, where)
+    scan_rel = Rel(Scan(source, schema, pred), tuple(cols_as_read))
+    proj_ids = [int(i) for i in op.get("projection_ids") or range(len(indexes))]
+    out: list[tuple[str, Expr]] = []
+    virtual: list[int] = []
+    for k, p in enumerate(proj_ids):
+        c = positional[p]
+        if c is None:
+            # A virtual column (rowid, a row number): any use is reported by Translator.expr.
+            virtual.append(k)
+            out.append(("rowid", Lit(None, INT64)))
+            continue
+        want = t.dtype(types[indexes[p]], where)
+        out.append((c.name, c if c.dtype == want else cast(c, want)))
+    plain = [e for _, e in out] == cols_as_read
+    if plain and not any(c.name.lower() in t.names for c in cols_as_read):
+        for c in cols_as_read:
+            t.claim(c.name)
+        return scan_rel
+    # The same table read twice, a filter-only column or a virtual column: a projection.
+    rel = _fresh_projection(t, scan_rel, out)
+    t.virtual.update(rel.cols[k].name.lower() for k in virtual)
+    if all(isinstance(e, Lit) for _, e in out):
+        # Keep a real column so that the projection keeps the scan's row count.
+        keep = cols_as_read[0]
+        node = rel.node
+        assert isinstance(node, Project)
+        exprs = (*node.exprs, NamedExpr(keep.name, keep))
+        fields = (*node.schema.fields, (keep.name, keep.dtype))
+        rel = Rel(Project(node.input, exprs, Schema(fields)), rel.cols)
+    return rel
+
+
+def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) -> Rel:
+    named = [NamedExpr(t.fresh(hint), e) for hint, e in exprs]
+    schema = Schema.of([(n.name, n.dtype) for n in named])
+    return Rel(Project(rel.node, tuple(named), schema), tuple(Col(n.name, n.dtype) for n in named))
+
+
+def _table_filters(
+    t: Translator, op: dict[str, Any], cols: list[Col | None], where: str
+) -> Expr | None:
+    tf = op.get("table_filters") or {}
+    by_projection = op.get("table_filters_by_projection", True)
+    indexes = [int(c["index"]) for c in op.get("column_indexes", [])]
+
+    def position(key: int) -> int:
+        return key if by_projection else (indexes.index(key) if key in indexes else -1)
+
+    parts: list[Expr] = []
+    for f in tf.get("multi_column_filters", []):
+        # An expression over several scanned columns (BOUND_REF i reads column_indexes[i]).
+        kind = str(f.get("filter_type", "")).removeprefix("LEGACY_")
+        positions = [position(int(k)) for k in f.get("column_indexes", [])]
+        used = [cols[p] if 0 <= p < len(cols) else None for p in positions]
+        if kind != "EXPRESSION_FILTER" or any(c is None for c in used):
+            t.error(where, f"multi-column table filter {kind} is not supported")
+            continue
+        parts.append(t.expr(f["expr"], [c for c in used if c is not None], where))
+    for f in tf.get("filters", []):
+        key = int(f["key"])
+        pos = position(key)
+        col = cols[pos] if 0 <= pos < len(cols) else None
+        if col is None:
+            t.error(where, f"table filter on a virtual or unknown column ({key})")
+            continue
+        try:
+            got = _table_filter(f["value"], col)
+        except Unsupported as exc:
+            t.error(where, str(exc))
+            continue
+        if got is not None:
+            parts.append(got)
+    return and_all(parts) if parts else None
+
+
+def _table_filter(f: dict[str, Any], col: Col) -> Expr | None:
+    """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply)."""
+    kind = str(f.get("filter_type", "")).removeprefix("LEGACY_")
+    if kind == "CONSTANT_COMPARISON":
+        value = lit(value_of(f["constant"]), dtype_of(f["constant"]["type"]))
+        return compare(comparison_op(f["comparison_type"]), col, value)
+    if kind == "IS_NULL":
+        return is_null(col)
+    if kind == "IS_NOT_NULL":
+        return is_not_null(col)
+    if kind in ("CONJUNCTION_AND", "CONJUNCTION_OR"):
+        kids = [_table_filter(c, col) for c in f.get("child_filters", [])]
+        if kind == "CONJUNCTION_AND":
+            return and_all([k for k in kids if k is not None])
+        if any(k is None for k in kids):
+            return None  # an OR with an optional branch constrains nothing for sure
+        return or_all([k for k in kids if k is not None])
+    if kind in ("OPTIONAL_FILTER", "DYNAMIC_FILTER"):
+        return None  # hints only: the same condition is evaluated elsewhere in the plan
+    if kind == "IN_FILTER":
+        values = [value_of(v) for v in f.get("values", [])]
+        list_type = DataType(pa.large_list(col.dtype.arrow))
+        return fn("is_in", [col, lit([v for v in values if v is not None], list_type)], BOOL)
+    if kind == "EXPRESSION_FILTER":
+        return ExprTranslator([col]).expr(f["expr"])
+    raise Unsupported(f"table filter {kind}")
+
+
+@_register("LOGICAL_EMPTY_RESULT")
+def _empty(t: Translator, op: dict[str, Any]) -> Rel:
+    types = [t.dtype(x, "LOGICAL_EMPTY_RESULT") for x in op.get("return_types", [])]
+    names = [t.fresh("c") for _ in types]
+    table = pa.table({n: pa.array([], type=d.arrow) for n, d in zip(names, types, strict=True)})
+    if not names:
+        table = pa.table({t.fresh("dummy"): pa.array([], type=pa.bool_())})
+    schema = Schema.from_arrow(table.schema)
+    return Rel(
+        Scan(InMemorySource(table), schema),
+        tuple(Col(n, d) for n, d in zip(names, types, strict=True)),
+    )
+
+
+@_register("LOGICAL_DUMMY_SCAN")
+def _dummy(t: Translator, op: dict[str, Any]) -> Rel:
+    name = t.fresh("dummy")
+    table = pa.table({name: pa.array([True])})
+    return Rel(Scan(InMemorySource(table), Schema.from_arrow(table.schema)), ())
+
+
+def _constant_table(
+    t: Translator, where: str, types: list[dict[str, Any]], rows: list[list[Any]]
+) -> Rel:
+    dtypes = [t.dtype(x, where) for x in types]
+    names = [t.fresh("col") for _ in dtypes]
+    arrays = []
+    for j, d in enumerate(dtypes):
+        try:
+            arrays.append(pa.array([r[j] for r in rows], type=d.arrow))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+            t.error(where, f"values of type {d} cannot be made into a table ({exc})")
+            raise _Failed() from None
+    table = pa.Table.from_arrays(arrays, names=names)
+    return Rel(
+        Scan(InMemorySource(table), Schema.from_arrow(table.schema)),
+        tuple(Col(n, d) for n, d in zip(names, dtypes, strict=True)),
+    )
+
+
+@_register("LOGICAL_EXPRESSION_GET")
+def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
+    rows = []
+    try:
+        for row in op["expressions"]:
+            rows.append([python_value(ExprTranslator([]).expr(e)) for e in row])
+    except Unsupported as exc:
+        t.error("LOGICAL_EXPRESSION_GET", str(exc))
+        raise _Failed() from None
+    return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
+
+
+@_register("LOGICAL_CHUNK_GET")
+def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
+    coll = op.get("collection") or {}
+    types = coll.get("types") or op.get("chunk_types", [])
+    try:
+        rows = [[value_of(v) for v in row] for row in coll.get("values", [])]
+    except UnsupportedError as exc:
+        t.error("LOGICAL_CHUNK_GET", str(exc))
+        raise _Failed() from None
+    rel = _constant_table(t, "LOGICAL_CHUNK_GET", types, rows)
+    ids = op.get("column_ids")
+    if ids and list(ids) != list(range(len(rel.cols))):
+        rel = t.select(rel, [int(i) for i in ids])
+    return rel
+
+
+# ---------------------------------------------------------------- row-wise
+
+
+@_register("LOGICAL_PROJECTION")
+def _projection(t: Translator, op: dict[str, Any]) -> Rel:
+    child, cols = t.single_child(op)
+    exprs = [
+        (str(e.get("alias") or "c"), t.expr(e, cols, "LOGICAL_PROJECTION"))
+        for e in op["expressions"]
+    ]
+    return t.project(_done(child), exprs)
+
+
+@_register("LOGICAL_FILTER")
+def _filter(t: Translator, op: dict[str, Any]) -> Rel:
+    child, cols = t.single_child(op)
+    preds = [t.expr(e, cols, "LOGICAL_FILTER") for e in op["expressions"]]
+    rel = t.filter(_done(child), and_all(preds))
+    return t.select(rel, [int(i) for i in op.get("projection_map") or []])
+
+
+# ---------------------------------------------------------------- aggregation
+
+
+@_register("LOGICAL_AGGREGATE_AND_GROUP_BY")
+def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
+    maybe, cols = t.single_child(op)
+    where = "LOGICAL_AGGREGATE_AND_GROUP_BY"
+    groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
+    aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
+    child = _done(maybe)
+    sets = [list(map(int, s)) for s in op.get("grouping_sets") or []]
+    all_groups = list(range(len(groups)))
+    grouping_functions = [list(map(int, g)) for g in op.get("grouping_functions") or []]
+    key_names = [t.fresh(str(g.get("alias") or "key")) for g in op.get("groups", [])]
+    agg_names = [t.fresh("agg") for _ in aggs]
+    gf_names = [t.fresh("grouping") for _ in grouping_functions]
+    if not sets or (len(sets) == 1 and sorted(sets[0]) == all_groups):
+        if grouping_functions:
+            sets = [all_groups]
+        else:
+            return _group_by(
+                t,
+                child,
+                list(zip(key_names, groups, strict=True)),
+                list(zip(agg_names, aggs, strict=True)),
+            )
+    # GROUPING SETS / ROLLUP / CUBE: one aggregation per set, the other keys NULL.
+    branches: list[PlanNode] = []
+    out_cols: tuple[Col, ...] = ()
+    for s in sets:
+        keys = [(key_names[i], groups[i]) for i in s]
+        part = _group_by(t, child, keys, list(zip(agg_names, aggs, strict=True)), rename=True)
+        by_key = dict(zip([k for k, _ in keys], part.cols[: len(keys)], strict=True))
+        exprs: list[NamedExpr] = []
+        for i, name in enumerate(key_names):
+            got = by_key.get(name)
+            exprs.append(NamedExpr(name, got if got is not None else lit(None, groups[i].dtype)))
+        for j, name in enumerate(agg_names):
+            exprs.append(NamedExpr(name, part.cols[len(keys) + j]))
+        for name, members in zip(gf_names, grouping_functions, strict=True):
+            value = 0
+            for bit, g in enumerate(reversed(members)):
+                if g not in s:
+                    value |= 1 << bit
+            exprs.append(NamedExpr(name, lit(value, DataType(pa.int64()))))
+        schema = Schema.of([(e.name, e.dtype) for e in exprs])
+        branches.append(Project(part.node, tuple(exprs), schema))
+        out_cols = tuple(Col(e.name, e.dtype) for e in exprs)
+    return Rel(Union(tuple(branches), branches[0].schema), out_cols)
+
+
+def _group_by(
+    t: Translator,
+    child: Rel,
+    keys: list[tuple[str, Expr]],
+    aggs: list[tuple[str, Expr]],
+    rename: bool = False,
+) -> Rel:
+    key_exprs = tuple(NamedExpr(t.fresh(n) if rename else n, e) for n, e in keys)
+    agg_exprs = tuple(NamedExpr(t.fresh(n) if rename else n, e) for n, e in aggs)
+    if not agg_exprs and key_exprs:
+        # GROUP BY without aggregates: the distinct keys.
+        proj = Project(child.node, key_exprs, Schema.of([(k.name, k.dtype) for k in key_exprs]))
+        node: PlanNode = Distinct(proj, None, "any", False, proj.schema)
+    else:
+        schema = Schema.of(
+            [(k.name, k.dtype) for k in key_exprs] + [(a.name, a.dtype) for a in agg_exprs]
+        )
+        node = Aggregate(child.node, key_exprs, agg_exprs, False, schema)
+    cols = tuple(Col(n.name, n.dtype) for n in (*key_exprs, *agg_exprs))
+    return Rel(node, cols)
+
+
+@_register("LOGICAL_DISTINCT")
+def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
+    (child,) = t.children(op)
+    if op.get("order_by"):
+        t.error("LOGICAL_DISTINCT", "DISTINCT ON with ORDER BY is not supported")
+        raise _Failed()
+    targets = [t.expr(e, child.cols, "LOGICAL_DISTINCT") for e in op.get("distinct_targets", [])]
+    rel = t.exact(child)
+    names = [c.name for c in rel.cols]
+    subset: tuple[str, ...] | None = None
+    if op.get("distinct_type") == "DISTINCT_ON" or not (
+        all(isinstance(x, Col) for x in targets)
+        and sorted(x.name for x in targets if isinstance(x, Col)) == sorted(names)
+    ):
+        if not all(isinstance(x, Col) for x in targets):
+            t.error("LOGICAL_DISTINCT", "DISTINCT ON an expression is not supported")
+            raise _Failed()
+        subset = tuple(x.name for x in targets if isinstance(x, Col))
+    return Rel(Distinct(rel.node, subset, "any", False, rel.node.schema), rel.cols)
+
+
+# ---------------------------------------------------------------- order and limits
+
+
+def _sort_keys(
+    t: Translator, op: dict[str, Any], cols: Sequence[Col], where: str
+) -> tuple[tuple[Expr, ...], tuple[bool, ...], tuple[bool, ...]]:
+    by, desc, last = [], [], []
+    for o in op.get("orders", []):
+        by.append(t.expr(o["expression"], cols, where))
+        desc.append(o.get("type") in ("DESCENDING", "ORDER_DESCENDING"))
+        null_order = str(o.get("null_order", "NULLS_LAST")).replace(" ", "_")
+        if null_order not in ("NULLS_LAST", "NULLS_FIRST", "ORDER_NULLS_LAST", "ORDER_NULLS_FIRST"):
+            t.error(where, f"null order {null_order}")
+        last.append(null_order.endswith("NULLS_LAST"))
+    return tuple(by), tuple(desc), tuple(last)
+
+
+@_register("LOGICAL_ORDER_BY")
+def _order_by(t: Translator, op: dict[str, Any]) -> Rel:
+    maybe, cols = t.single_child(op)
+    by, desc, last = _sort_keys(t, op, cols, "LOGICAL_ORDER_BY")
+    child = _done(maybe)
+    rel = Rel(Sort(child.node, by, desc, last, False, child.node.schema), child.cols)
+    return t.select(rel, [int(i) for i in op.get("projections") or []])
+
+
+@_register("LOGICAL_TOP_N")
+def _top_n(t: Translator, op: dict[str, Any]) -> Rel:
+    maybe, cols = t.single_child(op)
+    by, desc, last = _sort_keys(t, op, cols, "LOGICAL_TOP_N")
+    child = _done(maybe)
+    sort = Sort(child.node, by, desc, last, False, child.node.schema)
+    limit, offset = int(op["limit"]), int(op.get("offset") or 0)
+    return Rel(Slice(sort, offset, limit, child.node.schema), child.cols)
+
+
+def _limit_value(t: Translator, v: dict[str, Any] | None, what: str) -> int | None:
+    if v is None:
+        return None
+    kind = v.get("type")
+    if kind == "UNSET":
+        return None
+    if kind == "CONSTANT_VALUE":
+        return int(v["constant_integer"])
+    t.error("LOGICAL_LIMIT", f"{what} that is not a constant ({kind})")
+    raise _Failed()
+
+
+@_register("LOGICAL_LIMIT")
+def _limit(t: Translator, op: dict[str, Any]) -> Rel:
+    (child,) = t.children(op)
+    limit = _limit_value(t, op.get("limit_val"), "a LIMIT")
+    offset = _limit_value(t, op.get("offset_val"), "an OFFSET") or 0
+    if limit is None and offset == 0:
+        return child
+    return Rel(Slice(child.node, offset, limit, child.node.schema), child.cols)
+
+
+# ---------------------------------------------------------------- set operations
+
+
+def _aligned(t: Translator, rels: list[Rel], where: str) -> list[Rel]:
+    """The inputs of a set operation with the first one's column names and types."""
+    first = t.exact(rels[0])
+    out = [first]
+    for rel in rels[1:]:
+        if len(rel.cols) != len(first.cols):
+            t.error(where, "inputs with different numbers of columns")
+            raise _Failed()
+        named = tuple(
+            NamedExpr(f.name, c if c.dtype == f.dtype else duck_cast(c, f.dtype))
+            for f, c in zip(first.cols, rel.cols, strict=True)
+        )
+        node = Project(rel.node, named, first.node.schema)
+        out.append(Rel(node, first.cols))
+    return out
+
+
+@_register("LOGICAL_UNION")
+def _union(t: Translator, op: dict[str, Any]) -> Rel:
+    rels = _aligned(t, t.children(op), "LOGICAL_UNION")
+    node: PlanNode = Union(tuple(r.node for r in rels), rels[0].node.schema)
+    if not op.get("setop_all", True):
+        node = Distinct(node, None, "any", False, node.schema)
+    return Rel(node, rels[0].cols)
+
+
+@_register("LOGICAL_EXCEPT", "LOGICAL_INTERSECT")
+def _except_intersect(t: Translator, op: dict[str, Any]) -> Rel:
+    kind = op["type"]
+    if op.get("setop_all"):
+        t.error(kind, "EXCEPT ALL / INTERSECT ALL are not supported")
+        raise _Failed()
+    left, right = _aligned(t, t.children(op), kind)
+    # Set semantics: distinct left rows with (INTERSECT) or without (EXCEPT) an equal
+    # right row, NULLs comparing equal.
+    right = t.renamed(right)
+    dleft = Distinct(left.node, None, "any", False, left.node.schema)
+    how: JoinHow = "semi" if kind == "LOGICAL_INTERSECT" else "anti"
+    node = Join(
+        dleft,
+        right.node,
+        tuple(left.cols),
+        tuple(right.cols),
+        how,
+        "_r",
+        True,
+        False,
+        left.node.schema,
+    )
+    return Rel(node, left.cols)
+
+
+# ---------------------------------------------------------------- CTEs
+
+
+@_register("LOGICAL_MATERIALIZED_CTE")
+def _materialized_cte(t: Translator, op: dict[str, Any]) -> Rel:
+    definition, body = op["children"]
+    index = int(op["table_index"])
+    try:
+        t.ctes[index] = t.exact(t.plan(definition))
+    except _Failed:
+        t._try(body)
+        raise
+    return t.plan(body)
+
+
+@_register("LOGICAL_CTE_REF")
+def _cte_ref(t: Translator, op: dict[str, Any]) -> Rel:
+    found = t.ctes.get(int(op["cte_index"]))
+    if found is None:
+        t.error("LOGICAL_CTE_REF", f"unknown CTE {op.get('cte_index')}")
+        raise _Failed()
+    n = len(op.get("chunk_types") or found.cols)
+    if n != len(found.cols):
+        t.error("LOGICAL_CTE_REF", f"reads {n} columns of a CTE with {len(found.cols)}")
+        raise _Failed()
+    # The same node object for every reference: the planner computes it once.
+    return t.renamed(found)
+
+
+# ---------------------------------------------------------------- joins
+
+
+@_register("LOGICAL_CROSS_PRODUCT")
+def _cross(t: Translator, op: dict[str, Any]) -> Rel:
+    left, right = (t.exact(r) for r in t.children(op))
+    schema = Schema(left.node.schema.fields + right.node.schema.fields)
+    node = Join(left.node, right.node, (), (), "cross", "_r", False, False, schema)
+    return Rel(node, left.cols + right.cols)
+
+
+@dataclass
+class _Key:
+    left: Expr
+    right: Expr
+    null_safe: bool
+
+
+@_register("LOGICAL_COMPARISON_JOIN", "LOGICAL_ANY_JOIN")
+def _join(t: Translator, op: dict[str, Any]) -> Rel:
+    kind = str(op.get("join_type", "INNER"))
+    where = f"{op['type']}({kind})"
+    left, right = (t.exact(r) for r in t.children(op))
+    both = left.cols + right.cols
+    keys: list[_Key] = []
+    residual: list[Expr] = []
+    if op["type"] == "LOGICAL_ANY_JOIN":
+        residual.append(t.expr(op["condition"], both, where))
+    for c in op.get("conditions", []):
+        if c.get("right") is None:
+            residual.append(t.expr(c["left"], both, where))
+            continue
+        cmp = str(c["comparison"])
+        lx = t.expr(c["left"], left.cols, where)
+        rx = t.expr(c["right"], right.cols, where)
+        if cmp in ("COMPARE_EQUAL", "COMPARE_NOT_DISTINCT_FROM"):
+            if lx.dtype != rx.dtype:
+                rx = cast(rx, lx.dtype)
+            keys.append(_Key(lx, rx, cmp == "COMPARE_NOT_DISTINCT_FROM"))
+        else:
+            try:
+                residual.append(compare(comparison_op(cmp), lx, rx))
+            except Unsupported as exc:
+                t.error(where, str(exc))
+    if t.errors:
+        raise _Failed()
+    lmap = [int(i) for i in op.get("left_projection_map") or []]
+    rmap = [int(i) for i in op.get("right_projection_map") or []]
+    if kind == "INNER":
+        rel = _inner(t, left, right, keys, residual)
+        return _join_output(t, rel, left, right, lmap, rmap)
+    if kind in ("LEFT", "RIGHT", "OUTER", "FULL"):
+        if residual:
+            t.error(where, "non-equality conditions on an outer join are not supported")
+            raise _Failed()
+        how: JoinHow = {"LEFT": "left", "RIGHT": "right"}.get(kind, "full")  # type: ignore[assignment]
+        rel = _equi(t, left, right, keys, how)
+        return _join_output(t, rel, left, right, lmap, rmap)
+    if kind in ("SEMI", "ANTI"):
+        rel = _semi(t, left, right, keys, residual, kind == "ANTI", where)
+        return t.select(rel, lmap)
+    if kind in ("RIGHT_SEMI", "RIGHT_ANTI"):
+        swapped = [_Key(k.right, k.left, k.null_safe) for k in keys]
+        rel = _semi(t, right, left, swapped, residual, kind == "RIGHT_ANTI", where)
+        return t.select(rel, rmap)
+    if kind == "MARK":
+        if residual:
+            t.error(where, "non-equality conditions on a mark join are not supported")
+            raise _Failed()
+        rel = _mark(t, left, right, keys, where)
+        if lmap:
+            rel = t.select(rel, [*lmap, len(left.cols)])
+        return rel
+    t.error(where, f"{kind} joins are not supported")
+    raise _Failed()
+
+
+def _join_output(
+    t: Translator, rel: Rel, left: Rel, right: Rel, lmap: list[int], rmap: list[int]
+) -> Rel:
+    if not lmap and not rmap:
+        return rel
+    idx = (lmap or list(range(len(left.cols)))) + [
+        len(left.cols) + j for j in (rmap or range(len(right.cols)))
+    ]
+    return t.select(rel, idx)
+
+
+def _prepare_keys(
+    t: Translator, left: Rel, right: Rel, keys: list[_Key], filter_left: bool, filter_right: bool
+) -> tuple[Rel, Rel, bool]:
+    """Join inputs and the ``nulls_equal`` flag for ``keys``. Keys of both kinds (``=`` and
+    ``IS NOT DISTINCT FROM``) use ``nulls_equal`` with the NULLs of the ``=`` keys removed
+    from a side whose unmatched rows are not kept."""
+    null_safe = [k.null_safe for k in keys]
+    if all(null_safe) or not any(null_safe):
+        return left, right, bool(keys) and all(null_safe)
+    plain = [k for k in keys if not k.null_safe]
+    if not (filter_left or filter_right):
+        raise Unsupported("a full outer join mixing = and IS NOT DISTINCT FROM")
+    if filter_left:
+        left = t.filter(left, and_all([is_not_null(k.left) for k in plain]))
+    if filter_right:
+        right = t.filter(right, and_all([is_not_null(k.right) for k in plain]))
+    return left, right, True
+
+
+def _equi(t: Translator, left: Rel, right: Rel, keys: list[_Key], how: JoinHow) -> Rel:
+    if not keys:
+        if how == "inner":
+            schema = Schema(left.node.schema.fields + right.node.schema.fields)
+            node = Join(left.node, right.node, (), (), "cross", "_r", False, False, schema)
+            return Rel(node, left.cols + right.cols)
+        raise Unsupported(f"{how} join without equality conditions")
+    try:
+        left, right, nulls_equal = _prepare_keys(
+            t,
+            left,
+            right,
+            keys,
+            filter_left=how in ("inner", "right"),
+            filter_right=how in ("inner", "left"),
+        )
+    except Unsupported as exc:
+        t.error("LOGICAL_COMPARISON_JOIN", str(exc))
+        raise _Failed() from None
+    schema = Schema(left.node.schema.fields + right.node.schema.fields)
+    node = Join(
+        left.node,
+        right.node,
+        tuple(k.left for k in keys),
+        tuple(k.right for k in keys),
+        how,
+        "_r",
+        nulls_equal,
+        False,
+        schema,
+    )
+    return Rel(node, left.cols + right.cols)
+
+
+def _inner(t: Translator, left: Rel, right: Rel, keys: list[_Key], residual: list[Expr]) -> Rel:
+    rel = _equi(t, left, right, keys, "inner")
+    return t.filter(rel, and_all(residual)) if residual else rel
+
+
+def _semi(
+    t: Translator,
+    left: Rel,
+    right: Rel,
+    keys: list[_Key],
+    residual: list[Expr],
+    anti: bool,
+    where: str,
+) -> Rel:
+    how: JoinHow = "anti" if anti else "semi"
+    if not residual:
+        if not keys:
+            t.error(where, "a semi or anti join without conditions")
+            raise _Failed()
+        try:
+            left2, right2, nulls_equal = _prepare_keys(
+                t, left, right, keys, filter_left=not anti, filter_right=True
+            )
+        except Unsupported as exc:  # pragma: no cover - both flags set
+            t.error(where, str(exc))
+            raise _Failed() from None
+        node = Join(
+            left2.node,
+            right2.node,
+            tuple(k.left for k in keys),
+            tuple(k.right for k in keys),
+            how,
+            "_r",
+            nulls_equal,
+            False,
+            left2.node.schema,
+        )
+        return Rel(node, left.cols)
+    # Conditions beyond equality: the distinct left rows that have a match (inner join and
+    # filter), then a semi (anti) join of the left rows with them on every column, NULLs
+    # equal. Equal left rows behave alike, so duplicates keep their multiplicity.
+    matched = _inner(t, left, right, keys, residual)
+    matched = t.exact(t.project(matched, [(c.name, c) for c in left.cols]))
+    matched = t.renamed(matched)
+    dmatched = Distinct(matched.node, None, "any", False, matched.node.schema)
+    node = Join(
+        left.node,
+        dmatched,
+        tuple(left.cols),
+        tuple(matched.cols),
+        how,
+        "_r",
+        True,
+        False,
+        left.node.schema,
+    )
+    return Rel(node, left.cols)
+
+
+def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) -> Rel:
+    """A mark join: the left rows and a BOOLEAN "has a match" column with SQL's ``IN``
+    semantics (NULL when there is no match but a NULL took part in the comparison)."""
+    if not keys:
+        t.error(where, "a mark join without equality conditions")
+        raise _Failed()
+    plain = [k for k in keys if not k.null_safe]
+    if len(plain) > 1:
+        t.error(where, "a mark join on several = conditions is not supported")
+        raise _Failed()
+    key_names = [t.fresh("mark_key") for _ in keys]
+    proj = t.project(right, [(n, k.right) for n, k in zip(key_names, keys, strict=True)])
+    rkeys = proj.cols
+    usable = proj
+    if plain:
+        i = keys.index(plain[0])
+        usable = t.filter(proj, is_not_null(rkeys[i]))
+    flag = t.fresh("mark_found")
+    marked = t.project(
+        Rel(Distinct(usable.node, None, "any", False, usable.node.schema), usable.cols),
+        [*((c.name, c) for c in usable.cols), (flag, lit(True, BOOL))],
+    )
+    nulls_equal = all(k.null_safe for k in keys)
+    schema = Schema(left.node.schema.fields + marked.node.schema.fields)
+    joined = Rel(
+        Join(
+            left.node,
+            marked.node,
+            tuple(k.left for k in keys),
+            tuple(marked.cols[:-1]),
+            "left",
+            "_r",
+            nulls_equal,
+            False,
+            schema,
+        ),
+        left.cols + marked.cols,
+    )
+    found = marked.cols[-1]
+    mark_name = t.fresh("mark")
+    if not plain:
+        mark: Expr = is_not_null(found)
+        return t.project(joined, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+    # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts.
+    i = keys.index(plain[0])
+    n_rows, n_nulls = t.fresh("mark_rows"), t.fresh("mark_nulls")
+    stats_schema = Schema.of([(n_rows, IDX), (n_nulls, IDX)])
+    stats = Aggregate(
+        proj.node,
+        (),
+        (
+            NamedExpr(n_rows, Agg("len", None, IDX)),
+            NamedExpr(n_nulls, Agg("null_count", rkeys[i], IDX)),
+        ),
+        False,
+        stats_schema,
+    )
+    with_stats = Join(
+        joined.node,
+        stats,
+        (),
+        (),
+        "cross",
+        "_r",
+        False,
+        False,
+        Schema(joined.node.schema.fields + stats_schema.fields),
+    )
+    rows, nulls = Col(n_rows, IDX), Col(n_nulls, IDX)
+    unknown = Ternary(
+        compare("eq", rows, lit(0, IDX)),
+        lit(False, BOOL),
+        Ternary(
+            binop("or", is_null(keys[i].left), compare("gt", nulls, lit(0, IDX)), BOOL),
+            lit(None, BOOL),
+            lit(False, BOOL),
+            BOOL,
+        ),
+        BOOL,
+    )
+    mark = Ternary(is_not_null(found), lit(True, BOOL), unknown, BOOL)
+    rel = Rel(with_stats, joined.cols)
+    return t.project(rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+
+
+__all__ = ["OPERATORS", "Rel", "Translator", "arrow_of", "translate"]

@@ -1,0 +1,187 @@
+"""DuckDB logical types and constant values, as ``json_serialize_plan`` writes them.
+
+:func:`dtype_of` maps a serialised DuckDB type (``{"id": "DECIMAL", "type_info": {...}}``)
+to a shoal :class:`~shoal.ir.types.DataType` through the Arrow type that DuckDB itself
+exports for it (DuckDB's Arrow conversion is the reference: ``HUGEINT`` becomes
+``decimal128(38, 0)``, ``VARCHAR`` a string, ``TIMESTAMP`` microseconds). :func:`value_of`
+turns a serialised constant into the Python value that the IR's ``Lit`` carries.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from shoal.errors import UnsupportedError
+from shoal.ir.types import DataType
+
+_SIMPLE: dict[str, pa.DataType] = {
+    "BOOLEAN": pa.bool_(),
+    "TINYINT": pa.int8(),
+    "SMALLINT": pa.int16(),
+    "INTEGER": pa.int32(),
+    "BIGINT": pa.int64(),
+    "UTINYINT": pa.uint8(),
+    "USMALLINT": pa.uint16(),
+    "UINTEGER": pa.uint32(),
+    "UBIGINT": pa.uint64(),
+    # DuckDB exports HUGEINT as decimal128(38, 0); Polars' Int128 has no Arrow form.
+    "HUGEINT": pa.decimal128(38, 0),
+    "FLOAT": pa.float32(),
+    "DOUBLE": pa.float64(),
+    "VARCHAR": pa.large_string(),
+    "BLOB": pa.large_binary(),
+    "DATE": pa.date32(),
+    "TIME": pa.time64("us"),
+    "TIMESTAMP": pa.timestamp("us"),
+    "TIMESTAMP_S": pa.timestamp("s"),
+    "TIMESTAMP_MS": pa.timestamp("ms"),
+    "TIMESTAMP_NS": pa.timestamp("ns"),
+    "NULL": pa.null(),
+    "SQLNULL": pa.null(),
+}
+
+_EPOCH = datetime.date(1970, 1, 1)
+_EPOCH_TS = datetime.datetime(1970, 1, 1)
+
+
+def type_name(t: dict[str, Any]) -> str:
+    """A short readable name of a serialised DuckDB type (``DECIMAL(15,2)``, ``INTEGER[]``)."""
+    tid = t.get("id", "?")
+    info = t.get("type_info") or {}
+    if tid == "DECIMAL":
+        return f"DECIMAL({info.get('width')},{info.get('scale')})"
+    if tid == "LIST":
+        return f"{type_name(info.get('child_type', {}))}[]"
+    alias = info.get("alias")
+    return f"{tid} ({alias})" if alias else str(tid)
+
+
+def arrow_of(t: dict[str, Any]) -> pa.DataType:
+    """The Arrow type of a serialised DuckDB type.
+
+    Raises :class:`shoal.UnsupportedError` naming the type when shoal cannot carry it
+    (intervals, enums, UUIDs, time zones, maps, unions, bit strings, UHUGEINT, VARCHAR with
+    a collation, user-defined aliases of other types).
+    """
+    tid = t.get("id")
+    info = t.get("type_info") or {}
+    if info.get("collation"):
+        raise UnsupportedError(
+            f"type VARCHAR COLLATE {info['collation']}: collations change comparisons"
+        )
+    if tid in _SIMPLE:
+        return _SIMPLE[tid]
+    if tid == "DECIMAL":
+        width, scale = int(info["width"]), int(info["scale"])
+        return pa.decimal128(width, scale)
+    if tid == "LIST":
+        return pa.large_list(arrow_of(info["child_type"]))
+    if tid == "STRUCT":
+        return pa.struct([pa.field(c["first"], arrow_of(c["second"])) for c in info["child_types"]])
+    raise UnsupportedError(f"DuckDB type {type_name(t)} is not supported by shoal")
+
+
+def dtype_of(t: dict[str, Any]) -> DataType:
+    """The shoal IR type of a serialised DuckDB type (see :func:`arrow_of` for errors)."""
+    return DataType(arrow_of(t))
+
+
+def is_type(t: dict[str, Any], *ids: str) -> bool:
+    """Whether ``t`` is one of the DuckDB type ids ``ids``."""
+    return t.get("id") in ids
+
+
+def _hugeint(v: Any) -> int:
+    if isinstance(v, dict):
+        return int(v["upper"]) * (1 << 64) + int(v["lower"])
+    return int(v)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A DuckDB INTERVAL constant: months, days and microseconds, applied in that order."""
+
+    months: int
+    days: int
+    micros: int
+
+
+def value_of(v: dict[str, Any]) -> Any:
+    """The Python value of a serialised DuckDB constant (``{"type", "is_null", "value"}``).
+
+    Integers, floats, strings and booleans as such; DECIMAL as ``decimal.Decimal``; HUGEINT
+    as ``int``; DATE, TIME and TIMESTAMP as ``datetime`` objects; INTERVAL as
+    :class:`Interval`; LIST as a Python list. Raises :class:`shoal.UnsupportedError` for
+    other types.
+    """
+    t = v["type"]
+    if v.get("is_null"):
+        return None
+    raw: Any = v["value"]
+    tid = t.get("id")
+    if tid in ("BOOLEAN",):
+        return bool(raw)
+    if tid in (
+        "TINYINT",
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "UTINYINT",
+        "USMALLINT",
+        "UINTEGER",
+        "UBIGINT",
+    ):
+        return int(raw)
+    if tid == "HUGEINT":
+        return _hugeint(raw)
+    if tid in ("FLOAT", "DOUBLE"):
+        return float(raw)
+    if tid == "DECIMAL":
+        scale = int(t["type_info"]["scale"])
+        return decimal.Decimal(_hugeint(raw)).scaleb(-scale)
+    if tid == "VARCHAR":
+        arrow_of(t)  # refuses collations
+        return str(raw)
+    if tid == "DATE":
+        return _EPOCH + datetime.timedelta(days=int(raw))
+    if tid == "TIME":
+        micros = int(raw)
+        return (datetime.datetime.min + datetime.timedelta(microseconds=micros)).time()
+    if tid == "TIMESTAMP":
+        return _EPOCH_TS + datetime.timedelta(microseconds=int(raw))
+    if tid == "TIMESTAMP_MS":
+        return _EPOCH_TS + datetime.timedelta(milliseconds=int(raw))
+    if tid == "TIMESTAMP_S":
+        return _EPOCH_TS + datetime.timedelta(seconds=int(raw))
+    if tid == "INTERVAL":
+        return Interval(int(raw["months"]), int(raw["days"]), int(raw["micros"]))
+    if tid == "LIST":
+        child = t["type_info"]["child_type"]
+        return [value_of({"type": child, **c}) for c in raw["children"]]
+    raise UnsupportedError(f"constant of DuckDB type {type_name(t)} is not supported by shoal")
+
+
+_SPECIAL_FLOATS = re.compile(r'"(?:\\.|[^"\\])*"|(-?)\b(nan|inf(?:inity)?)\b', re.IGNORECASE)
+
+
+def loads_plan_json(text: str) -> Any:
+    """Parse DuckDB's plan JSON, which writes non-finite doubles as bare ``NAN``/``INF``
+    tokens (not valid JSON)."""
+
+    def fix(m: re.Match[str]) -> str:
+        if m.group(2) is None:
+            return m.group(0)
+        word = "NaN" if m.group(2).lower() == "nan" else "Infinity"
+        return ("-" if m.group(1) and word != "NaN" else "") + word
+
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return json.loads(_SPECIAL_FLOATS.sub(fix, text))

@@ -1,0 +1,399 @@
+"""shoal.duckdb: DuckDB's semantics through the IR (each query compared with native DuckDB
+on data with NULLs, NaN, infinities, duplicates and negative numbers), the fallback and
+raise_on_fail, DuckDB's own errors for bad input, the relational API, and the result
+relation on the caller's connection. Runs on the local runner."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import shoal
+import shoal_duckdb.api
+from shoal.runners.session import last_query
+from shoal.tpch.compare import assert_frames_match
+from shoal_duckdb import DuckDBFallbackWarning
+
+#: Tiny partitions: every in-memory table is split into 3 partitions.
+CONFIG = shoal.Config(runner="local", default_partitions=3, target_partition_bytes=1024)
+
+T_ROWS = """
+(1, -7, 2, 1.5::DOUBLE, 12.25::DECIMAL(10,2), 'apple', DATE '2024-01-31', true, 'g1', 100::BIGINT),
+(2, 7, -2, 'nan'::DOUBLE, -3.35, 'Apple pie', DATE '2023-12-31', false, 'g1', 200),
+(3, NULL, 3, NULL, NULL, NULL, NULL, NULL, 'g2', NULL),
+(4, -8, 3, -2.5, 0.05, 'a%b_c', DATE '2020-02-29', true, 'g2', 9223372036854775807),
+(5, 9, 4, 'inf'::DOUBLE, 99.99, 'line1
+line2', DATE '1999-03-01', NULL, 'g3', 1),
+(6, 9, 4, 2.5, 1.25, 'banana', DATE '2024-03-15', false, NULL, 1),
+(7, 0, 5, 3.5, -1.25, '', DATE '2024-02-29', true, 'g4', NULL),
+(8, NULL, 1, 'nan'::DOUBLE, NULL, 'x', DATE '2000-01-01', true, 'g4', NULL),
+(9, 9, 4, 2.5, 1.25, 'banana', DATE '2024-03-15', false, NULL, 1)
+"""
+
+
+@pytest.fixture(scope="module")
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    """Table t (every kind of awkward value, a duplicated row) and u (join keys with NULL
+    and duplicates)."""
+    c = duckdb.connect()
+    c.execute(
+        f"CREATE TABLE t AS SELECT * FROM (VALUES {T_ROWS}) v(id, a, b, x, d, s, dt, flag, g, big)"
+    ).fetchall()
+    c.execute(
+        "CREATE TABLE u AS SELECT * FROM (VALUES (1, 'one'), (NULL, 'null'), (9, 'nine'), "
+        "(9, 'nine again'), (-8, 'm8'), (42, 'none')) v(k, name)"
+    ).fetchall()
+    yield c
+    c.close()
+
+
+def _shoal(con: duckdb.DuckDBPyConnection, query: str) -> pl.DataFrame:
+    return shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG).pl()
+
+
+def check(
+    con: duckdb.DuckDBPyConnection, query: str, sort_keys: list[tuple[str, bool]] | None = None
+) -> pl.DataFrame:
+    """Run ``query`` with shoal and DuckDB; assert the same names, types and rows."""
+    got = _shoal(con, query)
+    expected = con.sql(query).pl()
+    assert_frames_match(got, expected, sort_keys)
+    return got
+
+
+SEMANTICS = {
+    "integer division": "SELECT id, a / b AS q, a // b AS d, a % b AS m FROM t",
+    "constants without FROM": "SELECT 7 / 2 AS x, 7 // 2 AS y, -7 % 3 AS z, -7 // 2 AS w",
+    "checked integer arithmetic": "SELECT id, big - 1 AS b1, a + b AS ab, a * b AS m FROM t",
+    "count(*) vs count(x)": "SELECT count(*) AS n, count(a) AS na, count(DISTINCT a) AS da, "
+    "count(DISTINCT s) AS ds, count(x) AS nx FROM t",
+    "grouped counts and sums": "SELECT g, count(*) AS n, count(a) AS na, sum(a) AS sa, "
+    "sum(big) AS sb, min(s) AS mn, max(dt) AS mx FROM t GROUP BY g",
+    "sum widening and averages": "SELECT sum(a) AS s, sum(big) AS sb, sum(x) AS sx, "
+    "sum(d) AS sd, avg(a) AS aa, avg(d) AS ad, avg(x) AS ax FROM t",
+    "sum of no rows is NULL": "SELECT sum(a) AS s, count(a) AS n, avg(a) AS m FROM t "
+    "WHERE id > 100",
+    "decimal arithmetic": "SELECT id, d * d AS p, d + 1.5 AS s, d * 3 AS m, d - d AS z, "
+    "round(d, 1) AS r, d::INTEGER AS i, -d AS n, d::DECIMAL(5,1) AS narrow, d % 2 AS md "
+    "FROM t",
+    "double casts round": "SELECT id, x::INTEGER AS i, x::DECIMAL(6,1) AS dc, round(x) AS r "
+    "FROM t WHERE isfinite(x)",
+    "LIKE and ILIKE": "SELECT id, s LIKE 'a%' AS a1, s LIKE '%e' AS a2, s LIKE '%pp%' AS a3, "
+    "s LIKE 'a_p%' AS a4, s LIKE 'a%e' AS a5, s LIKE '%' AS a6, s LIKE '_' AS a7, "
+    "s ILIKE 'APP%' AS a8, s NOT LIKE '%a%' AS a9, s LIKE 'a\\%b%' ESCAPE '\\' AS a10, "
+    "s LIKE 'line1%' AS a11, s LIKE 'apple' AS a12, s LIKE 'l%2' AS a13, "
+    "s ILIKE '%PIE' AS a14 FROM t",
+    "IN lists with NULL": "SELECT id, a IN (1, 9, NULL) AS i1, a IN (9, -8) AS i2, "
+    "a NOT IN (9, -8) AS i3, s IN ('x', 'apple') AS i4 FROM t",
+    "CASE, COALESCE, BETWEEN": "SELECT id, CASE WHEN a > 0 THEN 'pos' WHEN a < 0 THEN 'neg' "
+    "END AS c, coalesce(a, b, 0) AS co, a BETWEEN -8 AND 7 AS bt, nullif(a, 9) AS ni FROM t",
+    "date arithmetic": "SELECT id, dt + 5 AS p, dt - DATE '2020-01-01' AS diff, "
+    "dt + INTERVAL 1 MONTH AS m, dt - INTERVAL 3 DAY AS d3, extract(year FROM dt) AS y, "
+    "month(dt) AS mo, dayofweek(dt) AS dw, date_trunc('month', dt) AS tr, "
+    "dt + INTERVAL '1 year 2 months 3 days' AS mix FROM t",
+    "string functions": "SELECT id, upper(s) AS u, lower(s) AS l, length(s) AS n, "
+    "substring(s, 2, 3) AS sub, concat(s, g) AS c1, s || g AS c2, "
+    "trim('  ' || s || ' ') AS tr, replace(s, 'a', 'A') AS rp, left(s, 2) AS lf FROM t",
+    "boolean logic": "SELECT id, flag AND a > 0 AS x1, flag OR a > 0 AS x2, NOT flag AS x3 FROM t",
+    "NaN compares equal and largest": "SELECT id, x = x AS e, x > 1e308 AS g, x < 2 AS l, "
+    "x IS DISTINCT FROM 1.5 AS df FROM t",
+    "NaN and NULL groups": "SELECT x, count(*) AS n FROM t GROUP BY x",
+    "statistics": "SELECT stddev_samp(x) AS s1, var_pop(a) AS v, median(a) AS md FROM t "
+    "WHERE isfinite(x)",
+    "bool and any_value": "SELECT g, bool_and(flag) AS ba, bool_or(flag) AS bo FROM t GROUP BY g",
+    "aggregate FILTER": "SELECT count(*) FILTER (WHERE a > 0) AS c, sum(a) FILTER "
+    "(WHERE flag) AS s FROM t",
+    "VALUES": "SELECT * FROM (VALUES (1, 'a'), (2, NULL)) v(p, q)",
+    "greatest and least": "SELECT id, greatest(a, b) AS g, least(a, b) AS l, abs(a) AS ab FROM t",
+    "inner join, NULL keys and duplicates": "SELECT t.id, u.name FROM t JOIN u ON t.a = u.k",
+    "left join": "SELECT t.id, u.name FROM t LEFT JOIN u ON t.a = u.k",
+    "right join": "SELECT t.id, u.name FROM t RIGHT JOIN u ON t.a = u.k",
+    "full join": "SELECT t.id, u.name, u.k FROM t FULL JOIN u ON t.a = u.k",
+    "IS NOT DISTINCT FROM join": "SELECT t.id, u.name FROM t JOIN u "
+    "ON t.a IS NOT DISTINCT FROM u.k",
+    "non-equi join": "SELECT t.id, u.k FROM t JOIN u ON t.a = u.k AND t.b < u.k",
+    "EXISTS": "SELECT id FROM t WHERE EXISTS (SELECT 1 FROM u WHERE u.k = t.a)",
+    "NOT EXISTS": "SELECT id FROM t WHERE NOT EXISTS (SELECT 1 FROM u WHERE u.k = t.a)",
+    "IN subquery": "SELECT id FROM t WHERE a IN (SELECT k FROM u)",
+    "NOT IN subquery with a NULL": "SELECT id FROM t WHERE a NOT IN (SELECT k FROM u)",
+    "NOT IN subquery without NULL": "SELECT id FROM t WHERE a NOT IN "
+    "(SELECT k FROM u WHERE k IS NOT NULL)",
+    "IN subquery as a value": "SELECT id, a IN (SELECT k FROM u) AS m FROM t",
+    "correlated scalar subquery": "SELECT id, (SELECT max(k) FROM u WHERE u.k < t.b) AS mk FROM t",
+    "uncorrelated scalar subquery": "SELECT id, (SELECT max(k) FROM u) AS mk FROM t",
+    "UNION": "SELECT a FROM t UNION SELECT k FROM u",
+    "UNION ALL": "SELECT a FROM t UNION ALL SELECT k FROM u",
+    "EXCEPT": "SELECT a FROM t EXCEPT SELECT k FROM u",
+    "INTERSECT": "SELECT a FROM t INTERSECT SELECT k FROM u",
+    "DISTINCT": "SELECT DISTINCT a, g FROM t",
+    "GROUP BY without aggregates": "SELECT g FROM t GROUP BY g",
+    "ROLLUP": "SELECT g, flag, sum(a) AS s, count(*) AS n FROM t GROUP BY ROLLUP (g, flag)",
+    "GROUPING SETS": "SELECT g, flag, sum(a) AS s, grouping(g) AS gg FROM t "
+    "GROUP BY GROUPING SETS ((g), (flag), ())",
+    "CTE used twice": "WITH c AS (SELECT g, sum(a) AS s FROM t GROUP BY g) "
+    "SELECT c1.g, c1.s, c2.s AS s2 FROM c c1 JOIN c c2 ON c1.g = c2.g",
+    "duplicate column names": "SELECT a, a, b AS a FROM t",
+}
+
+
+@pytest.mark.parametrize("query", list(SEMANTICS.values()), ids=list(SEMANTICS))
+def test_semantics_match_duckdb(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    check(con, query)
+
+
+ORDERED = {
+    "default order is ASC NULLS LAST": (
+        "SELECT id, a FROM t ORDER BY a, id",
+        [("a", False), ("id", False)],
+    ),
+    "DESC keeps NULLS LAST": (
+        "SELECT id, a FROM t ORDER BY a DESC, id",
+        [("a", True), ("id", False)],
+    ),
+    "NULLS FIRST": (
+        "SELECT id, a FROM t ORDER BY a NULLS FIRST, id",
+        [("a", False), ("id", False)],
+    ),
+    "NaN sorts as the largest double": (
+        "SELECT id, x FROM t ORDER BY x DESC, id",
+        [("x", True), ("id", False)],
+    ),
+    "LIMIT and OFFSET": ("SELECT id FROM t ORDER BY id LIMIT 3 OFFSET 2", [("id", False)]),
+    "top-N": (
+        "SELECT id, a FROM t ORDER BY a DESC NULLS LAST, id LIMIT 3",
+        [("a", True), ("id", False)],
+    ),
+}
+
+
+@pytest.mark.parametrize("query,keys", list(ORDERED.values()), ids=list(ORDERED))
+def test_ordering_matches_duckdb(
+    con: duckdb.DuckDBPyConnection, query: str, keys: list[tuple[str, bool]]
+) -> None:
+    check(con, query, keys)
+
+
+def test_result_types_are_duckdbs(con: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT g, sum(a) AS s, sum(d) AS sd, avg(a) AS m, count(*) AS n FROM t GROUP BY g"
+    rel = shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    native = con.sql(query)
+    assert rel.columns == native.columns
+    assert [str(t) for t in rel.types] == [
+        "VARCHAR",
+        "HUGEINT",
+        "DECIMAL(38,2)",
+        "DOUBLE",
+        "BIGINT",
+    ]
+    assert rel.types == native.types
+
+
+def test_integer_overflow_fails_as_in_duckdb(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(duckdb.OutOfRangeException):
+        con.sql("SELECT big + 1 FROM t").fetchall()
+    with pytest.raises(shoal.TaskError, match="i64"):
+        shoal.duckdb.sql(con, "SELECT big + 1 FROM t", raise_on_fail=True, config=CONFIG)
+
+
+def test_the_result_is_a_relation_on_the_callers_connection(con: duckdb.DuckDBPyConnection) -> None:
+    rel = shoal.duckdb.sql(
+        con, "SELECT a, count(*) AS n FROM t GROUP BY a", raise_on_fail=True, config=CONFIG
+    )
+    assert isinstance(rel, duckdb.DuckDBPyRelation)
+    assert sorted(rel.fetchall(), key=str) == sorted(
+        con.sql("SELECT a, count(*) AS n FROM t GROUP BY a").fetchall(), key=str
+    )
+    # Joins with the caller's own tables, by the relational API and by SQL.
+    joined = rel.join(con.table("u"), "a = k").aggregate("sum(n) AS total")
+    assert joined.fetchall() == [(7,)]  # a = 9: 3 rows x 2 matches; a = -8: 1 x 1
+    con.register("shoal_result", rel)
+    try:
+        rows = con.sql(
+            "SELECT r.a, u.name FROM shoal_result r JOIN u ON r.a = u.k ORDER BY u.name"
+        ).fetchall()
+    finally:
+        con.unregister("shoal_result")
+    assert rows == [(-8, "m8"), (9, "nine"), (9, "nine again")]
+    assert rel.to_arrow_table().num_rows == 6
+
+
+def test_relational_api(con: duckdb.DuckDBPyConnection) -> None:
+    rel = con.table("t").filter("a > 1").aggregate("g, sum(a) AS s", "g")
+    got = shoal.duckdb.run(rel, raise_on_fail=True, config=CONFIG)
+    assert_frames_match(got.pl(), rel.pl())
+    assert last_query() is not None
+
+
+def test_untranslatable_query_falls_back_with_a_warning(con: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT id, row_number() OVER (ORDER BY id) AS rn FROM t"
+    with pytest.warns(DuckDBFallbackWarning, match="LOGICAL_WINDOW"):
+        rel = shoal.duckdb.sql(con, query, config=CONFIG)
+    assert rel.fetchall() == con.sql(query).fetchall()
+
+
+def test_raise_on_fail_names_the_operator(con: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT id, row_number() OVER (ORDER BY id) AS rn FROM t"
+    with pytest.raises(shoal.UnsupportedError, match="LOGICAL_WINDOW: window functions"):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    with pytest.raises(shoal.UnsupportedError, match="LOGICAL_WINDOW"):
+        shoal.duckdb.sql(con, query, config=CONFIG.replace(raise_on_fail=True))
+
+
+def test_every_unsupported_part_is_reported(con: duckdb.DuckDBPyConnection) -> None:
+    query = (
+        "SELECT id, row_number() OVER (ORDER BY id) AS rn, regexp_replace(s, 'a', 'b') AS r FROM t"
+    )
+    with pytest.raises(shoal.UnsupportedError) as info:
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    message = str(info.value)
+    assert "LOGICAL_WINDOW" in message and "regexp_replace" in message
+
+
+def test_a_statement_that_is_not_a_query_runs_on_duckdb(con: duckdb.DuckDBPyConnection) -> None:
+    with pytest.warns(DuckDBFallbackWarning, match="CREATE"):
+        shoal.duckdb.sql(con, "CREATE TEMP TABLE made_here AS SELECT 1 AS one", config=CONFIG)
+    assert con.sql("SELECT * FROM made_here").fetchall() == [(1,)]
+    with pytest.raises(shoal.UnsupportedError, match="only SELECT"):
+        shoal.duckdb.sql(con, "DROP TABLE made_here", raise_on_fail=True, config=CONFIG)
+
+
+@pytest.fixture
+def no_execution(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """Records every plan handed to shoal's runners (there should be none)."""
+    calls: list[object] = []
+    monkeypatch.setattr(shoal_duckdb.api, "_execute", lambda *a, **k: calls.append(a))
+    return calls
+
+
+def test_syntax_error_is_duckdbs_parser_exception(
+    con: duckdb.DuckDBPyConnection, no_execution: list[object]
+) -> None:
+    with pytest.raises(duckdb.ParserException, match="syntax error"):
+        shoal.duckdb.sql(con, "SELEC a FROM t", config=CONFIG)
+    assert no_execution == []
+
+
+def test_missing_table_is_duckdbs_catalog_exception(
+    con: duckdb.DuckDBPyConnection, no_execution: list[object]
+) -> None:
+    with pytest.raises(duckdb.CatalogException, match="no_such_table"):
+        shoal.duckdb.sql(con, "SELECT * FROM no_such_table", raise_on_fail=True, config=CONFIG)
+    with pytest.raises(duckdb.BinderException):
+        shoal.duckdb.sql(con, "SELECT no_such_column FROM t", config=CONFIG)
+    assert no_execution == []
+
+
+def test_stand_ins_and_settings_are_cleaned_up(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"v": [1, 2, 3]}), path)
+    con.execute("SET disabled_optimizers = 'join_order'").fetchall()
+    try:
+        check(con, f"SELECT sum(v) AS s FROM read_parquet('{path}')")
+        setting = con.sql("SELECT current_setting('disabled_optimizers')").fetchall()
+        assert setting == [("join_order",)]
+    finally:
+        con.execute("SET disabled_optimizers = ''").fetchall()
+    left = con.sql(
+        "SELECT table_name FROM duckdb_tables() WHERE table_name LIKE '__shoal%'"
+    ).fetchall()
+    assert left == []
+
+
+def test_explain_shows_the_ir_and_the_stages(con: duckdb.DuckDBPyConnection) -> None:
+    text = shoal.duckdb.explain(con, "SELECT g, sum(a) AS s FROM t GROUP BY g", config=CONFIG)
+    assert "Logical plan:" in text and "AGGREGATE" in text
+    assert "Physical plan:" in text and "hash exchange" in text
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three Parquet files of one table (with NULLs), and a file name with a quote."""
+    root = tmp_path_factory.mktemp("pq")
+    for i in range(3):
+        n = 400
+        table = pa.table(
+            {
+                "k": pa.array([(j * 7 + i) % 13 for j in range(n)], pa.int64()),
+                "v": pa.array([None if j % 17 == 0 else j * 0.5 for j in range(n)]),
+                "s": pa.array([f"s{j % 5}" for j in range(n)]),
+            }
+        )
+        pq.write_table(table, root / f"part-{i}.parquet", row_group_size=100)
+    return root
+
+
+def test_read_parquet_is_split_by_file_and_row_group(
+    con: duckdb.DuckDBPyConnection, parquet_dir: Path
+) -> None:
+    query = (
+        f"SELECT s, count(*) AS n, sum(v) AS sv FROM read_parquet('{parquet_dir}/*.parquet')"
+        " GROUP BY s"
+    )
+    check(con, query)
+    report = last_query()
+    assert report is not None
+    scans = [s for s in report.physical.stages if s.scan_partitions is not None]
+    assert scans and max(s.num_tasks for s in scans) > 1
+    # 'file.parquet' replacement scans and views over read_parquet read the files too.
+    check(con, f"SELECT count(*) AS n FROM '{parquet_dir}/part-1.parquet'")
+    con.execute(
+        f"CREATE OR REPLACE VIEW pv AS SELECT * FROM read_parquet("
+        f"'{parquet_dir}/*.parquet') WHERE v > 10"
+    ).fetchall()
+    check(con, "SELECT k, max(v) AS m FROM pv GROUP BY k")
+
+
+def test_other_table_functions_are_read_by_duckdb(
+    con: duckdb.DuckDBPyConnection, tmp_path: Path
+) -> None:
+    csv = tmp_path / "x.csv"
+    csv.write_text("a,b\n1,x\n2,\n3,z\n")
+    check(con, f"SELECT a, b FROM read_csv('{csv}') WHERE a > 1")
+    check(con, "SELECT range % 3 AS r, count(*) AS n FROM range(100) GROUP BY r")
+    arrow = pa.table({"p": [1, 2, 2, None]})
+    con.register("arrow_table", arrow)
+    try:
+        check(con, "SELECT p, count(*) AS n FROM arrow_table GROUP BY p")
+    finally:
+        con.unregister("arrow_table")
+
+
+def test_polars_and_duckdb_agree_on_the_same_parquet_files(
+    con: duckdb.DuckDBPyConnection, parquet_dir: Path
+) -> None:
+    files = sorted(str(p) for p in parquet_dir.glob("*.parquet"))
+    lf = (
+        pl.scan_parquet(files)
+        .filter(pl.col("v") > 20)
+        .group_by("k")
+        .agg(pl.col("v").sum().alias("total"), pl.len().alias("n"))
+        .sort("k")
+    )
+    from_polars = lf.collect(
+        engine=shoal.DistEngine(runner="local", raise_on_fail=True, config=CONFIG)
+    )
+    listing = ", ".join(f"'{f}'" for f in files)
+    from_duckdb = _shoal(
+        con,
+        f"SELECT k, sum(v) AS total, count(*) AS n FROM read_parquet([{listing}]) "
+        "WHERE v > 20 GROUP BY k ORDER BY k",
+    )
+    assert from_polars.columns == from_duckdb.columns
+    assert_frames_match(from_duckdb.cast({"n": pl.UInt32}), from_polars, [("k", False)])
+
+
+def test_warnings_point_at_the_caller(con: duckdb.DuckDBPyConnection) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        shoal.duckdb.sql(con, "SELECT row_number() OVER () FROM t", config=CONFIG)
+    assert caught and caught[0].filename == __file__
+    assert "virtual scan columns" in str(caught[0].message)
