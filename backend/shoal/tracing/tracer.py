@@ -21,7 +21,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from shoal.tracing import chrome
+from shoal.tracing import chrome, progress
 from shoal.tracing.events import (
     CounterSample,
     LoopSpan,
@@ -218,11 +218,14 @@ NO_SPAN = _NoSpan()
 
 def start_query(config: Config) -> QueryTracer | None:
     """The tracer of a query about to run under ``config``, or None when tracing is off
-    (no ``shoal.trace`` block open, no ``config.trace``, no listener)."""
+    (no ``shoal.trace`` block open, no ``config.trace``, no listener, no progress bars)."""
     recordings = _recordings
-    if config.trace is None and not recordings and not _listeners:
+    show_progress = config.progress != "never" and progress.wanted(config.progress)
+    if config.trace is None and not recordings and not _listeners and not show_progress:
         return None
     owned: list[Sink] = [chrome.config_target(config.trace)] if config.trace is not None else []
+    if show_progress:
+        owned.append(progress.ProgressSink(config.progress))
     return QueryTracer(next(_query_ids), config, [*recordings, *owned], owned)
 
 

@@ -1,0 +1,94 @@
+"""Progress bars per stage (tasks done of total, rows produced), drawn with ``rich``.
+
+A :class:`ProgressSink` consumes the same events as a trace (:mod:`shoal.tracing.events`),
+so progress costs nothing when it is off. ``Config.progress`` chooses: ``"always"``,
+``"never"``, or ``"auto"``: bars on a terminal (stderr is a TTY), and only once a query
+has run for more than :data:`AUTO_DELAY_S` seconds, so quick queries, pipes and notebooks
+stay quiet.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+from shoal.tracing.events import QueryFinished, QueryPlanned, QueryStarted, TaskFinished
+
+#: Seconds a query runs before ``progress="auto"`` shows its bars.
+AUTO_DELAY_S = 1.0
+
+
+def wanted(mode: str, stream: Any = None) -> bool:
+    """Whether a query under progress ``mode`` should get a :class:`ProgressSink`."""
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    stream = sys.stderr if stream is None else stream
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+class ProgressSink:
+    """One bar per stage of one query. ``mode`` is ``"always"`` or ``"auto"`` (delayed)."""
+
+    def __init__(self, mode: str, stream: Any = None) -> None:
+        self.mode = mode
+        self.stream = sys.stderr if stream is None else stream
+        self._start = time.monotonic()
+        self._progress: Any = None
+        self._bars: dict[int, Any] = {}
+        self._stages: dict[int, tuple[str, int]] = {}
+        self._done: dict[int, int] = {}
+        self._rows: dict[int, int] = {}
+
+    def handle(self, event: object) -> None:
+        if isinstance(event, QueryStarted):
+            self._start = time.monotonic()
+        elif isinstance(event, QueryPlanned):
+            for st in event.stages:
+                self._stages[st.id] = (st.name, st.num_tasks)
+                self._done[st.id] = 0
+                self._rows[st.id] = 0
+        elif isinstance(event, TaskFinished):
+            self._done[event.stage] = self._done.get(event.stage, 0) + 1
+            self._rows[event.stage] = self._rows.get(event.stage, 0) + event.rows_out
+            self._refresh()
+        elif isinstance(event, QueryFinished):
+            self.close()
+
+    def _refresh(self) -> None:
+        if self._progress is None:
+            if self.mode != "always" and time.monotonic() - self._start < AUTO_DELAY_S:
+                return
+            self._open()
+        for sid, (name, total) in self._stages.items():
+            bar = self._bars.get(sid)
+            if bar is None:
+                continue
+            self._progress.update(
+                bar, completed=self._done.get(sid, 0), total=total, rows=self._rows.get(sid, 0)
+            )
+
+    def _open(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self._progress = Progress(
+            TextColumn("stage {task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("tasks, {task.fields[rows]:,} rows"),
+            console=Console(file=self.stream, force_terminal=self.mode == "always" or None),
+            transient=False,
+        )
+        for sid, (name, total) in self._stages.items():
+            self._bars[sid] = self._progress.add_task(f"{sid} ({name})", total=total, rows=0)
+        self._progress.start()
+
+    def close(self) -> None:
+        if self._progress is not None:
+            self._refresh()
+            self._progress.stop()
+            self._progress = None
