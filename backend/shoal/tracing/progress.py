@@ -63,7 +63,7 @@ class ProgressSink:
             if self.mode != "always" and time.monotonic() - self._start < AUTO_DELAY_S:
                 return
             self._open()
-        for sid, (name, total) in self._stages.items():
+        for sid, (_name, total) in self._stages.items():
             bar = self._bars.get(sid)
             if bar is None:
                 continue
