@@ -83,8 +83,15 @@ def _empty(schema: Schema) -> pl.DataFrame:
     return pl.DataFrame(schema=schema.to_polars())
 
 
+def frame_of(table: pa.Table) -> pl.DataFrame:
+    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows)."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return df
+
+
 def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
-    frames = [pl.from_arrow(t) for t in tables if t.num_rows > 0]
+    frames = [frame_of(t) for t in tables if t.num_rows > 0]
     if not frames:
         return _empty(schema)
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
@@ -301,7 +308,7 @@ def choose_boundaries(
 ) -> pa.Table | None:
     """``n - 1`` evenly spaced rows of the sorted union of ``samples`` (sort-key columns
     ``__k0..``), or None when there is nothing to choose from."""
-    frames = [pl.from_arrow(s) for s in samples if s.num_rows > 0]
+    frames = [frame_of(s) for s in samples if s.num_rows > 0]
     if not frames or n <= 1:
         return None
     allk = pl.concat(frames, how="vertical_relaxed")
