@@ -967,6 +967,8 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
         raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
     args = [t.expr(c) for c in e.get("children", [])]
+    if name == "count" and not args:
+        name = "count_star"  # count() without arguments, as windows write count(*)
     if e.get("filter"):
         keep = t.expr(e["filter"])
         if name == "count_star":

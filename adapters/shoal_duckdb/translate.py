@@ -36,7 +36,7 @@ from shoal.ir.nodes import (
     Sort,
     Union,
 )
-from shoal.ir.types import BOOL, INT64, DataType, Schema
+from shoal.ir.types import BOOL, FLOAT64, INT64, DataType, Schema
 from shoal_duckdb.exprs import (
     IDX,
     ExprTranslator,
@@ -84,7 +84,6 @@ OPERATORS: dict[str, OperatorHandler] = {}
 
 #: Operators shoal cannot run, with the reason.
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    "LOGICAL_WINDOW": "window functions are not supported yet",
     "LOGICAL_UNNEST": "UNNEST is not supported yet",
     "LOGICAL_PIVOT": "PIVOT is not supported",
     "LOGICAL_SAMPLE": "sampling (USING SAMPLE) is not supported",
@@ -705,6 +704,179 @@ def _limit(t: Translator, op: dict[str, Any]) -> Rel:
     if limit is None and offset == 0:
         return child
     return Rel(Slice(child.node, offset, limit, child.node.schema), child.cols)
+
+
+# ---------------------------------------------------------------- windows
+
+_RANKING = frozenset({"WINDOW_ROW_NUMBER", "WINDOW_RANK", "WINDOW_RANK_DENSE"})
+_SHIFTS = frozenset({"WINDOW_LAG", "WINDOW_LEAD"})
+_RUNNING = {"sum", "sum_no_overflow", "count", "count_star", "min", "max", "avg", "mean"}
+
+
+def _over(e: Expr, keys: Sequence[Expr], dtype: DataType) -> Expr:
+    """``e`` evaluated per group of ``keys`` and mapped back to the rows (the whole input
+    when there are no keys)."""
+    if not keys:
+        return e
+    options = {
+        "partitions": len(keys),
+        "ordered": False,
+        "descending": False,
+        "nulls_last": False,
+        "mapping_strategy": "group_to_rows",
+    }
+    return fn("over", [e, *keys], dtype, **options)
+
+
+@_register("LOGICAL_WINDOW")
+def _window(t: Translator, op: dict[str, Any]) -> Rel:
+    """Window functions: ``row_number``, ``rank``, ``dense_rank``, ``lag``/``lead`` with a
+    constant offset, aggregates over whole partitions, and running ``sum``/``count``/
+    ``min``/``max``/``avg`` (frames from UNBOUNDED PRECEDING to the current row, ROWS or
+    RANGE). The input is sorted by the window's PARTITION BY and ORDER BY keys, then the
+    values are computed in that order, in one task (order-dependent functions run after a
+    gather)."""
+    maybe, cols = t.single_child(op)
+    where = "LOGICAL_WINDOW"
+    plans: list[
+        tuple[dict[str, Any], list[Expr], list[Expr], tuple[bool, ...], tuple[bool, ...]]
+    ] = []
+    for w in op["expressions"]:
+        if w.get("expression_class") != "BOUND_WINDOW":
+            t.error(where, f"expression {w.get('expression_class')}")
+            continue
+        parts = [t.expr(p, cols, where) for p in w.get("partitions", [])]
+        order, desc, last = _sort_keys(t, w, cols, where)
+        plans.append((w, parts, list(order), desc, last))
+        reason = _window_problem(w)
+        if reason:
+            t.error(f"{where}({w['type']})", reason)
+    rel = _done(maybe)
+    if t.errors:
+        raise _Failed()
+    rel = t.exact(rel)
+    base = rel.cols
+    outputs: list[Col] = []
+    for w, parts, keys, desc, last in plans:
+        rel, col = _one_window(t, rel, w, parts, keys, desc, last, base, where)
+        outputs.append(col)
+    return t.project(rel, [(c.name, c) for c in (*base, *outputs)])
+
+
+def _window_problem(w: dict[str, Any]) -> str | None:
+    kind = w["type"]
+    if w.get("filters") or w.get("ignore_nulls") or w.get("distinct") or w.get("arg_orders"):
+        return "FILTER, IGNORE NULLS, DISTINCT or ORDER BY arguments are not supported"
+    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
+        return "EXCLUDE is not supported"
+    if kind in _RANKING:
+        return None if w.get("orders") or kind == "WINDOW_ROW_NUMBER" else "rank without ORDER BY"
+    if kind in _SHIFTS:
+        kids = w.get("children", [])
+        if len(kids) > 1 and kids[1].get("expression_class") != "BOUND_CONSTANT":
+            return "a lag/lead offset that is not a constant"
+        return None
+    if kind != "WINDOW_AGGREGATE":
+        return f"window function {kind} is not supported"
+    name = str(w["qname"]["path"][-1]).lower()
+    start, end = w.get("start"), w.get("end")
+    if not w.get("orders"):
+        return None  # the whole partition, whatever the frame says
+    if name not in _RUNNING:
+        return f"running {name}() is not supported"
+    if start != "UNBOUNDED_PRECEDING" or end not in ("CURRENT_ROW_RANGE", "CURRENT_ROW_ROWS"):
+        return f"window frame {start} .. {end} is not supported"
+    return None
+
+
+def _one_window(
+    t: Translator,
+    rel: Rel,
+    w: dict[str, Any],
+    parts: list[Expr],
+    keys: list[Expr],
+    desc: tuple[bool, ...],
+    last: tuple[bool, ...],
+    base: tuple[Col, ...],
+    where: str,
+) -> tuple[Rel, Col]:
+    kind = w["type"]
+    dtype = t.dtype(w["return_type"], where)
+    if keys or kind in _RANKING or kind in _SHIFTS:
+        by = (*parts, *keys)
+        n = len(parts)
+        sort = Sort(rel.node, by, (False,) * n + desc, (False,) * n + last, True, rel.node.schema)
+        rel = Rel(sort, rel.cols)
+    cols = rel.cols
+
+    def add(rel: Rel, hint: str, e: Expr) -> tuple[Rel, Col]:
+        out = t.project(rel, [*((c.name, c) for c in rel.cols), (hint, e)])
+        return out, out.cols[-1]
+
+    row_number = _over(fn("int_range", [], INT64, start=1), parts, INT64)
+    if kind == "WINDOW_ROW_NUMBER":
+        return add(rel, "row_number", cast(row_number, dtype))
+    if kind in ("WINDOW_RANK", "WINDOW_RANK_DENSE"):
+        rel, rn = add(rel, "row_number", row_number)
+        # The rank of a row is the row number of the first row of its peer group.
+        peers = [*parts, *keys]
+        rel, rank = add(rel, "rank", _over(Agg("min", rn, INT64), peers, INT64))
+        if kind == "WINDOW_RANK":
+            return rel, rank
+        first = cast(compare("eq", rn, rank), INT64)
+        return add(
+            rel, "dense_rank", cast(_over(fn("cum_sum", [first], INT64), parts, INT64), dtype)
+        )
+    if kind in _SHIFTS:
+        kids = w.get("children", [])
+        x = t.expr(kids[0], cols, where)
+        offset = 1
+        if len(kids) > 1:
+            value = ExprTranslator([]).expr(kids[1])
+            offset = int(value.value) if isinstance(value, Lit) else 1
+        default = t.expr(kids[2], cols, where) if len(kids) > 2 else lit(None, dtype)
+        step = offset if kind == "WINDOW_LAG" else -offset
+        shifted = fn("shift", [cast(x, dtype), lit(step, INT64), cast(default, dtype)], dtype)
+        return add(rel, "lag" if kind == "WINDOW_LAG" else "lead", _over(shifted, parts, dtype))
+    # Aggregates.
+    if not keys:
+        value = t.agg(w, cols, where)
+        return add(rel, "window_agg", _over(value, parts, dtype))
+    name = str(w["qname"]["path"][-1]).lower()
+    args = [t.expr(c, cols, where) for c in w.get("children", [])]
+    running = _running(name, args, parts, row_number, dtype)
+    rel, value = add(rel, "running", running)
+    if w.get("end") == "CURRENT_ROW_RANGE":
+        # RANGE frames include the current row's peers: every peer gets the value at the
+        # last row of its peer group.
+        rel, value = add(rel, "running", _over(Agg("last", value, dtype), [*parts, *keys], dtype))
+    return rel, value
+
+
+def _running(
+    name: str, args: list[Expr], parts: list[Expr], row_number: Expr, dtype: DataType
+) -> Expr:
+    """A running aggregate from the partition's first row to the current one (in order)."""
+    if name == "count_star" or (name == "count" and not args):
+        return cast(row_number, dtype)
+    (x,) = args
+    seen = _over(fn("cum_count", [x], IDX), parts, IDX)
+    if name == "count":
+        return cast(seen, dtype)
+    none_yet = compare("eq", seen, lit(0, IDX))
+    if name in ("sum", "sum_no_overflow", "avg", "mean"):
+        work = FLOAT64 if name in ("avg", "mean") or dtype.is_float else dtype
+        zero = lit(0, work)
+        total = _over(
+            fn("cum_sum", [fn("fill_null", [cast(x, work), zero], work)], work), parts, work
+        )
+        if name in ("avg", "mean"):
+            total = binop("truediv", total, cast(seen, FLOAT64), FLOAT64)
+        return Ternary(none_yet, lit(None, dtype), cast(total, dtype), dtype)
+    # min / max: a running extreme, carried over the NULL rows.
+    running = _over(fn(f"cum_{name}", [x], x.dtype), parts, x.dtype)
+    filled = _over(fn("fill_null_strategy", [running], x.dtype, strategy="forward"), parts, x.dtype)
+    return cast(filled, dtype)
 
 
 # ---------------------------------------------------------------- set operations

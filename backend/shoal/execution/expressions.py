@@ -94,6 +94,10 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
+    # row numbers start, start + 1, ... (per group inside ``over``); order-dependent
+    "int_range": lambda a, o: pl.int_range(
+        o.get("start", 0), pl.len() + o.get("start", 0), dtype=pl.Int64
+    ),
     # order-dependent (ORDER_DEPENDENT_FUNCTIONS: the planner gathers their input first)
     "cum_sum": lambda a, o: a[0].cum_sum(reverse=o.get("reverse", False)),
     "cum_prod": lambda a, o: a[0].cum_prod(reverse=o.get("reverse", False)),
