@@ -408,6 +408,25 @@ def test_polars_and_duckdb_agree_on_the_same_parquet_files(
     assert_frames_match(from_duckdb.cast({"n": pl.UInt32}), from_polars, [("k", False)])
 
 
+def test_python_objects_are_found_by_name_as_duckdb_does(con: duckdb.DuckDBPyConnection) -> None:
+    arrow_table = pa.table({"k": [1, 2, 2, None], "v": [1.0, 2.0, 3.0, 4.0]})
+    polars_frame = pl.DataFrame({"k": [2, 3], "name": ["two", "three"]})
+    query = (
+        "SELECT a.k, sum(v) AS s, max(p.name) AS n FROM arrow_table a "
+        "LEFT JOIN polars_frame p ON a.k = p.k GROUP BY a.k"
+    )
+    # Called here, not through a helper: both look up the names in the calling frame.
+    got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG).pl()
+    assert_frames_match(got, con.sql(query).pl())
+    # The objects were registered for the call only.
+    views = con.sql("SELECT view_name FROM duckdb_views() WHERE view_name LIKE '__shoal%'")
+    assert views.fetchall() == []
+    sliding = "sum(v) OVER (ORDER BY v ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+    with pytest.warns(DuckDBFallbackWarning):
+        rel = shoal.duckdb.sql(con, f"SELECT k, {sliding} AS s FROM arrow_table", config=CONFIG)
+    assert len(rel.fetchall()) == 4
+
+
 def test_warnings_point_at_the_caller(con: duckdb.DuckDBPyConnection) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -18,16 +18,28 @@ A query shoal cannot translate runs on DuckDB itself, on the driver, after a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import uuid
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
-from shoal_duckdb.prepare import prepare, quote_ident
+from shoal_duckdb.prepare import (
+    lookup,
+    parse_tree,
+    prepare,
+    quote_ident,
+    rewrite_refs,
+    to_sql,
+    walk_dicts,
+)
 
 if TYPE_CHECKING:
     from shoal.config import Config, RunnerKind
@@ -66,7 +78,9 @@ def to_ir(con: duckdb.DuckDBPyConnection, query: str) -> PlanNode:
     """The shoal IR of ``query`` (one SELECT) on ``con``, without running it.
 
     The IR's columns are the query's result columns (renamed ``c0``, ``c1``, ... when the
-    result has duplicate names). Raises DuckDB's own ``ParserException``,
+    result has duplicate names). Names that are no table of ``con`` are looked up among the
+    caller's variables, as DuckDB's replacement scans do (Arrow tables, Polars and pandas
+    frames, DuckDB relations). Raises DuckDB's own ``ParserException``,
     ``CatalogException`` or ``BinderException`` for bad input, and
     :class:`shoal.UnsupportedError` naming each DuckDB operator or function shoal cannot
     translate.
@@ -74,9 +88,67 @@ def to_ir(con: duckdb.DuckDBPyConnection, query: str) -> PlanNode:
     reason = _check_statement(con, query)
     if reason is not None:
         raise UnsupportedError(f"shoal cannot run this DuckDB query: {reason}")
-    bound = con.sql(query)
-    plan, _ = _translate(con, query, list(bound.columns))
+    with _python_objects(con, query, _caller_frame()) as (text, _):
+        bound = con.sql(text)
+        plan, _names = _translate(con, text, list(bound.columns))
     return plan
+
+
+#: Python object types that DuckDB's replacement scans read by variable name.
+_SCANNABLE = ("Table", "RecordBatchReader", "DataFrame", "LazyFrame", "DuckDBPyRelation", "Dataset")
+
+
+def _caller_frame() -> FrameType | None:
+    """The first frame outside this package: the user's, whose variables DuckDB's
+    replacement scans would see."""
+    here = os.path.dirname(__file__)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(here):
+        frame = frame.f_back
+    return frame
+
+
+@contextlib.contextmanager
+def _python_objects(
+    con: duckdb.DuckDBPyConnection, query: str, frame: FrameType | None
+) -> Iterator[tuple[str, list[str]]]:
+    """``query`` with references to the caller's Arrow/Polars/pandas objects replaced by
+    views registered on ``con`` for the duration (DuckDB would only look in the frame that
+    calls it, which is shoal's); yields the query and the registered names."""
+    registered: list[str] = []
+    tree = parse_tree(con, query) if frame is not None else None
+    if tree is None or frame is None:
+        yield query, registered
+        return
+    ctes = {
+        str(e["key"]).lower()
+        for d in walk_dicts(tree)
+        for e in (d.get("cte_map") or {}).get("map", [])
+    }
+
+    def replace(ref: dict[str, Any]) -> dict[str, Any] | None:
+        if ref["type"] != "BASE_TABLE" or ref.get("schema_name") or ref.get("catalog_name"):
+            return None
+        name = str(ref.get("table_name", ""))
+        if name.lower() in ctes or lookup(con, "", "", name) is not None:
+            return None
+        obj = frame.f_locals.get(name, frame.f_globals.get(name))
+        if obj is None or type(obj).__name__ not in _SCANNABLE:
+            return None
+        alias = f"__shoal_py_{uuid.uuid4().hex[:12]}"
+        con.register(alias, obj)
+        registered.append(alias)
+        return dict(
+            ref, table_name=alias, alias=ref.get("alias") or name, qualified_name={"path": [alias]}
+        )
+
+    try:
+        new_tree = rewrite_refs(tree, replace)
+        yield (to_sql(con, new_tree) if registered else query), registered
+    finally:
+        for alias in registered:
+            with contextlib.suppress(Exception):
+                con.unregister(alias)
 
 
 def _translate(
@@ -168,13 +240,18 @@ def sql(
     reason = _check_statement(con, query)
     if reason is not None:
         return _fallback(con, query, None, UnsupportedError(reason), raise_on_fail, config)
-    bound = con.sql(query)  # binds: DuckDB's CatalogException / BinderException
-    try:
-        plan, _ = _translate(con, query, list(bound.columns))
-    except Exception as exc:
-        return _fallback(con, query, bound, exc, raise_on_fail, config)
-    table = _execute(plan, runner, config)
-    return _result_relation(con, table, bound)
+    with _python_objects(con, query, _caller_frame()) as (text, registered):
+        bound = con.sql(text)  # binds: DuckDB's CatalogException / BinderException
+        try:
+            plan, _ = _translate(con, text, list(bound.columns))
+        except Exception as exc:
+            rel = _fallback(con, text, bound, exc, raise_on_fail, config)
+            if registered:
+                # The relation reads objects registered only for this call: keep its rows.
+                return _result_relation(con, rel.to_arrow_table(), bound)
+            return rel
+        table = _execute(plan, runner, config)
+        return _result_relation(con, table, bound)
 
 
 def _fallback(
