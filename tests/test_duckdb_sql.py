@@ -128,6 +128,8 @@ SEMANTICS = {
     "IN subquery as a value": "SELECT id, a IN (SELECT k FROM u) AS m FROM t",
     "correlated scalar subquery": "SELECT id, (SELECT max(k) FROM u WHERE u.k < t.b) AS mk FROM t",
     "uncorrelated scalar subquery": "SELECT id, (SELECT max(k) FROM u) AS mk FROM t",
+    "scalar subquery with LIMIT": "SELECT id, (SELECT name FROM u ORDER BY k DESC, name LIMIT 1) "
+    "AS n FROM t",
     "UNION": "SELECT a FROM t UNION SELECT k FROM u",
     "UNION ALL": "SELECT a FROM t UNION ALL SELECT k FROM u",
     "EXCEPT": "SELECT a FROM t EXCEPT SELECT k FROM u",
@@ -215,6 +217,30 @@ def test_integer_overflow_fails_as_in_duckdb(con: duckdb.DuckDBPyConnection) -> 
         con.sql("SELECT big + 1 FROM t").fetchall()
     with pytest.raises(shoal.TaskError, match="i64"):
         shoal.duckdb.sql(con, "SELECT big + 1 FROM t", raise_on_fail=True, config=CONFIG)
+
+
+def test_division_by_zero_follows_the_duckdb_setting(con: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT id, a // (b - b) AS d FROM t"
+    with pytest.raises(duckdb.InvalidInputException, match="Division by zero"):
+        con.sql(query).fetchall()
+    with pytest.raises(shoal.TaskError, match="Division by zero"):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    con.execute("SET error_on_division_by_zero = false").fetchall()
+    try:
+        check(con, "SELECT id, a // (b - b) AS d, a % (b - b) AS m, x // 0 AS f FROM t")
+    finally:
+        con.execute("RESET error_on_division_by_zero").fetchall()
+
+
+def test_scalar_subquery_with_several_rows_fails_as_in_duckdb(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    check(con, "SELECT id, (SELECT name FROM u WHERE k = 1) AS n FROM t")
+    query = "SELECT id, (SELECT name FROM u WHERE k = 9) AS n FROM t"
+    with pytest.raises(duckdb.InvalidInputException, match="More than one row"):
+        con.sql(query).fetchall()
+    with pytest.raises(shoal.TaskError, match="More than one row"):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
 
 
 def test_the_result_is_a_relation_on_the_callers_connection(con: duckdb.DuckDBPyConnection) -> None:

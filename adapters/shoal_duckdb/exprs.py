@@ -27,9 +27,12 @@ with DuckDB's documented behaviour as the rule:
   strictly, so that an overflow fails the query as it does in DuckDB (with the kernel's
   error, not DuckDB's ``OutOfRangeException``).
 
-Not reproduced (documented in ``docs/duckdb.md``): DuckDB raises on integer division or
-modulo by zero; shoal returns NULL, as DuckDB does with ``error_on_division_by_zero``
-off.
+* integer division and modulo by zero (and ``//`` on doubles) fail the query, or give NULL
+  when the connection has ``error_on_division_by_zero`` off; DuckDB's ``error()`` (a
+  scalar subquery with several rows) fails the query where it is reached.
+
+Errors are raised by the kernel with DuckDB's message inside its own (a strict cast of the
+message that cannot succeed: the kernel has no other way to raise).
 """
 
 from __future__ import annotations
@@ -163,8 +166,11 @@ class ExprTranslator:
     """Translates one operator's expressions; ``cols`` are the operator input's columns in
     DuckDB's positional order (``BOUND_REF`` index ``i`` reads ``cols[i]``)."""
 
-    def __init__(self, cols: Sequence[Col]) -> None:
+    def __init__(self, cols: Sequence[Col], error_on_division_by_zero: bool = True) -> None:
         self.cols = cols
+        #: DuckDB's setting of that name: integer (and ``//``) division by zero raises
+        #: when true, gives NULL when false.
+        self.error_on_division_by_zero = error_on_division_by_zero
 
     # -- entry points ------------------------------------------------------------------
 
@@ -236,9 +242,32 @@ def _case(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     out = cast(t.expr(e["else_expr"]), dtype)
     for check in reversed(e["case_checks"]):
         when = t.expr(check["when_expr"])
-        then = cast(t.expr(check["then_expr"]), dtype)
+        message = _error_message(t, check["then_expr"])
+        if message is not None:
+            then = raise_where(when, message, dtype)
+        else:
+            then = cast(t.expr(check["then_expr"]), dtype)
         out = Ternary(when, then, out, dtype)
     return out
+
+
+def _error_message(t: ExprTranslator, e: dict[str, Any]) -> Expr | None:
+    """The message of DuckDB's ``error(message)`` (as its binder writes for a scalar
+    subquery that returns several rows), or None for any other expression."""
+    if e.get("expression_class") != "BOUND_FUNCTION":
+        return None
+    if str(e.get("qname", {}).get("path", [""])[-1]).lower() != "error":
+        return None
+    return cast(t.expr(e["children"][0]), STRING)
+
+
+def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
+    """An expression of ``dtype`` that is NULL where ``condition`` is not true and fails
+    the query where it is, with ``message`` in the error (a strict cast of the message to
+    a number: the kernel has no other way to raise; Polars evaluates both branches of a
+    conditional, so the message is masked by the condition first)."""
+    masked = Ternary(condition, message, lit(None, STRING), STRING)
+    return Cast(Cast(masked, INT64, strict=True), dtype, strict=False)
 
 
 def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
@@ -519,13 +548,23 @@ def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
     return cast(out, dtype)
 
 
+def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op: str) -> Expr:
+    """``out`` where the divisor ``b`` is not zero; where it is (and ``a`` is not NULL),
+    DuckDB's rule: an error, or NULL with ``error_on_division_by_zero`` off."""
+    zero = and_all([compare("eq", b, lit(0, b.dtype)), is_not_null(a)])
+    if t.error_on_division_by_zero:
+        message = lit(f"Division by zero in expression (x {op} 0)", STRING)
+        return Ternary(zero, raise_where(zero, message, dtype), out, dtype)
+    return Ternary(zero, lit(None, dtype), out, dtype)
+
+
 @_register("/", "divide")
 def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_float:
         return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
     if dtype.is_integer:  # SET integer_division = true
-        return trunc_div(a, b, dtype)
+        return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "/")
     raise Unsupported(f"/ with result type {dtype}")
 
 
@@ -533,9 +572,10 @@ def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_integer:
-        return trunc_div(a, b, dtype)
+        return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "//")
     if dtype.is_float:
-        return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        out = cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        return by_zero(t, a, b, out, dtype, "//")
     raise Unsupported(f"// with result type {dtype}")
 
 
@@ -544,7 +584,9 @@ def _modulo(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if not dtype.is_numeric:
         raise Unsupported(f"% with result type {dtype}")
-    return c_mod(a, b, dtype)
+    if dtype.is_float:  # x % 0.0 is NaN
+        return c_mod(a, b, dtype)
+    return by_zero(t, a, b, c_mod(a, b, dtype), dtype, "%")
 
 
 # -- numbers
@@ -1085,6 +1127,10 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     # Any non-null value of the group will do; max is one, and deterministic.
     "any_value": _minmax("max"),
     "arbitrary": _minmax("max"),
+    # The first (last) value in input order, NULL included: DuckDB's first()/last()
+    # without ORDER BY; the order is defined when the input is (a scalar subquery's LIMIT).
+    "first": _minmax("first"),
+    "last": _minmax("last"),
     "bool_and": _minmax("min"),
     "bool_or": _minmax("max"),
     "stddev_samp": _moment("std", 1),

@@ -125,6 +125,8 @@ class Translator:
         #: Names of columns standing for DuckDB's virtual columns (rowid): never readable.
         self.virtual: set[str] = set()
         self._tables: dict[tuple[str, ...], pa.Table] = {}
+        setting = con.sql("SELECT current_setting('error_on_division_by_zero')").fetchall()
+        self.error_on_division_by_zero = bool(setting[0][0]) if setting else True
 
     # -- errors -------------------------------------------------------------------------
 
@@ -160,17 +162,20 @@ class Translator:
         """Translate expression ``e`` over ``cols``; records the error and returns a
         placeholder when it cannot."""
         try:
-            return self._no_virtual(ExprTranslator(cols).expr(e), where)
+            return self._no_virtual(self._exprs(cols).expr(e), where)
         except Unsupported as exc:
             self.error(where, str(exc))
             return Lit(None, BOOL)
 
     def agg(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
         try:
-            return self._no_virtual(aggregate(ExprTranslator(cols), e), where)
+            return self._no_virtual(aggregate(self._exprs(cols), e), where)
         except Unsupported as exc:
             self.error(where, str(exc))
             return Lit(None, BOOL)
+
+    def _exprs(self, cols: Sequence[Col]) -> ExprTranslator:
+        return ExprTranslator(cols, self.error_on_division_by_zero)
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
