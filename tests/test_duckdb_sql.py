@@ -128,6 +128,10 @@ SEMANTICS = {
     "IN subquery as a value": "SELECT id, a IN (SELECT k FROM u) AS m FROM t",
     "correlated scalar subquery": "SELECT id, (SELECT max(k) FROM u WHERE u.k < t.b) AS mk FROM t",
     "uncorrelated scalar subquery": "SELECT id, (SELECT max(k) FROM u) AS mk FROM t",
+    "correlated scalar subquery without aggregate (single join)": "SELECT id, (SELECT name "
+    "FROM u WHERE u.k = t.a AND name <> 'nine again') AS n FROM t",
+    "correlated count(*) subquery": "SELECT id, (SELECT count(*) FROM u WHERE u.k = t.a) AS n "
+    "FROM t",
     "scalar subquery with LIMIT": "SELECT id, (SELECT name FROM u ORDER BY k DESC, name LIMIT 1) "
     "AS n FROM t",
     "UNION": "SELECT a FROM t UNION SELECT k FROM u",
@@ -241,6 +245,11 @@ def test_scalar_subquery_with_several_rows_fails_as_in_duckdb(
         con.sql(query).fetchall()
     with pytest.raises(shoal.TaskError, match="More than one row"):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    correlated = "SELECT id, (SELECT name FROM u WHERE u.k = t.a) AS n FROM t"
+    with pytest.raises(duckdb.InvalidInputException, match="More than one row"):
+        con.sql(correlated).fetchall()
+    with pytest.raises(shoal.TaskError, match="More than one row"):
+        shoal.duckdb.sql(con, correlated, raise_on_fail=True, config=CONFIG)
 
 
 def test_the_result_is_a_relation_on_the_callers_connection(con: duckdb.DuckDBPyConnection) -> None:

@@ -52,6 +52,8 @@ from shoal_duckdb.types import Interval, arrow_of, dtype_of, type_name, value_of
 if TYPE_CHECKING:
     pass
 
+INT8 = DataType(pa.int8())
+INT16 = DataType(pa.int16())
 INT32 = DataType(pa.int32())
 TIMESTAMP_US = DataType(pa.timestamp("us"))
 HUGEINT = DataType(pa.decimal128(38, 0))
@@ -938,7 +940,8 @@ def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
         raise Unsupported(f"date part {part!r}")
     if not x.dtype.is_temporal:
         raise Unsupported(f"date part of {x.dtype}")
-    out: Expr = cast(fn(impl, [x], INT32), INT64)
+    kernel_type = {"dt.year": INT32, "dt.ordinal_day": INT16}.get(impl, INT8)
+    out: Expr = cast(fn(impl, [x], kernel_type), INT64)
     if part.lower() in ("dayofweek", "dow"):  # DuckDB: Sunday 0 .. Saturday 6
         out = binop("mod", out, lit(7, INT64), INT64)
     return cast(out, dtype)

@@ -36,7 +36,7 @@ from shoal.ir.nodes import (
     Sort,
     Union,
 )
-from shoal.ir.types import BOOL, FLOAT64, INT64, DataType, Schema
+from shoal.ir.types import BOOL, FLOAT64, INT64, STRING, DataType, Schema
 from shoal_duckdb.exprs import (
     IDX,
     ExprTranslator,
@@ -54,6 +54,7 @@ from shoal_duckdb.exprs import (
     lit,
     or_all,
     python_value,
+    raise_where,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.types import arrow_of, dtype_of, value_of
@@ -1026,6 +1027,12 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         how: JoinHow = {"LEFT": "left", "RIGHT": "right"}.get(kind, "full")  # type: ignore[assignment]
         rel = _equi(t, left, right, keys, how)
         return _join_output(t, rel, left, right, lmap, rmap)
+    if kind == "SINGLE":
+        if residual:
+            t.error(where, "non-equality conditions on a single join are not supported")
+            raise _Failed()
+        rel = _single(t, left, right, keys, where)
+        return _join_output(t, rel, left, right, lmap, rmap)
     if kind in ("SEMI", "ANTI"):
         rel = _semi(t, left, right, keys, residual, kind == "ANTI", where)
         return t.select(rel, lmap)
@@ -1077,11 +1084,14 @@ def _prepare_keys(
 
 def _equi(t: Translator, left: Rel, right: Rel, keys: list[_Key], how: JoinHow) -> Rel:
     if not keys:
-        if how == "inner":
+        # A cross join; for a left join exact only when the right side has exactly one row
+        # (DuckDB joins a correlated count(*) subquery's default this way).
+        if how == "inner" or (how == "left" and _one_row(right.node)):
             schema = Schema(left.node.schema.fields + right.node.schema.fields)
             node = Join(left.node, right.node, (), (), "cross", "_r", False, False, schema)
             return Rel(node, left.cols + right.cols)
-        raise Unsupported(f"{how} join without equality conditions")
+        t.error("LOGICAL_COMPARISON_JOIN", f"a {how} join without equality conditions")
+        raise _Failed()
     try:
         left, right, nulls_equal = _prepare_keys(
             t,
@@ -1107,6 +1117,63 @@ def _equi(t: Translator, left: Rel, right: Rel, keys: list[_Key], how: JoinHow) 
         schema,
     )
     return Rel(node, left.cols + right.cols)
+
+
+def _one_row(node: PlanNode) -> bool:
+    """Whether ``node`` always produces exactly one row (an aggregate without keys, under
+    projections)."""
+    while isinstance(node, Project):
+        node = node.input
+    return isinstance(node, Aggregate) and not node.keys
+
+
+def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) -> Rel:
+    """A single join (a correlated scalar subquery): a left join where a left row may
+    match at most one right row; DuckDB raises when one matches several. Each right row
+    carries the number of right rows with its key, and a left row that meets a count
+    above one fails the query."""
+    if not keys:
+        return _equi(t, left, right, keys, "left")
+    key_proj = _fresh_projection(t, right, [("single_key", k.right) for k in keys])
+    n_name = t.fresh("single_count")
+    counts_schema = Schema.of([*((c.name, c.dtype) for c in key_proj.cols), (n_name, IDX)])
+    counts = Aggregate(
+        key_proj.node,
+        tuple(NamedExpr(c.name, c) for c in key_proj.cols),
+        (NamedExpr(n_name, Agg("len", None, IDX)),),
+        False,
+        counts_schema,
+    )
+    counted_schema = Schema(right.node.schema.fields + counts_schema.fields)
+    counted = Join(
+        right.node,
+        counts,
+        tuple(k.right for k in keys),
+        tuple(key_proj.cols),
+        "inner",
+        "_r",
+        True,
+        False,
+        counted_schema,
+    )
+    n = Col(n_name, IDX)
+    counted_rel = t.project(
+        Rel(counted, right.cols), [*((c.name, c) for c in right.cols), (n_name, n)]
+    )
+    rel = _equi(t, left, counted_rel, keys, "left")
+    too_many = compare("gt", rel.cols[-1], lit(1, IDX))
+    message = lit(
+        "More than one row returned by a subquery used as an expression - scalar "
+        "subqueries can only return a single row.",
+        STRING,
+    )
+    exprs: list[tuple[str, Expr]] = [(c.name, c) for c in left.cols]
+    for j, c in enumerate(right.cols):
+        e: Expr = c
+        if j == 0:
+            e = Ternary(too_many, raise_where(too_many, message, c.dtype), c, c.dtype)
+        exprs.append((c.name, e))
+    return t.project(rel, exprs)
 
 
 def _inner(t: Translator, left: Rel, right: Rel, keys: list[_Key], residual: list[Expr]) -> Rel:
