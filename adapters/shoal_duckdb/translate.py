@@ -247,7 +247,17 @@ class Translator:
             named.append(NamedExpr(name, e))
         schema = Schema.of([(n.name, n.dtype) for n in named])
         cols = tuple(Col(n.name, n.dtype) for n in named)
-        return Rel(Project(rel.node, tuple(named), schema), cols)
+        node = rel.node
+        if isinstance(node, Project) and all(isinstance(n.expr, Col) for n in named):
+            # Columns picked from a projection: one projection (plans read better).
+            inner = {n.name: n.expr for n in node.exprs}
+            picked = [inner.get(n.expr.name) for n in named if isinstance(n.expr, Col)]
+            if all(e is not None for e in picked):
+                composed = tuple(
+                    NamedExpr(n.name, e) for n, e in zip(named, picked, strict=True) if e
+                )
+                return Rel(Project(node.input, composed, schema), cols)
+        return Rel(Project(node, tuple(named), schema), cols)
 
     def select(self, rel: Rel, indexes: Sequence[int]) -> Rel:
         """Columns ``indexes`` of ``rel`` (all when empty)."""
