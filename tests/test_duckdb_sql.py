@@ -444,8 +444,9 @@ def test_polars_and_duckdb_agree_on_the_same_parquet_files(
 
 
 def test_python_objects_are_found_by_name_as_duckdb_does(con: duckdb.DuckDBPyConnection) -> None:
-    arrow_table = pa.table({"k": [1, 2, 2, None], "v": [1.0, 2.0, 3.0, 4.0]})
-    polars_frame = pl.DataFrame({"k": [2, 3], "name": ["two", "three"]})
+    # Read by the queries below, by name.
+    arrow_table = pa.table({"k": [1, 2, 2, None], "v": [1.0, 2.0, 3.0, 4.0]})  # noqa: F841
+    polars_frame = pl.DataFrame({"k": [2, 3], "name": ["two", "three"]})  # noqa: F841
     query = (
         "SELECT a.k, sum(v) AS s, max(p.name) AS n FROM arrow_table a "
         "LEFT JOIN polars_frame p ON a.k = p.k GROUP BY a.k"

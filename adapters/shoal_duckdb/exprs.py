@@ -37,9 +37,8 @@ message that cannot succeed: the kernel has no other way to raise).
 
 from __future__ import annotations
 
-import datetime
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import polars as pl
 import pyarrow as pa
@@ -47,10 +46,7 @@ import pyarrow as pa
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
-from shoal_duckdb.types import Interval, arrow_of, dtype_of, type_name, value_of
-
-if TYPE_CHECKING:
-    pass
+from shoal_duckdb.types import Interval, dtype_of, type_name, value_of
 
 INT8 = DataType(pa.int8())
 INT16 = DataType(pa.int16())
@@ -1155,12 +1151,4 @@ def python_value(x: Expr) -> Any:
     return x.value
 
 
-__all__ = [
-    "ExprTranslator",
-    "Unsupported",
-    "aggregate",
-    "arrow_of",
-    "compare",
-    "comparison_op",
-    "datetime",
-]
+__all__ = ["ExprTranslator", "SCALAR_FUNCTIONS", "Unsupported", "aggregate", "compare", "like"]

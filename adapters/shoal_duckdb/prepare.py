@@ -22,7 +22,6 @@ value right after). Join order and strategy are shoal's own business anyway.
 from __future__ import annotations
 
 import contextlib
-import copy
 import glob as _glob
 import json
 import os
@@ -476,8 +475,3 @@ def _columns_in_files(con: Any, standin: str, paths: tuple[str, ...]) -> bool:
 def _stem(name: str) -> str:
     base = os.path.basename(name)
     return base.split(".", 1)[0] or "t"
-
-
-def standin_copy(tree: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of a parse tree (helper for tests)."""
-    return copy.deepcopy(tree)

@@ -57,7 +57,7 @@ from shoal_duckdb.exprs import (
     raise_where,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
-from shoal_duckdb.types import arrow_of, dtype_of, value_of
+from shoal_duckdb.types import dtype_of, value_of
 
 _VIRTUAL = (
     "virtual scan columns (rowid, or the row number DuckDB's optimizer makes of "
@@ -1330,4 +1330,4 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     return t.project(rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
 
 
-__all__ = ["OPERATORS", "Rel", "Translator", "arrow_of", "translate"]
+__all__ = ["OPERATORS", "Rel", "Translator", "translate"]
