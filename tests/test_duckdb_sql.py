@@ -17,6 +17,7 @@ import pytest
 
 import shoal
 import shoal_duckdb.api
+from shoal.ir.validate import validate
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal_duckdb import DuckDBFallbackWarning
@@ -61,7 +62,9 @@ def _shoal(con: duckdb.DuckDBPyConnection, query: str) -> pl.DataFrame:
 def check(
     con: duckdb.DuckDBPyConnection, query: str, sort_keys: list[tuple[str, bool]] | None = None
 ) -> pl.DataFrame:
-    """Run ``query`` with shoal and DuckDB; assert the same names, types and rows."""
+    """Run ``query`` with shoal and DuckDB; assert the same names, types and rows, and that
+    the IR is valid (every expression typed as the kernel types it)."""
+    validate(shoal.duckdb.to_ir(con, query))
     got = _shoal(con, query)
     expected = con.sql(query).pl()
     assert_frames_match(got, expected, sort_keys)

@@ -14,6 +14,7 @@ import pytest
 import shoal
 from shoal.config import RunnerKind
 from shoal.ir.nodes import ParquetSource, Scan
+from shoal.ir.validate import validate
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, scan_tables
@@ -37,6 +38,7 @@ def con(tpch_dir: Path) -> Iterator[duckdb.DuckDBPyConnection]:
 
 
 def _check(con: duckdb.DuckDBPyConnection, q: int, runner: RunnerKind) -> None:
+    validate(shoal.duckdb.to_ir(con, SQL_QUERIES[q]), check_sources=True)
     got = shoal.duckdb.sql(con, SQL_QUERIES[q], runner=runner, raise_on_fail=True, config=CONFIG)
     assert_frames_match(got.pl(), con.sql(SQL_QUERIES[q]).pl(), SQL_SORT_KEYS[q])
     report = last_query()

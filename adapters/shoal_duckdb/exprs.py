@@ -125,6 +125,8 @@ def _scale(dtype: DataType) -> int:
 
 def round_half_away(e: Expr, decimals: int, dtype: DataType) -> Expr:
     """``e`` rounded half away from zero to ``decimals`` places (DuckDB's rounding)."""
+    if dtype.is_decimal:  # Polars widens a rounded DECIMAL by one digit
+        dtype = _decimal(min(38, int(dtype.arrow.precision) + 1), _scale(dtype))
     return fn("round", [e], dtype, decimals=decimals, mode="half_away_from_zero")
 
 
