@@ -472,3 +472,17 @@ def test_warnings_point_at_the_caller(con: duckdb.DuckDBPyConnection) -> None:
         shoal.duckdb.sql(con, "SELECT row_number() OVER () FROM t", config=CONFIG)
     assert caught and caught[0].filename == __file__
     assert "virtual scan columns" in str(caught[0].message)
+
+
+def test_constant_projection_has_one_row_per_input_row() -> None:
+    """Regression: ``count(*)`` counted 1 row, because a projection of literals alone was
+    one row (Polars' rule) instead of one per input row (DuckDB's)."""
+    con = duckdb.connect()
+    con.sql("CREATE TABLE t AS SELECT * FROM range(5) r(x)")
+    for query in (
+        "SELECT count(*) AS n FROM t",
+        "SELECT 42 AS c FROM t",
+        "SELECT 'a' AS s, 1 AS one FROM t WHERE x > 1",
+    ):
+        got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True).fetchall()
+        assert sorted(got) == sorted(con.sql(query).fetchall()), query

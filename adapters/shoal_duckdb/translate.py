@@ -248,6 +248,14 @@ class Translator:
         schema = Schema.of([(n.name, n.dtype) for n in named])
         cols = tuple(Col(n.name, n.dtype) for n in named)
         node = rel.node
+        if named and rel.cols and not any(n.expr.columns() or n.expr.has_agg() for n in named):
+            # DuckDB evaluates a constant projection once per input row; in the IR (Polars'
+            # rules) a projection of literals alone is one row. Carry an input column along
+            # so the literals broadcast to the input's height, then drop it.
+            height = NamedExpr(self.fresh("height"), rel.cols[0])
+            with_height = Schema.of([*schema.fields, (height.name, height.dtype)])
+            inner = Project(node, (*named, height), with_height)
+            return Rel(Project(inner, tuple(NamedExpr(c.name, c) for c in cols), schema), cols)
         if isinstance(node, Project) and all(isinstance(n.expr, Col) for n in named):
             # Columns picked from a projection: one projection (plans read better).
             inner = {n.name: n.expr for n in node.exprs}
