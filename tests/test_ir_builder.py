@@ -277,7 +277,7 @@ def random_plan(draw: Any) -> tuple[ir.Frame, pl.LazyFrame, dict[str, pa.Table]]
 
 #: Settings for the property tests: a modest number of examples, no deadline.
 PROPERTY = settings(
-    max_examples=40,
+    max_examples=100,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
