@@ -58,6 +58,7 @@ def assert_same(got: pl.DataFrame, expected: pl.DataFrame) -> None:
 
 _VALUE_DTYPES = [pl.Int8, pl.Int32, pl.Int64]
 _FLOATS = [0.0, 0.5, -1.25, 2.0, 3.75, float("nan"), None]
+_DECIMALS = [decimal.Decimal("1.10"), decimal.Decimal("-2.50"), decimal.Decimal("0"), None]
 _DATES = [datetime.date(2024, 1, 1), datetime.date(2024, 2, 29), datetime.date(2023, 12, 31)]
 
 
@@ -78,6 +79,7 @@ def base_frame(draw: Any) -> pl.DataFrame:
         "x": lambda: pl.Series("x", column(_FLOATS), pl.Float64),
         "d": lambda: pl.Series("d", column([*_DATES, None]), pl.Date),
         "f": lambda: pl.Series("f", column([True, False, None]), pl.Boolean),
+        "m": lambda: pl.Series("m", column(_DECIMALS), pl.Decimal(10, 2)),
     }
     for name in draw(st.lists(st.sampled_from(sorted(optional)), unique=True, min_size=1)):
         data[name] = optional[name]()
@@ -103,6 +105,8 @@ def _pred(draw: Any, schema: dict[str, pl.DataType]) -> Recipe:
             lambda F: (F.col(name) % 2) == 0,
             lambda F: F.col(name) <= -1,
         ]
+    elif isinstance(dt, pl.Decimal):
+        choices = [lambda F: F.col(name) > 0, lambda F: F.col(name).is_null()]
     elif dt.is_float():
         choices = [
             lambda F: F.col(name) < 1.0,
@@ -165,6 +169,8 @@ def _new_column(draw: Any, schema: dict[str, pl.DataType]) -> Recipe:
                 lambda F: F.col(name) * F.col(o),
                 lambda F: F.when(F.col(name) > F.col(o)).then(F.col(name)).otherwise(F.col(o)),
             ]
+    elif isinstance(dt, pl.Decimal):
+        choices = [lambda F: F.col(name) * 2, lambda F: F.col(name) + 1, lambda F: -F.col(name)]
     elif dt.is_float():
         choices = [
             lambda F: F.col(name) * 2.0,
@@ -261,7 +267,7 @@ def random_plan(draw: Any) -> tuple[ir.Frame, pl.LazyFrame, dict[str, pa.Table]]
                     f.select(*[r(F) for r in recipes]) for f, F in zip(both, modules, strict=True)
                 ]
         elif op == "join":
-            how = draw(st.sampled_from(["inner", "left"]))
+            how = draw(st.sampled_from(["inner", "left", "semi", "anti"]))
             both = [f.join(r, on="k", how=how) for f, r in zip(both, rights, strict=True)]
         else:
             names = sorted(schema)
@@ -589,3 +595,18 @@ def test_tpch_ir_validates(tpch_dir: Path) -> None:
     tables = scan_tables(tpch_dir)
     for query in QUERIES.values():
         validate(to_ir(query(tables)), check_sources=True)
+
+
+def test_docs_worked_example_runs() -> None:
+    """The small frontend of docs/ir.md runs as written."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "ir.md").read_text()
+    block = text.split("<!-- example: frontend -->\n```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, Any] = {}
+    exec(compile(block, "docs/ir.md", "exec"), namespace)
+    result = namespace["result"]
+    got = pl.from_arrow(result).sort("region", nulls_last=True)  # type: ignore[union-attr]
+    assert got.to_dict(as_series=False) == {
+        "region": ["east", "north", "south", None],
+        "total": [7.25, 0.0, 20.5, 3.0],
+        "orders": [1, 1, 1, 1],
+    }
