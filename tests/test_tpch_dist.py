@@ -20,7 +20,19 @@ from .conftest import SMALL_PARTITION_BYTES
 
 pytestmark = pytest.mark.usefixtures("ray_runner")
 
-WALKING_SKELETON = [1, 3, 5, 6, 10]
+#: Queries run on Ray in the default run (a mix of aggregation, join types, IEJoin, windows
+#: of the planner); the others run on Ray under the ``slow`` marker. Every query runs on the
+#: local runner by default.
+RAY_DEFAULT = [1, 3, 5, 6, 10, 11, 13, 18, 21, 22]
+
+
+def _cases() -> list[object]:
+    cases: list[object] = []
+    for q in sorted(QUERIES):
+        cases.append(pytest.param("local", q, id=f"local-q{q}"))
+        marks = () if q in RAY_DEFAULT else (pytest.mark.slow,)
+        cases.append(pytest.param("ray", q, id=f"ray-q{q}", marks=marks))
+    return cases
 
 
 def _config(**kw: object) -> shoal.Config:
@@ -32,8 +44,7 @@ def _run(lf: pl.LazyFrame, runner: str, **kw: object) -> pl.DataFrame:
     return lf.collect(engine=engine)
 
 
-@pytest.mark.parametrize("runner", ["local", "ray"])
-@pytest.mark.parametrize("q", WALKING_SKELETON)
+@pytest.mark.parametrize(("runner", "q"), _cases())
 def test_query_matches_native_polars(tpch_dir: Path, runner: str, q: int) -> None:
     tables = scan_tables(tpch_dir)
     expected = QUERIES[q](tables).collect()
@@ -47,9 +58,41 @@ def test_query_matches_native_polars(tpch_dir: Path, runner: str, q: int) -> Non
             continue
         rows = [report.task_stats[(st.id, p)].scan_rows for p in range(st.num_tasks)]
         assert min(rows) == 0, f"{st.name}: the empty file should give an empty partition"
-        if st.est_bytes > 2 * SMALL_PARTITION_BYTES:  # big enough to split: no task reads all
+        # Big enough to split (a stage without broadcast inputs: its size is the scan's).
+        if not st.inputs and st.est_bytes > 2 * SMALL_PARTITION_BYTES:
             assert sum(r > 0 for r in rows) >= 2 and max(rows) < sum(rows), st.name
     assert any(s.rows_in == 0 for s in report.task_stats.values())
+
+
+#: (query, shuffle partitions, target partition bytes) checked by default; the slow sweep runs
+#: every query at 1, 2, 7 and 64 shuffle partitions and three scan partition sizes.
+_CUT_DEFAULT = [(3, 1, 1 << 30), (13, 7, 16 * 1024), (18, 64, 64 * 1024), (22, 2, 32 * 1024)]
+_CUT_SWEEP = [
+    pytest.param(q, n, size, marks=pytest.mark.slow, id=f"q{q}-{n}-{size}")
+    for q in sorted(QUERIES)
+    for n in (1, 2, 7, 64)
+    for size in (16 * 1024, 256 * 1024, 1 << 30)
+    if (q, n, size) not in _CUT_DEFAULT
+]
+
+
+@pytest.mark.parametrize(("q", "shuffle", "size"), [*_CUT_DEFAULT, *_CUT_SWEEP])
+def test_answer_does_not_depend_on_the_cut(tpch_dir: Path, q: int, shuffle: int, size: int) -> None:
+    """The same answer however the scans are split and however many partitions follow each
+    exchange (1, 2, 7, 64)."""
+    tables = scan_tables(tpch_dir)
+    engine = shoal.DistEngine(
+        runner="local",
+        raise_on_fail=True,
+        config=shoal.Config(shuffle_partitions=shuffle, target_partition_bytes=size),
+    )
+    got = QUERIES[q](tables).collect(engine=engine)
+    assert_frames_match(got, QUERIES[q](tables).collect(), sort_keys=SORT_KEYS.get(q))
+
+
+def test_every_tpch_query_is_implemented() -> None:
+    assert sorted(QUERIES) == list(range(1, 23))
+    assert sorted(SORT_KEYS) == list(range(1, 23))
 
 
 def _stages(q: int, tpch_dir: Path, **kw: object):
@@ -62,7 +105,8 @@ def _stages(q: int, tpch_dir: Path, **kw: object):
 def test_q1_runs_two_phase_aggregation(tpch_dir: Path) -> None:
     physical = _stages(1, tpch_dir)
     partial = [
-        s for s in physical.stages
+        s
+        for s in physical.stages
         if isinstance(s.output, HashOutput)
         and isinstance(s.fragment, Aggregate)
         and any(isinstance(n, Scan) for n in s.fragment.walk())

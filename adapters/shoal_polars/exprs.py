@@ -84,10 +84,11 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
     try:
         view = t.nt.view_expression(node)
     except NotImplementedError as exc:
-        t.error(
-            f"{where}: expression ({exc})",
-            "Python UDFs (map_batches, map_elements) cannot run in shoal",
-        )
+        if "anonymousfunction" in str(exc).lower():
+            reason = "Python UDFs (map_batches, map_elements) cannot run in shoal"
+        else:  # e.g. sort_by(...).last() rewritten to max_by: "total order min_by/max_by"
+            reason = "Polars does not show this expression to engines"
+        t.error(f"{where}: expression ({exc})", reason)
         return t.placeholder_expr()
     dtype = t.dtype(node, where)
     name = type(view).__name__

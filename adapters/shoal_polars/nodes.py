@@ -15,7 +15,7 @@ from typing import Any
 
 import polars as pl
 
-from shoal.ir.expr import Agg, BinaryOp, Col, Expr, Lit, NamedExpr, replace
+from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -336,11 +336,7 @@ def _cache(t: Translator, node: Any, schema: Schema) -> PlanNode:
 @_register("GroupBy")
 def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     options = node.options
-    for attr, what in (
-        ("dynamic", "group_by_dynamic"),
-        ("rolling", "rolling"),
-        ("slice", "a slice pushed into the group-by"),
-    ):
+    for attr, what in (("dynamic", "group_by_dynamic"), ("rolling", "rolling")):
         if getattr(options, attr, None) is not None:
             t.error("GroupBy", f"{what} is not supported")
     if node.apply:
@@ -354,21 +350,27 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
                 f"GroupBy: aggregation {ne.name!r}",
                 "no aggregate function: Polars would return a list per group",
             )
-    return Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
+    out: PlanNode = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
+    return _sliced(out, getattr(options, "slice", None))
+
+
+def _sliced(node: PlanNode, slice_: Any) -> PlanNode:
+    """``node`` with a slice that Polars pushed into it, ``(offset, length)``, applied to
+    its output (as Polars applies it)."""
+    if slice_ is None:
+        return node
+    return Slice(node, int(slice_[0]), _length(slice_[1]), node.schema)
 
 
 @_register("Distinct")
 def _distinct(t: Translator, node: Any, schema: Schema) -> PlanNode:
     keep, subset, maintain_order, slice_ = node.options
     child = t.plan(node.input)
-    if slice_ is not None:
-        t.error("Distinct", "a slice pushed into unique() is not supported")
-        return t.placeholder(schema)
     if keep not in ("first", "last", "any", "none"):
         t.error(f"Distinct(keep={keep!r})", "unknown keep strategy")
         return t.placeholder(schema)
     names = None if subset is None else tuple(str(n) for n in subset)
-    return Distinct(child, names, keep, bool(maintain_order), schema)
+    return _sliced(Distinct(child, names, keep, bool(maintain_order), schema), slice_)
 
 
 @_register("Union")
@@ -379,10 +381,7 @@ def _union(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if not inputs:
         t.error("Union", "no inputs")
         return t.placeholder(schema)
-    out: PlanNode = Union(inputs, schema)
-    if node.slice is not None:
-        out = Slice(out, int(node.slice[0]), _length(node.slice[1]), schema)
-    return out
+    return _sliced(Union(inputs, schema), node.slice)
 
 
 @_register("Join")
@@ -432,10 +431,7 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
         if pred is not None and not _is_true(pred):
             # Inner join with a predicate: the rows of the equi-join where it holds.
             out = Filter(out, pred, schema)
-    if slice_ is not None:
-        # Polars slices the join's output (head/tail/slice pushed into the join).
-        out = Slice(out, int(slice_[0]), _length(slice_[1]), schema)
-    return out
+    return _sliced(out, slice_)
 
 
 def _equi_join(
@@ -452,27 +448,54 @@ def _equi_join(
 ) -> PlanNode:
     """An IR join with Polars' output ``schema``.
 
-    Polars adds keys to an inner or left join from a filter above it (``a == b`` on a left
-    and a right column) and keeps such a right key column, while a coalescing join drops
-    its right key columns. Where Polars' schema keeps one, the join does not coalesce and a
-    projection picks Polars' columns (on inner and left joins the coalesced key is the left
-    key, so nothing else changes).
+    Polars' own plans coalesce keys that its ``join`` method would not: keys it cast to a
+    common supertype (``col("k").cast(Int64)``), and keys it added to an inner or left join
+    from a filter above it (``a == b`` on a left and a right column; their right column is
+    kept). There the join does not coalesce, and a projection makes Polars' columns: the
+    left key on inner and left joins, the right key on right joins, the first non-null of
+    both on full joins (Polars' ``coalesce`` rules), every other column by its name.
     """
     left_names = set(left.schema.names)
-    kept = [
-        e.name for e in right_on
-        if isinstance(e, Col) and e.name in schema.names and e.name not in left_names
-    ]  # fmt: skip
-    if not (coalesce and kept and how in ("inner", "left")):
+    right_out = {n: n + suffix if n in left_names else n for n in right.schema.names}
+    plain = all(isinstance(e, Col) for e in (*left_on, *right_on))
+    kept = any(
+        isinstance(e, Col) and e.name in schema.names and e.name not in left_names for e in right_on
+    )
+    if not coalesce or how not in ("inner", "left", "right", "full") or (plain and not kept):
         return Join(
             left, right, left_on, right_on, how, suffix, nulls_equal, coalesce, schema, order
         )  # type: ignore[arg-type]
-    wide = Schema(
-        (*left.schema.fields,
-         *((n + suffix if n in left_names else n, dt) for n, dt in right.schema.fields))
-    )  # fmt: skip
+    wide = Schema((*left.schema.fields, *((right_out[n], dt) for n, dt in right.schema.fields)))
     joined = Join(left, right, left_on, right_on, how, suffix, nulls_equal, False, wide, order)  # type: ignore[arg-type]
-    return Project(joined, _cols(schema), schema)
+
+    def on_right_side(e: Expr) -> Expr | None:
+        return Col(right_out[e.name], e.dtype) if isinstance(e, Col) else None
+
+    out = {n: Col(n, dt) for n, dt in wide.fields}
+    for lk, rk in zip(left_on, right_on, strict=True):
+        lname, rname = _key_column(lk), _key_column(rk)
+        if how == "right" and rname is not None:
+            out[rname] = Col(right_out[rname], right.schema[rname])
+        elif how == "full" and lname is not None and lname in schema.names:
+            dtype = schema[lname]
+            out[lname] = Function(
+                "coalesce",
+                (
+                    Cast(lk, dtype, strict=False),
+                    Cast(replace(rk, on_right_side), dtype, strict=False),
+                ),
+                (),
+                dtype,
+            )
+    exprs = tuple(NamedExpr(n, out[n]) for n in schema.names)
+    return Project(joined, exprs, schema)
+
+
+def _key_column(key: Expr) -> str | None:
+    """The column a join key reads: itself, or cast to the join's supertype."""
+    if isinstance(key, Cast):
+        key = key.expr
+    return key.name if isinstance(key, Col) else None
 
 
 def _ie_key(t: Translator, node: int) -> Expr:
@@ -550,9 +573,7 @@ def _sort(t: Translator, node: Any, schema: Schema) -> PlanNode:
     out: PlanNode = Sort(
         child, by, tuple(map(bool, desc)), tuple(map(bool, last)), bool(maintain_order), schema
     )
-    if node.slice is not None:
-        out = Slice(out, int(node.slice[0]), _length(node.slice[1]), schema)
-    return out
+    return _sliced(out, node.slice)
 
 
 @_register("Slice")

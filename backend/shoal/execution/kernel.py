@@ -234,13 +234,27 @@ def build(
         return build(node.input, inputs, scan).unnest(list(node.columns),
                                                       separator=node.separator)
     if isinstance(node, Unpivot):
-        return build(node.input, inputs, scan).unpivot(
-            on=list(node.on), index=list(node.index), variable_name=node.variable_name,
-            value_name=node.value_name,
-        )
+        return _unpivot(node, build(node.input, inputs, scan))
     if isinstance(node, RowIndex):
         return build(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+
+
+def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Unpivot column by column, as the IR defines it. Polars' own ``unpivot`` orders rows
+    by chunk of its input (the in-memory engine column by column within each chunk, the
+    streaming engine row by row), so a partitioned input would change the order. Values are
+    cast to the output's value type (the supertype of the ``on`` columns)."""
+    value_type = node.schema[node.value_name].to_polars()
+    index = [pl.col(i) for i in node.index]
+    parts = [
+        lf.select(*index, pl.lit(c, pl.String).alias(node.variable_name),
+                  pl.col(c).cast(value_type).alias(node.value_name))
+        for c in node.on
+    ]
+    if not parts:
+        return pl.DataFrame(schema=node.schema.to_polars()).lazy()
+    return pl.concat(parts, how="vertical")
 
 
 def _split_hash(df: pl.DataFrame, spec: HashOutput) -> list[pl.DataFrame]:

@@ -268,7 +268,9 @@ class Unnest(PlanNode):
 @dataclass(frozen=True)
 class Unpivot(PlanNode):
     """Wide to long (Polars ``unpivot``): ``index`` columns kept, one row per (row, column
-    of ``on``) with the column name in ``variable_name`` and its value in ``value_name``."""
+    of ``on``) with the column name in ``variable_name`` and its value in ``value_name``;
+    the rows for the first column of ``on`` come first (in input order), then the second's.
+    """
 
     input: PlanNode
     index: tuple[str, ...]

@@ -1,0 +1,452 @@
+"""Each Polars construct shoal runs, distributed on the local runner, against native Polars.
+
+Every query runs at 1, 3 and 7 partitions per in-memory frame (``default_partitions``); the
+frames have 5 or 6 rows, so that 7 partitions leave some of them empty (the test checks that
+the last run had at least two partitions with rows and one without). File scans read
+several files, one of them empty. Row order is compared where Polars defines it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from decimal import Decimal
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+from shoal.config import Config
+from shoal.errors import UnsupportedError
+from shoal.execution.task import SingleOutput
+from shoal.ir.nodes import Join
+from shoal.runners.session import last_query
+from shoal_polars import DistEngine, to_ir
+
+Query = Callable[[pl.LazyFrame, pl.LazyFrame], pl.LazyFrame]
+
+#: Partitions per in-memory frame: one, several, and more than the frames have rows.
+PARTITIONS = (1, 3, 7)
+
+
+def _left() -> pl.DataFrame:
+    """Nulls, NaN, duplicate keys, a decimal, a list and a struct column."""
+    return pl.DataFrame(
+        {
+            "k": pl.Series([1, 2, 2, None, 3, 1], dtype=pl.Int32),
+            "g": ["a", "b", "b", None, "a", "a"],
+            "v": [1.5, float("nan"), 2.0, None, -4.0, 2.0],
+            "n": [10, 20, 30, 40, 50, 60],
+            "d": [dt.date(2020, 1, 5), None, dt.date(2021, 3, 1), dt.date(2020, 1, 5),
+                  dt.date(1999, 12, 31), dt.date(2022, 7, 4)],
+            "m": pl.Series([Decimal("1.10"), None, Decimal("2.25"), Decimal("0.05"),
+                            Decimal("9.99"), Decimal("2.25")], dtype=pl.Decimal(10, 2)),
+            "l": [[1, 2], [], None, [3], [4, 5, 6], [7]],
+            "st": [{"x": 1, "y": "p"}, {"x": 2, "y": None}, None, {"x": 4, "y": "q"},
+                   {"x": 5, "y": "r"}, {"x": 6, "y": "s"}],
+        }
+    )  # fmt: skip
+
+
+def _right() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "k": [2, None, 3, 3, 7],
+            "g": ["b", "a", None, "a", "c"],
+            "w": [10.0, 20.0, 30.0, float("nan"), 5.0],
+            "t": ["x", "y", "z", "w", "q"],
+        }
+    )
+
+
+def run_dist(lf: pl.LazyFrame, partitions: int) -> pl.DataFrame:
+    """``lf`` collected by shoal's local runner, each in-memory frame cut into
+    ``partitions`` row ranges."""
+    config = Config(runner="local", default_partitions=partitions, target_partition_bytes=512)
+    return lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+
+
+def assert_split_with_an_empty_partition() -> None:
+    """The last query's scans had at least two partitions with rows and one without."""
+    report = last_query()
+    assert report is not None
+    rows = [
+        st.scan_rows
+        for (stage, _), st in report.task_stats.items()
+        if report.physical.stage(stage).scan_partitions is not None
+    ]
+    assert 0 in rows and sum(r > 0 for r in rows) >= 2, rows
+
+
+def check(lf: pl.LazyFrame, *, ordered: bool = False) -> None:
+    """``lf`` gives Polars' answer at every partition count (row order too if ``ordered``)."""
+    expected = lf.collect(engine="in-memory")
+    for partitions in PARTITIONS:
+        got = run_dist(lf, partitions)
+        assert_frame_equal(got, expected, check_row_order=ordered)
+    assert_split_with_an_empty_partition()
+
+
+@pytest.fixture(scope="module")
+def left() -> pl.LazyFrame:
+    return _left().lazy()
+
+
+@pytest.fixture(scope="module")
+def right() -> pl.LazyFrame:
+    return _right().lazy()
+
+
+# ---------------------------------------------------------------- joins
+
+JOINS: dict[str, Query] = {
+    "inner": lambda a, b: a.join(b, on="k"),
+    "left": lambda a, b: a.join(b, on="k", how="left"),
+    "right": lambda a, b: a.join(b, on="k", how="right"),
+    "right-no-coalesce": lambda a, b: a.join(b, on="k", how="right", coalesce=False),
+    "full": lambda a, b: a.join(b, on="k", how="full"),
+    "full-coalesce": lambda a, b: a.join(b, on="k", how="full", coalesce=True),
+    "full-nulls_equal": lambda a, b: a.join(b, on="k", how="full", nulls_equal=True),
+    "semi": lambda a, b: a.join(b, on="k", how="semi"),
+    "semi-nulls_equal": lambda a, b: a.join(b, on="k", how="semi", nulls_equal=True),
+    "anti": lambda a, b: a.join(b, on="k", how="anti"),
+    "anti-nulls_equal": lambda a, b: a.join(b, on="k", how="anti", nulls_equal=True),
+    "cross": lambda a, b: a.select("k", "g").join(b, how="cross", suffix="_b"),
+    "multi-key": lambda a, b: a.join(b, on=["k", "g"], how="left"),
+    "multi-key-semi": lambda a, b: a.join(b, on=["k", "g"], how="semi"),
+    "key-types": lambda a, b: a.join(b.with_columns(pl.col("k").cast(pl.Int64)), on="k"),
+    "expr-keys": lambda a, b: a.join(b, left_on=pl.col("k") + 1, right_on="k", how="full"),
+    "suffix": lambda a, b: a.join(b, on="k", suffix="_other"),
+    "join_where": lambda a, b: a.join_where(b, pl.col("v") > pl.col("w")),
+    "join_where-two": lambda a, b: a.join_where(
+        b, pl.col("v") <= pl.col("w"), pl.col("n") >= pl.col("k_right") * 10
+    ),
+    "cross-filter": lambda a, b: a.join(b, how="cross").filter(pl.col("v") < pl.col("w")),
+    "self-semi": lambda a, b: a.join(a.filter(pl.col("n") > 20), on="g", how="semi"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JOINS))
+def test_joins(left: pl.LazyFrame, right: pl.LazyFrame, name: str) -> None:
+    check(JOINS[name](left, right))
+
+
+ORDERED_JOINS: dict[str, Query] = {
+    "inner-left": lambda a, b: a.join(b, on="k", maintain_order="left"),
+    "inner-right": lambda a, b: a.join(b, on="k", maintain_order="right"),
+    "inner-left_right": lambda a, b: a.join(b, on="k", maintain_order="left_right"),
+    "inner-right_left": lambda a, b: a.join(b, on="k", maintain_order="right_left"),
+    "left-left": lambda a, b: a.join(b, on="k", how="left", maintain_order="left"),
+    "left-right": lambda a, b: a.join(b, on="k", how="left", maintain_order="right_left"),
+    "right-right": lambda a, b: a.join(b, on="k", how="right", maintain_order="right"),
+    "full-left_right": lambda a, b: a.join(b, on="k", how="full", maintain_order="left_right"),
+    "semi-left": lambda a, b: a.join(b, on="k", how="semi", maintain_order="left"),
+    "cross-left_right": lambda a, b: a.select("n").join(
+        b.select("t"), how="cross", maintain_order="left_right"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDERED_JOINS))
+def test_joins_with_maintain_order(left: pl.LazyFrame, right: pl.LazyFrame, name: str) -> None:
+    check(ORDERED_JOINS[name](left, right), ordered=True)
+
+
+def test_join_where_is_a_broadcast_cross_join(left: pl.LazyFrame, right: pl.LazyFrame) -> None:
+    run_dist(JOINS["join_where"](left, right), 3)
+    report = last_query()
+    assert report is not None
+    joins = [(s, n) for s in report.physical.stages for n in s.fragment.walk()
+             if isinstance(n, Join)]  # fmt: skip
+    assert [n.how for _, n in joins] == ["cross"]
+    stage = joins[0][0]
+    assert stage.num_tasks == 3 and "all" in [i.mode for i in stage.inputs]
+
+
+# ---------------------------------------------------------------- frame operations
+
+FRAME_OPS: dict[str, Query] = {
+    "explode": lambda a, b: a.select("k", "l").explode("l"),
+    "explode-options": lambda a, b: a.select("n", "l").explode(
+        "l", empty_as_null=True, keep_nulls=False
+    ),
+    "unnest": lambda a, b: a.select("n", "st").unnest("st"),
+    "unnest-separator": lambda a, b: a.select("n", "st").unnest("st", separator="."),
+    "rename": lambda a, b: a.rename({"k": "key", "g": "v", "v": "g"}),
+    "drop-select": lambda a, b: a.drop("l", "st").select(pl.all().exclude("m")),
+    "with_row_index": lambda a, b: a.with_row_index("i", offset=10).filter(pl.col("n") > 15),
+    "unpivot": lambda a, b: a.unpivot(on=["n", "k"], index=["g"], value_name="val"),
+    "unpivot-all": lambda a, b: a.select("n", "v").unpivot(),
+    "hconcat": lambda a, b: pl.concat(
+        [a.select("k", "n"), a.select(pl.col("g").alias("h"))], how="horizontal"
+    ),
+    "tail": lambda a, b: a.filter(pl.col("n") != 30).tail(2),
+    "sort-tail": lambda a, b: a.sort("n", descending=True).tail(3),
+    "negative-slice": lambda a, b: a.slice(-4, 2),
+    "concat-tail": lambda a, b: pl.concat([a.select("n"), b.select(pl.col("k").alias("n"))]).tail(
+        3
+    ),
+    "head-after-sort": lambda a, b: a.sort("d", "n", nulls_last=True).head(4),
+    "unique-keep-last-ordered": lambda a, b: a.select("k", "g", "n").unique(
+        subset=["g"], keep="last", maintain_order=True
+    ),
+    "group_by-maintain_order": lambda a, b: a.group_by("g", maintain_order=True).agg(
+        pl.col("n").sum(), pl.col("v").first()
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FRAME_OPS))
+def test_frame_operations(left: pl.LazyFrame, right: pl.LazyFrame, name: str) -> None:
+    check(FRAME_OPS[name](left, right), ordered=name not in ("explode-options",))
+
+
+# ---------------------------------------------------------------- order-dependent expressions
+
+ORDER_DEPENDENT: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "cumulative": lambda a: a.select(
+        pl.col("n").cum_sum().alias("sum"),
+        pl.col("k").cum_prod().alias("prod"),
+        pl.col("v").cum_min().alias("min"),
+        pl.col("k").cum_max(reverse=True).alias("max"),
+        pl.col("k").cum_count().alias("count"),
+        pl.col("v").cum_sum(reverse=True).alias("rsum"),
+    ),
+    "shift-diff": lambda a: a.select(
+        pl.col("n").shift(1).alias("s1"),
+        pl.col("n").shift(-2, fill_value=0).alias("s2"),
+        pl.col("n").diff().alias("d1"),
+        pl.col("k").diff(2).alias("d2"),
+        pl.col("n").pct_change().alias("pc"),
+    ),
+    "rank": lambda a: a.select(
+        pl.col("v").rank().alias("avg"),
+        pl.col("k").rank("min").alias("min"),
+        pl.col("k").rank("max", descending=True).alias("max"),
+        pl.col("g").rank("dense").alias("dense"),
+        pl.col("n").rank("ordinal").alias("ord"),
+    ),
+    "fill-strategies": lambda a: a.select(
+        pl.col("k").fill_null(strategy="forward").alias("fw"),
+        pl.col("k").fill_null(strategy="backward", limit=1).alias("bw"),
+        pl.col("v").fill_null(strategy="mean").alias("mean"),
+        pl.col("k").fill_null(strategy="max").alias("max"),
+        pl.col("k").fill_null(strategy="zero").alias("zero"),
+        pl.col("g").forward_fill().alias("ff"),
+        pl.col("d").backward_fill().alias("bf"),
+        pl.col("v").interpolate().alias("interp"),
+    ),
+    "distinct-flags": lambda a: a.select(
+        pl.col("g").is_unique().alias("u"),
+        pl.col("g").is_duplicated().alias("dup"),
+        pl.col("k").is_first_distinct().alias("first"),
+        pl.col("k").is_last_distinct().alias("last"),
+        pl.col("g").rle_id().alias("rle"),
+    ),
+    "reorder": lambda a: a.select(
+        pl.col("n").reverse().alias("rev"),
+        pl.col("v").sort(descending=True, nulls_last=True).alias("sorted"),
+        pl.col("n").sort_by("g", "v", descending=[True, False], nulls_last=True).alias("by"),
+    ),
+    "shorter-columns": lambda a: a.select(pl.col("n").filter(pl.col("k") > 1).alias("filtered")),
+    "diff-drop": lambda a: a.select(pl.col("n").diff(2, null_behavior="drop")),
+    "head-gather_every": lambda a: a.select(
+        pl.col("n").head(3).alias("h"),
+        pl.col("k").tail(3).alias("t"),
+        pl.col("g").slice(1, 3).alias("s"),
+        pl.col("n").gather_every(2).alias("ge"),
+    ),
+    "unique-ordered": lambda a: a.select(pl.col("g").unique(maintain_order=True)),
+    "with-row-positions": lambda a: a.with_columns(
+        (pl.col("n") - pl.col("n").shift(1)).alias("delta"),
+        pl.col("n").cum_sum().alias("running"),
+    ).filter(pl.col("running") > 30),
+    "filter-on-order": lambda a: a.filter(pl.col("n").cum_sum() < 100),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDER_DEPENDENT))
+def test_order_dependent_functions(left: pl.LazyFrame, name: str) -> None:
+    check(ORDER_DEPENDENT[name](left), ordered=True)
+
+
+WINDOWS: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "aggregates": lambda a: a.select(
+        "g",
+        pl.col("n").sum().over("g").alias("sum"),
+        pl.col("v").mean().over("g").alias("mean"),
+        pl.col("n").first().over("g").alias("first"),
+        pl.len().over("g").alias("len"),
+        pl.col("n").max().over("g", "k").alias("two-keys"),
+        pl.col("n").min().over(pl.col("k") % 2).alias("expr-key"),
+    ),
+    "order_by": lambda a: a.with_columns(
+        pl.col("n").cum_sum().over("g", order_by="d").alias("running"),
+        pl.col("n").shift(1).over("g", order_by="v", descending=True, nulls_last=True).alias("s"),
+    ),
+    "rank-over": lambda a: a.with_columns(pl.col("n").rank("dense").over("g").alias("r")),
+    "mapping-join": lambda a: a.select(
+        "g", pl.col("n").over("g", mapping_strategy="join").alias("all")
+    ),
+    "mapping-explode": lambda a: a.select(
+        pl.col("n").sort(descending=True).over("g", mapping_strategy="explode")
+    ),
+    "filter-by-window": lambda a: a.filter(pl.col("n") == pl.col("n").max().over("g")),
+    "normalise": lambda a: a.select(
+        "n", (pl.col("n") - pl.col("n").mean().over("g")).alias("centred")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WINDOWS))
+def test_windows(left: pl.LazyFrame, name: str) -> None:
+    check(WINDOWS[name](left), ordered=True)
+
+
+def test_a_window_gathers_its_input_first(left: pl.LazyFrame) -> None:
+    run_dist(WINDOWS["aggregates"](left), 3)
+    report = last_query()
+    assert report is not None
+    final = report.physical.stages[-1]
+    assert final.num_tasks == 1
+    scan = next(s for s in report.physical.stages if s.scan_partitions is not None)
+    assert scan.num_tasks == 3 and isinstance(scan.output, SingleOutput)
+
+
+# ---------------------------------------------------------------- aggregates
+
+AGGREGATES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "nan-min-max": lambda a: a.group_by("g").agg(
+        pl.col("v").nan_min().alias("nmin"),
+        pl.col("v").nan_max().alias("nmax"),
+        pl.col("v").min().alias("min"),
+    ),
+    "first-last-non-null": lambda a: a.group_by("g").agg(
+        pl.col("k").first(ignore_nulls=True).alias("f"),
+        pl.col("d").last(ignore_nulls=True).alias("l"),
+        pl.col("k").first().alias("f0"),
+        pl.col("k").last().alias("l0"),
+    ),
+    "quantile-median": lambda a: a.group_by("g").agg(
+        pl.col("n").quantile(0.25).alias("q_nearest"),
+        pl.col("v").quantile(0.5, "linear").alias("q_linear"),
+        pl.col("n").quantile(0.9, "higher").alias("q_higher"),
+        pl.col("n").quantile(0.1, "lower").alias("q_lower"),
+        pl.col("n").quantile(0.5, "midpoint").alias("q_mid"),
+        pl.col("k").median().alias("med"),
+    ),
+    "implode": lambda a: a.group_by("g").agg(pl.col("n"), pl.col("k").implode().alias("ks")),
+    "implode-head": lambda a: a.group_by("g").agg(pl.col("n").head(2).alias("first_two")),
+    "product-arg": lambda a: a.group_by("g").agg(
+        pl.col("k").product().alias("prod"),
+        pl.col("n").arg_max().alias("amax"),
+        pl.col("v").arg_min().alias("amin"),
+    ),
+    "filtered-aggregates": lambda a: a.group_by("g").agg(
+        pl.col("n").filter(pl.col("k") > 1).sum().alias("big"),
+        pl.col("n").filter(pl.col("v").is_not_nan()).mean().alias("m"),
+        pl.col("n").sort_by("v").alias("by_v"),
+        pl.col("k").sort(descending=True, nulls_last=True).head(2).alias("top2"),
+    ),
+    "order-dependent-in-agg": lambda a: a.group_by("g").agg(
+        pl.col("n").cum_sum().max().alias("cmax"),
+        pl.col("n").diff().sum().alias("dsum"),
+    ),
+    "scalar": lambda a: a.select(
+        pl.col("n").quantile(0.3, "linear").alias("q"),
+        pl.col("v").nan_max().alias("nmax"),
+        pl.col("n").implode().alias("all"),
+        pl.col("k").product().alias("prod"),
+        pl.col("k").first(ignore_nulls=True).alias("f"),
+    ),
+    "maintain-order-implode": lambda a: a.group_by("k", maintain_order=True).agg(
+        pl.col("g"), pl.col("n").quantile(0.5).alias("q")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATES))
+def test_aggregates(left: pl.LazyFrame, name: str) -> None:
+    check(AGGREGATES[name](left), ordered=name in ("scalar", "maintain-order-implode"))
+
+
+def test_wrapping_cast(left: pl.LazyFrame) -> None:
+    lf = left.select(
+        (pl.col("n") * 7).cast(pl.Int8, wrap_numerical=True).alias("i8"),
+        pl.col("k").cast(pl.UInt8, wrap_numerical=True).alias("u8"),
+    )
+    check(lf, ordered=True)
+
+
+# ---------------------------------------------------------------- file scans
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The left frame's plain columns as CSV, NDJSON and Parquet: ``part-0`` and ``part-2``
+    with rows, ``part-1`` empty (a CSV header, no NDJSON file: Polars refuses an empty one).
+    Polars infers String for every column of a header-only CSV file, so scans that infer
+    types read ``part-[02].csv`` and scans with a ``schema=`` read all three."""
+    root = tmp_path_factory.mktemp("files")
+    df = _left().select("k", "g", "v", "n", "d")
+    parts = [df.head(4), df.clear(), df.tail(2)]
+    for i, part in enumerate(parts):
+        part.write_csv(root / f"part-{i}.csv")
+        part.write_parquet(root / f"part-{i}.parquet")
+        if part.height:
+            part.write_ndjson(root / f"part-{i}.ndjson")
+    (root / "semi.csv").write_text("a;b\n1;NA\n2;x\n#skip\n3;y\n")
+    return root
+
+
+_SCHEMA = {"k": pl.Int64, "g": pl.String, "v": pl.Float32, "n": pl.Int32, "d": pl.Date}
+
+SCANS: dict[str, Callable[[Path], pl.LazyFrame]] = {
+    "csv": lambda r: pl.scan_csv(r / "part-[02].csv"),
+    "csv-predicate": lambda r: pl.scan_csv(r / "part-[02].csv").filter(pl.col("n") > 20),
+    "csv-options": lambda r: pl.scan_csv(
+        r / "semi.csv", separator=";", null_values=["NA"], comment_prefix="#"
+    ),
+    "csv-overrides": lambda r: pl.scan_csv(
+        r / "part-[02].csv", schema_overrides={"k": pl.Int16, "n": pl.Float64}
+    ).select("n", "k"),
+    "csv-no-header": lambda r: pl.scan_csv(
+        r / "part-[02].csv", has_header=False, skip_rows=1, new_columns=["a", "b", "c", "e", "f"]
+    ),
+    "csv-row-index-n_rows": lambda r: pl.scan_csv(
+        r / "part-[02].csv", row_index_name="i", n_rows=5
+    ).filter(pl.col("n") != 30),
+    "csv-schema-empty-file": lambda r: pl.scan_csv(r / "part-*.csv", schema=_SCHEMA),
+    "csv-schema-predicate": lambda r: (
+        pl.scan_csv(r / "part-*.csv", schema=_SCHEMA).filter(pl.col("v") > 0).select("n", "d")
+    ),
+    "ndjson": lambda r: pl.scan_ndjson(r / "part-*.ndjson").filter(pl.col("k").is_not_null()),
+    "ndjson-row-index": lambda r: pl.scan_ndjson(r / "part-*.ndjson").with_row_index().tail(3),
+    "parquet-row-index": lambda r: (
+        pl.scan_parquet(r / "part-*.parquet", row_index_name="i")
+        .slice(1, 4)
+        .filter(pl.col("k") > 1)
+    ),
+    "parquet-tail": lambda r: pl.scan_parquet(r / "part-*.parquet").tail(3),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SCANS))
+def test_file_scans(files: Path, name: str) -> None:
+    lf = SCANS[name](files)
+    expected = lf.collect(engine="in-memory")
+    got = run_dist(lf, 1)
+    assert_frame_equal(got, expected)
+    report = last_query()
+    assert report is not None
+    scans = [s for s in report.physical.stages if s.scan_partitions is not None]
+    assert scans and all(s.num_tasks >= 2 for s in scans) or name == "csv-options"
+
+
+def test_sort_by_then_last_is_refused_with_the_reason(left: pl.LazyFrame) -> None:
+    """Polars rewrites ``sort_by(...).last()`` into ``max_by``, which its NodeTraverser
+    does not show: shoal says so (and falls back) rather than guessing."""
+    lf = left.group_by("g").agg(pl.col("n").sort_by("v").last())
+    with pytest.raises(UnsupportedError, match="Polars does not show this expression"):
+        to_ir(lf)
