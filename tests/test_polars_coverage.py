@@ -258,6 +258,20 @@ ORDER_DEPENDENT: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
         pl.col("n").gather_every(2).alias("ge"),
     ),
     "unique-ordered": lambda a: a.select(pl.col("g").unique(maintain_order=True)),
+    "rolling": lambda a: a.select(
+        pl.col("v").rolling_mean(2).alias("mean"),
+        pl.col("n").rolling_sum(3, min_samples=1, center=True).alias("sum"),
+        pl.col("v").rolling_std(2, ddof=0).alias("std"),
+        pl.col("n").rolling_mean(2, weights=[0.25, 1.0]).alias("weighted"),
+        pl.col("k").rolling_median(3).alias("median"),
+        pl.col("n").rolling_quantile(0.3, "linear", 3).alias("q"),
+        pl.col("k").rolling_min(2).alias("min"),
+    ),
+    "int_range": lambda a: a.select(
+        "n",
+        pl.int_range(pl.len(), dtype=pl.UInt32).alias("i"),
+        pl.int_range(0, pl.len() * 2, 2).alias("even"),
+    ),
     "with-row-positions": lambda a: a.with_columns(
         (pl.col("n") - pl.col("n").shift(1)).alias("delta"),
         pl.col("n").cum_sum().alias("running"),

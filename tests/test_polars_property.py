@@ -4,9 +4,9 @@ native Polars' answer when shoal runs them distributed.
 Frames have nulls, NaN, duplicate rows and keys, a skewed key (most rows share one value)
 and sometimes no rows at all; each is cut into 1, 2 or 7 partitions (7 leaves some empty).
 Chains mix filter, with_columns/select, group_by, join (every join type with keys), sort,
-unique and slice. A chain keeps track of whether Polars defines its row order; operations
+unique, slice, over() windows and cumulative functions. A chain keeps track of whether Polars defines its row order; operations
 whose answer depends on the order of their input (``first``, ``unique(keep="first")``,
-``slice``) are only drawn where it is defined, and the results are compared row by row
+``slice``, ``cum_sum``) are only drawn where it is defined, and the results are compared row by row
 where it is defined, as multisets otherwise.
 
 The default run checks a few dozen chains; ``-m slow`` runs many more. Chains that once
@@ -104,11 +104,11 @@ def predicates(draw: st.DrawFn, schema: pl.Schema) -> tuple[str, pl.Expr]:
 def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, right: pl.LazyFrame, tag: int) -> Op:
     """One step that fits ``schema``; order-dependent steps only when ``ordered``. New
     columns are named with ``tag`` (the step's number), so that no two clash."""
-    kinds = ["filter", "with_columns", "select", "group_by", "sort", "unique"]
+    kinds = ["filter", "with_columns", "select", "group_by", "sort", "unique", "window"]
     if schema.get("k") == pl.Int64 and "w" not in schema:
         kinds.append("join")
     if ordered:
-        kinds.append("slice")
+        kinds += ["slice", "cumulative"]
     kind = draw(st.sampled_from(kinds))
     names = list(schema.names())
     numeric = _numeric(schema)
@@ -139,6 +139,25 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, right: pl.LazyFrame
         return Op(
             f".with_columns({code})", lambda lf: lf.with_columns([e for _, e in picked]), True
         )
+    if kind == "window":
+        by = draw(st.sampled_from(names))
+        c = draw(st.sampled_from(numeric or names))
+        f = draw(
+            st.sampled_from(["sum", "max", "count", "n_unique"] if c in numeric else ["count"])
+        )
+        name = f"w{tag}"
+        code = f".with_columns(pl.col({c!r}).{f}().over({by!r}).alias({name!r}))"
+        return Op(
+            code, lambda lf: lf.with_columns(getattr(pl.col(c), f)().over(by).alias(name)), True
+        )
+    if kind == "cumulative":
+        c = draw(st.sampled_from(numeric or names))
+        f = draw(st.sampled_from(["cum_sum", "cum_max", "shift", "rank", "cum_count"]))
+        if c not in numeric:
+            f = draw(st.sampled_from(["shift", "cum_count"]))
+        name = f"c{tag}"
+        code = f".with_columns(pl.col({c!r}).{f}().alias({name!r}))"
+        return Op(code, lambda lf: lf.with_columns(getattr(pl.col(c), f)().alias(name)), True)
     if kind == "select":
         cols = draw(st.lists(st.sampled_from(names), min_size=1, max_size=len(names), unique=True))
         return Op(f".select({cols})", lambda lf: lf.select(cols), True)

@@ -229,6 +229,11 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
             t.error(f"{where}: expression Function(quantile)", "the quantile must be a number")
             return t.placeholder_expr(dtype)
         return Agg("quantile", args[0], dtype, (("quantile", q.value), ("interpolation", extra[0])))
+    if key.startswith("RollingFunction."):
+        return _rolling(t, key, extra, args, dtype, where)
+    if key == "RangeFunction.IntRange":
+        # int_range(start, end, step, dtype): the dtype is the function's own.
+        return Function("int_range", args, (("step", int(extra[0])), ("dtype", dtype)), dtype)
     if key == "rank" and extra and extra[0] == "random":
         t.error(f"{where}: expression Function(rank)", "rank(method='random') is not repeatable")
         return t.placeholder_expr(dtype)
@@ -238,6 +243,36 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         return t.placeholder_expr(dtype)
     name, options = found
     return Function(name, args, options, dtype)
+
+
+#: Polars rolling window functions shoal runs (``rolling_<name>``).
+_ROLLING = frozenset({"min", "max", "mean", "sum", "std", "var", "quantile"})
+
+
+def _rolling(
+    t: Translator, key: str, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``rolling_<fn>(window_size, weights=, min_samples=, center=)`` -> IR function
+    ``rolling``; ``function_data`` is (window_size, min_samples, weights, center, params),
+    params being ``(ddof,)`` for std and var, ``(quantile, interpolation)`` for quantile
+    (and median, which Polars shows as the 0.5 quantile)."""
+    name = key.rsplit(".", 1)[-1].lower()
+    if name not in _ROLLING or len(extra) != 5:
+        t.error(f"{where}: expression Function({key})", "this rolling function is not supported")
+        return t.placeholder_expr(dtype)
+    window_size, min_samples, weights, center, params = extra
+    options: tuple[tuple[str, Any], ...] = (
+        ("function", name),
+        ("window_size", int(window_size)),
+        ("min_samples", int(min_samples)),
+        ("weights", None if weights is None else tuple(float(w) for w in weights)),
+        ("center", bool(center)),
+    )
+    if name in ("std", "var"):
+        options += (("ddof", int(params[0]) if params else 1),)
+    if name == "quantile":
+        options += (("quantile", float(params[0])), ("interpolation", str(params[1])))
+    return Function("rolling", args, options, dtype)
 
 
 def _window(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:

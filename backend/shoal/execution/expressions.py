@@ -129,7 +129,23 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
     "over": lambda a, o: _over(a, o),
+    "rolling": lambda a, o: _rolling(a, o),
+    "int_range": lambda a, o: pl.int_range(a[0], a[1], o.get("step", 1),
+                                           dtype=o["dtype"].to_polars()),
 }
+
+
+def _rolling(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``rolling_<function>`` over a fixed window of rows."""
+    extra = {k: o[k] for k in ("ddof", "quantile", "interpolation") if k in o}
+    weights = o.get("weights")
+    return getattr(a[0], f"rolling_{o['function']}")(
+        window_size=o["window_size"],
+        weights=None if weights is None else list(weights),
+        min_samples=o.get("min_samples"),
+        center=o.get("center", False),
+        **extra,
+    )
 
 
 def _over(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
