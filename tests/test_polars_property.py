@@ -4,10 +4,11 @@ native Polars' answer when shoal runs them distributed.
 Frames have nulls, NaN, duplicate rows and keys, a skewed key (most rows share one value)
 and sometimes no rows at all; each is cut into 1, 2 or 7 partitions (7 leaves some empty).
 Chains mix filter, with_columns/select, group_by, join (every join type with keys), sort,
-unique, slice, over() windows and cumulative functions. A chain keeps track of whether Polars defines its row order; operations
-whose answer depends on the order of their input (``first``, ``unique(keep="first")``,
-``slice``, ``cum_sum``) are only drawn where it is defined, and the results are compared row by row
-where it is defined, as multisets otherwise.
+unique, slice, over() windows and cumulative functions. A chain keeps track of whether
+Polars defines its row order; operations whose answer depends on the order of their input
+(``first``, ``unique(keep="first")``, ``slice``, ``cum_sum``) are only drawn where it is
+defined, and the results are compared row by row where it is defined, as multisets
+otherwise.
 
 The default run checks a few dozen chains; ``-m slow`` runs many more. Chains that once
 failed are kept as regular tests at the end of this file.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import polars as pl
 import pytest
@@ -28,6 +30,8 @@ from shoal.config import Config
 from shoal_polars import DistEngine
 
 Step = Callable[[pl.LazyFrame], pl.LazyFrame]
+JoinHow = Literal["inner", "left", "right", "full", "semi", "anti"]
+Keep = Literal["first", "last", "any", "none"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,12 @@ def frames(draw: st.DrawFn, value_column: str = "v") -> pl.DataFrame:
     """0 to 12 rows of k (Int64), g (String), a float column; some rows repeated."""
     n = draw(st.integers(0, 12))
     rows = [(draw(_KEYS), draw(_GROUPS), draw(_FLOATS)) for _ in range(n)]
-    if rows and draw(st.booleans()):
-        rows += draw(st.lists(st.sampled_from(rows), max_size=3))  # duplicate rows
+    duplicate = draw(st.booleans())
+    if rows and duplicate:
+        repeated: list[tuple[int | None, str | None, float | None]] = draw(
+            st.lists(st.sampled_from(rows), max_size=3)
+        )
+        rows += repeated  # duplicate rows
     ks, gs, vs = (list(c) for c in zip(*rows, strict=True)) if rows else ([], [], [])
     return pl.DataFrame(
         {
@@ -179,13 +187,15 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, right: pl.LazyFrame
             aggs.append(
                 (f"pl.col({c!r}).{f}().alias({name!r})", getattr(pl.col(c), f)().alias(name))
             )
-        keep = ordered and draw(st.booleans())
-        code = f".group_by({keys}, maintain_order={keep}).agg({', '.join(c for c, _ in aggs)})"
+        in_order = ordered and draw(st.booleans())
+        code = f".group_by({keys}, maintain_order={in_order}).agg({', '.join(c for c, _ in aggs)})"
         return Op(
-            code, lambda lf: lf.group_by(keys, maintain_order=keep).agg([e for _, e in aggs]), keep
+            code,
+            lambda lf: lf.group_by(keys, maintain_order=in_order).agg([e for _, e in aggs]),
+            in_order,
         )
     if kind == "join":
-        how = draw(st.sampled_from(["inner", "left", "right", "full", "semi", "anti"]))
+        how: JoinHow = draw(st.sampled_from(["inner", "left", "right", "full", "semi", "anti"]))
         on = ["k", "g"] if schema.get("g") == pl.String and draw(st.booleans()) else ["k"]
         nulls_equal = draw(st.booleans())
         other = right
@@ -217,13 +227,15 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, right: pl.LazyFrame
                 st.none(), st.lists(st.sampled_from(names), min_size=1, max_size=2, unique=True)
             )
         )
-        keeps = ["any", "none"] + (["first", "last"] if ordered else [])
-        keep = draw(st.sampled_from(keeps))
+        keeps: list[Keep] = ["any", "none"]
+        if ordered:
+            keeps += ["first", "last"]
+        keep: Keep = draw(st.sampled_from(keeps))
         if subset is not None and keep == "any":
             keep = "none"  # which row "any" keeps is unspecified
         mo = ordered and draw(st.booleans())
         code = f".unique(subset={subset}, keep={keep!r}, maintain_order={mo})"
-        return Op(code, lambda lf: lf.unique(subset=subset, keep=keep, maintain_order=mo), mo)  # type: ignore[arg-type]
+        return Op(code, lambda lf: lf.unique(subset=subset, keep=keep, maintain_order=mo), mo)
     offset = draw(st.integers(-4, 4))
     length = draw(st.one_of(st.none(), st.integers(0, 5)))
     return Op(f".slice({offset}, {length})", lambda lf: lf.slice(offset, length), True)
@@ -268,14 +280,12 @@ def run_chain(
     assert_frame_equal(got, expected, check_row_order=ordered)
 
 
-_SETTINGS = {
-    "deadline": None,
-    "derandomize": True,
-    "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
-}
+_BASE = settings(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 
-@settings(max_examples=40, **_SETTINGS)
+@settings(_BASE, max_examples=150, derandomize=True)
 @given(
     chains(),
     st.sampled_from([1, 2, 7]),
@@ -291,7 +301,7 @@ def test_random_chains_match_polars(
 
 
 @pytest.mark.slow
-@settings(max_examples=600, **{**_SETTINGS, "derandomize": False})
+@settings(_BASE, max_examples=600)
 @given(
     chains(),
     st.sampled_from([1, 2, 7, 64]),
@@ -304,3 +314,36 @@ def test_random_chains_match_polars_long(
 ) -> None:  # fmt: skip
     left, right, ops = chain
     run_chain(left, right, ops, partitions, shuffle, broadcast)
+
+
+# ---------------------------------------------------------------- chains that once failed
+
+_SMALL = pl.DataFrame(
+    {"k": [3, 1, 2, None, 1], "g": ["a", "b", None, "c", "b"], "v": [1.0, None, 2.0, 3.0, None]}
+)
+
+#: (frame, chain, whether the row order is defined) of chains the property test found.
+REGRESSIONS: dict[str, tuple[pl.DataFrame, Step, bool]] = {
+    # Polars pushes the slice into unique(): shoal applies it to unique's output.
+    "slice-pushed-into-unique": (
+        _SMALL.clear(),
+        lambda lf: lf.unique(maintain_order=True).slice(0, None),
+        True,
+    ),
+    # Polars fuses the slices into one of length IdxSize::MAX - 1: "to the end".
+    "fused-slices-to-the-end": (
+        _SMALL,
+        lambda lf: lf.sort(pl.all()).slice(1, None).slice(1, None),
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGRESSIONS))
+@pytest.mark.parametrize("partitions", [1, 2, 7])
+def test_regressions(name: str, partitions: int) -> None:
+    frame, chain, ordered = REGRESSIONS[name]
+    lf = chain(frame.lazy())
+    config = Config(runner="local", default_partitions=partitions)
+    got = lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+    assert_frame_equal(got, lf.collect(engine="in-memory"), check_row_order=ordered)

@@ -4,12 +4,16 @@ Polars; the physical plan's shape; where the tasks ran; bad input."""
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
+from typing import Literal
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import shoal
+from shoal.config import RunnerKind
 from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.nodes import Aggregate, Join, Scan, StageInput
 from shoal.runners.session import last_query
@@ -39,13 +43,13 @@ def _config(**kw: object) -> shoal.Config:
     return shoal.Config(target_partition_bytes=SMALL_PARTITION_BYTES, **kw)  # type: ignore[arg-type]
 
 
-def _run(lf: pl.LazyFrame, runner: str, **kw: object) -> pl.DataFrame:
+def _run(lf: pl.LazyFrame, runner: RunnerKind, **kw: object) -> pl.DataFrame:
     engine = shoal.DistEngine(runner=runner, raise_on_fail=True, config=_config(**kw))
     return lf.collect(engine=engine)
 
 
 @pytest.mark.parametrize(("runner", "q"), _cases())
-def test_query_matches_native_polars(tpch_dir: Path, runner: str, q: int) -> None:
+def test_query_matches_native_polars(tpch_dir: Path, runner: RunnerKind, q: int) -> None:
     tables = scan_tables(tpch_dir)
     expected = QUERIES[q](tables).collect()
     got = _run(QUERIES[q](tables), runner)
@@ -88,6 +92,47 @@ def test_answer_does_not_depend_on_the_cut(tpch_dir: Path, q: int, shuffle: int,
     )
     got = QUERIES[q](tables).collect(engine=engine)
     assert_frames_match(got, QUERIES[q](tables).collect(), sort_keys=SORT_KEYS.get(q))
+
+
+def test_order_dependent_constructs_on_ray(tpch_dir: Path) -> None:
+    """Row index, cumulative and window functions, an order-keeping semi join and a tail
+    on Ray workers give Polars' rows in Polars' order."""
+    tables = scan_tables(tpch_dir)
+    lf = (
+        tables["orders"]
+        .select("o_orderkey", "o_custkey", "o_totalprice", "o_orderdate")
+        .filter(pl.col("o_orderdate") < date(1994, 1, 1))
+        .with_row_index("i")
+        .with_columns(
+            pl.col("o_totalprice").cum_sum().alias("running"),
+            pl.col("o_totalprice").rank("ordinal").over("o_custkey").alias("rank_in_customer"),
+            pl.col("o_orderdate").shift(1).alias("previous_date"),
+        )
+        .join(
+            tables["customer"].filter(pl.col("c_mktsegment") == "BUILDING"),
+            left_on="o_custkey",
+            right_on="c_custkey",
+            how="semi",
+            maintain_order="left",
+        )
+        .tail(200)
+    )
+    got = _run(lf, "ray")
+    assert_frame_equal(got, lf.collect(engine="in-memory"))
+
+
+@pytest.mark.parametrize("how", ["right", "full", "anti"])
+def test_hash_joins_on_ray(tpch_dir: Path, how: Literal["right", "full", "anti"]) -> None:
+    """Join types that keep unmatched rows of a side, through a hash exchange on Ray."""
+    tables = scan_tables(tpch_dir)
+    orders = tables["orders"].filter(pl.col("o_orderpriority") == "1-URGENT")
+    lf = tables["customer"].join(orders, left_on="c_custkey", right_on="o_custkey", how=how)
+    got = _run(lf, "ray", broadcast_join_threshold_bytes=0)
+    assert_frame_equal(got, lf.collect(engine="in-memory"), check_row_order=False)
+    report = last_query()
+    assert report is not None
+    joins = _joins(report.physical)
+    assert [i.mode for i in joins[0][0].inputs] == ["bucket", "bucket"]
 
 
 def test_every_tpch_query_is_implemented() -> None:

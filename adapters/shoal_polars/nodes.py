@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import polars as pl
 
@@ -26,6 +26,7 @@ from shoal.ir.nodes import (
     InMemorySource,
     Join,
     JoinHow,
+    JoinOrder,
     ParquetSource,
     PlanNode,
     Project,
@@ -72,8 +73,11 @@ def _cols(schema: Schema) -> tuple[NamedExpr, ...]:
     return tuple(NamedExpr(n, Col(n, t)) for n, t in schema.fields)
 
 
-def _length(length: int) -> int | None:
-    return None if length >= _TO_END else int(length)
+def _length(length: int, offset: int) -> int | None:
+    """A Polars slice length, None for "to the end": no frame has more than IdxSize::MAX
+    rows, so a slice reaching that far (Polars fuses ``slice(1).slice(1)`` into one of
+    length ``MAX - 1`` at offset 2) reads to the end."""
+    return None if length + abs(offset) >= _TO_END else int(length)
 
 
 def _is_true(e: Expr) -> bool:
@@ -144,7 +148,7 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
         out = RowIndex(out, str(index_name), int(row_index[1]), schema)
     if fo.n_rows is not None:
         offset, length = fo.n_rows
-        out = Slice(out, int(offset), _length(length), schema)
+        out = Slice(out, int(offset), _length(length, offset), schema)
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
@@ -359,7 +363,7 @@ def _sliced(node: PlanNode, slice_: Any) -> PlanNode:
     its output (as Polars applies it)."""
     if slice_ is None:
         return node
-    return Slice(node, int(slice_[0]), _length(slice_[1]), node.schema)
+    return Slice(node, int(slice_[0]), _length(slice_[1], slice_[0]), node.schema)
 
 
 @_register("Distinct")
@@ -396,7 +400,7 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
         t.error(f"Join(how={how_name})", "join type not supported by shoal")
     if node.predicate is not None and how_name != "Inner":
         t.error(f"Join(how={how_name})", "join predicates are supported on inner joins only")
-    order = str(maintain_order or "none")
+    order = cast(JoinOrder, str(maintain_order or "none"))
     if order not in _JOIN_ORDERS:
         t.error("Join", f"unknown maintain_order={maintain_order!r}")
     left = t.plan(node.input_left)
@@ -444,7 +448,7 @@ def _equi_join(
     nulls_equal: bool,
     coalesce: bool,
     schema: Schema,
-    order: str,
+    order: JoinOrder,
 ) -> PlanNode:
     """An IR join with Polars' output ``schema``.
 
@@ -464,14 +468,14 @@ def _equi_join(
     if not coalesce or how not in ("inner", "left", "right", "full") or (plain and not kept):
         return Join(
             left, right, left_on, right_on, how, suffix, nulls_equal, coalesce, schema, order
-        )  # type: ignore[arg-type]
+        )
     wide = Schema((*left.schema.fields, *((right_out[n], dt) for n, dt in right.schema.fields)))
-    joined = Join(left, right, left_on, right_on, how, suffix, nulls_equal, False, wide, order)  # type: ignore[arg-type]
+    joined = Join(left, right, left_on, right_on, how, suffix, nulls_equal, False, wide, order)
 
     def on_right_side(e: Expr) -> Expr | None:
         return Col(right_out[e.name], e.dtype) if isinstance(e, Col) else None
 
-    out = {n: Col(n, dt) for n, dt in wide.fields}
+    out: dict[str, Expr] = {n: Col(n, dt) for n, dt in wide.fields}
     for lk, rk in zip(left_on, right_on, strict=True):
         lname, rname = _key_column(lk), _key_column(rk)
         if how == "right" and rname is not None:
@@ -532,7 +536,7 @@ def _ie_join(
     left_on: tuple[Expr, ...],
     right_on: tuple[Expr, ...],
     suffix: str,
-    order: str,
+    order: JoinOrder,
     schema: Schema,
 ) -> PlanNode:
     """Polars' inequality join, ``left_on[i] <op_i> right_on[i]`` for every ``i``, as the
@@ -558,7 +562,7 @@ def _ie_join(
     pred = terms[0]
     for term in terms[1:]:
         pred = BinaryOp("and", pred, term, BOOL)
-    cross = Join(left, right, (), (), "cross", suffix, False, False, schema, order)  # type: ignore[arg-type]
+    cross = Join(left, right, (), (), "cross", suffix, False, False, schema, order)
     return Filter(cross, pred, schema)
 
 
@@ -579,7 +583,7 @@ def _sort(t: Translator, node: Any, schema: Schema) -> PlanNode:
 @_register("Slice")
 def _slice(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # A negative offset counts from the end (tail).
-    return Slice(t.plan(node.input), int(node.offset), _length(node.len), schema)
+    return Slice(t.plan(node.input), int(node.offset), _length(node.len, node.offset), schema)
 
 
 @_register("HConcat")
