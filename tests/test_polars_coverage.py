@@ -2,7 +2,8 @@
 
 Every query runs at 1, 3 and 7 partitions per in-memory frame (``default_partitions``); the
 frames have 5 or 6 rows, so that 7 partitions leave some of them empty (the test checks that
-the last run had at least two partitions with rows and one without). File scans read
+the last run had at least two partitions with rows and one without; the frame of the
+row-wise functions has 5 rows). File scans read
 several files, one of them empty. Row order is compared where Polars defines it.
 """
 
@@ -326,6 +327,77 @@ def test_a_window_gathers_its_input_first(left: pl.LazyFrame) -> None:
     assert final.num_tasks == 1
     scan = next(s for s in report.physical.stages if s.scan_partitions is not None)
     assert scan.num_tasks == 3 and isinstance(scan.output, SingleOutput)
+
+
+# ---------------------------------------------------------------- row-wise functions
+
+
+def _typed() -> pl.DataFrame:
+    """Strings to parse, time zones across daylight-saving changes, durations, lists."""
+    return pl.DataFrame(
+        {
+            "s": ["a,b", "c", None, "aa,a", "x,y,z"],
+            "i": ["12", "ff", None, "-3", "7"],
+            "d": ["2024-01-02", "x", None, "1999-12-31", "2024-02-29"],
+            "ts": [dt.datetime(2024, 1, 1, 12), dt.datetime(2024, 3, 31, 2, 30), None,
+                   dt.datetime(2024, 10, 27, 2, 30), dt.datetime(2024, 1, 31, 8)],
+            "dur": [dt.timedelta(1, 5), None, dt.timedelta(seconds=90), dt.timedelta(0),
+                    dt.timedelta(hours=-2)],
+            "l": [[1, 2], [3], None, [], [None, 4]],
+        }
+    )  # fmt: skip
+
+
+FUNCTIONS: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "time-zones": lambda a: a.select(
+        pl.col("ts")
+        .dt.replace_time_zone("Europe/Oslo", ambiguous="earliest", non_existent="null")
+        .dt.convert_time_zone("America/New_York")
+        .alias("ny"),
+        pl.col("ts").dt.offset_by("1mo").alias("next_month"),
+        pl.col("ts").dt.replace_time_zone("UTC").dt.hour().alias("hour"),
+    ),
+    "durations": lambda a: a.select(
+        pl.col("dur").dt.total_seconds().alias("s"),
+        pl.col("dur").dt.total_hours(fractional=True).alias("h"),
+        pl.col("dur").dt.total_minutes().alias("m"),
+        pl.col("dur").dt.total_milliseconds().alias("ms"),
+    ),
+    "parse-strings": lambda a: a.select(
+        pl.col("i").str.to_integer(strict=False).alias("int"),
+        pl.col("i").str.to_integer(base=16, strict=False, dtype=pl.Int32).alias("hex"),
+        pl.col("d").str.to_date("%Y-%m-%d", strict=False).alias("date"),
+        pl.col("d").str.strptime(pl.Datetime("ms"), "%Y-%m-%d", strict=False).alias("dt"),
+    ),
+    "string-patterns": lambda a: a.select(
+        pl.col("s").str.split(",").alias("parts"),
+        pl.col("s").str.count_matches("a").alias("n_a"),
+        pl.col("s").str.extract(r"(\w),", 1).alias("first"),
+        pl.col("s").str.split(",").list.join("-").alias("joined"),
+        pl.col("s").replace({"c": "z", "a,b": "y"}).alias("replaced"),
+    ),
+    "lists-structs": lambda a: a.select(
+        pl.col("l").list.len().alias("len"),
+        pl.col("l").list.sum().alias("sum"),
+        pl.col("l").list.min().alias("min"),
+        pl.col("l").list.max().alias("max"),
+        pl.col("l").list.mean().alias("mean"),
+        pl.col("l").list.contains(4).alias("has4"),
+        pl.struct(pl.col("s").alias("x")).struct.field("x").alias("field"),
+    ),
+    "common-subexpressions": lambda a: a.select(
+        pl.col("l").list.len().sum().alias("total"),
+        (pl.col("l").list.len().sum() * 2).alias("twice"),
+    ),
+    "common-subexpressions-rows": lambda a: a.with_columns(
+        (pl.col("l").list.len() * 2).alias("x"), (pl.col("l").list.len() * 2 + 1).alias("y")
+    ).drop("l"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUNCTIONS))
+def test_row_functions(name: str) -> None:
+    check(FUNCTIONS[name](_typed().lazy()), ordered=True)
 
 
 # ---------------------------------------------------------------- aggregates

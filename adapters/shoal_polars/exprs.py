@@ -237,13 +237,29 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "rank" and extra and extra[0] == "random":
         t.error(f"{where}: expression Function(rank)", "rank(method='random') is not repeatable")
         return t.placeholder_expr(dtype)
+    if key == "as_struct":
+        # pl.struct(...): the field names are those of the struct dtype Polars resolved.
+        fields = tuple(f.name for f in dtype.arrow)
+        return Function("as_struct", args, (("fields", fields),), dtype)
+    if key == "TemporalFunction.OffsetBy":
+        # dt.offset_by("1mo"): the kernel takes the offset as an option.
+        by = args[1]
+        if not isinstance(by, Lit) or not isinstance(by.value, str):
+            t.error(f"{where}: expression Function({key})", "the offset must be a literal")
+            return t.placeholder_expr(dtype)
+        return Function("dt.offset_by", args[:1], (("by", by.value),), dtype)
     found = lookup(key, tuple(extra))
     if isinstance(found, str):
         t.error(f"{where}: expression Function({key})", found)
         return t.placeholder_expr(dtype)
     name, options = found
+    if name in _TYPED_FUNCTIONS:
+        options += (("dtype", dtype),)
     return Function(name, args, options, dtype)
 
+
+#: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.
+_TYPED_FUNCTIONS = frozenset({"str.to_integer", "str.strptime"})
 
 #: Polars rolling window functions shoal runs (``rolling_<name>``).
 _ROLLING = frozenset({"min", "max", "mean", "sum", "std", "var", "quantile"})

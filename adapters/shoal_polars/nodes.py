@@ -43,6 +43,9 @@ from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.translate import NODES, NodeHandler, Translator
 
+#: Name prefix of the columns Polars' common subexpression elimination adds.
+_CSE_PREFIX = "__POLARS_CSER_"
+
 #: A Polars slice length at or above this means "to the end" (Polars' IdxSize::MAX).
 _TO_END = 2**32 - 1
 
@@ -307,8 +310,14 @@ def _select(t: Translator, node: Any, schema: Schema) -> PlanNode:
 def _hstack(t: Translator, node: Any, schema: Schema) -> PlanNode:
     child = t.plan(node.input)
     new = {ne.name: ne for ne in t.named_at(node.input, node.exprs, "HStack")}
+    if all(name.startswith(_CSE_PREFIX) for name in new):
+        # Polars' common subexpression elimination: columns that the node above reads (an
+        # aggregate among them is one value, which Polars does not broadcast here). Each
+        # read becomes the expression itself (Translator.expr), and this node goes.
+        t.cse.update((name, ne.expr) for name, ne in new.items())
+        return child
     # Polars: a new column with an existing name replaces it in place; others append.
-    exprs = tuple(new.get(n, NamedExpr(n, Col(n, dt))) for n, dt in schema.fields)
+    exprs = tuple(new.get(n) or NamedExpr(n, t.cse.get(n, Col(n, dt))) for n, dt in schema.fields)
     return Project(child, exprs, schema)
 
 

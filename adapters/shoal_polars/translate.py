@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shoal.errors import PlanError, UnsupportedError
-from shoal.ir.expr import Expr, NamedExpr
+from shoal.ir.expr import Col, Expr, NamedExpr, replace
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import NULL, DataType, Schema
 from shoal_polars.exprs import translate_expr
@@ -63,6 +63,9 @@ class Translator:
         self.nt = nt
         self.errors: list[str] = []
         self.caches: dict[int, PlanNode] = {}
+        #: Columns made by Polars' common subexpression elimination (``__POLARS_CSER_*``,
+        #: added by an ``HStack`` below the node that reads them) -> their expressions.
+        self.cse: dict[str, Expr] = {}
 
     # -- errors ---------------------------------------------------------------------
 
@@ -116,8 +119,12 @@ class Translator:
             return NULL
 
     def expr(self, node: int, where: str) -> Expr:
-        """Translate expression ``node`` at the cursor's node."""
-        return translate_expr(self, node, where)
+        """Translate expression ``node`` at the cursor's node; a column that Polars' common
+        subexpression elimination made is replaced by the expression it stands for."""
+        out = translate_expr(self, node, where)
+        if self.cse:
+            out = replace(out, lambda e: self.cse.get(e.name) if isinstance(e, Col) else None)
+        return out
 
     def named(self, pyexpr: Any, where: str) -> NamedExpr:
         """Translate a Polars ``PyExprIR`` (output name + expression) at the cursor's node."""

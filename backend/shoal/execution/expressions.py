@@ -92,12 +92,49 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.truncate": lambda a, o: a[0].dt.truncate(a[1]),
     "dt.to_string": lambda a, o: a[0].dt.to_string(o["format"]),
     "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
+    "dt.total_hours": lambda a, o: a[0].dt.total_hours(fractional=o.get("fractional", False)),
+    "dt.total_minutes": lambda a, o: a[0].dt.total_minutes(
+        fractional=o.get("fractional", False)),
+    "dt.total_seconds": lambda a, o: a[0].dt.total_seconds(
+        fractional=o.get("fractional", False)),
+    "dt.total_milliseconds": lambda a, o: a[0].dt.total_milliseconds(
+        fractional=o.get("fractional", False)),
+    "dt.total_microseconds": lambda a, o: a[0].dt.total_microseconds(
+        fractional=o.get("fractional", False)),
+    "dt.convert_time_zone": lambda a, o: a[0].dt.convert_time_zone(o["time_zone"]),
+    # args: the datetimes, then ``ambiguous`` (an expression, "raise" by default)
+    "dt.replace_time_zone": lambda a, o: a[0].dt.replace_time_zone(
+        o["time_zone"], ambiguous=a[1] if len(a) > 1 else "raise",
+        non_existent=o.get("non_existent", "raise")),
+    # strings: args are the strings, then the pattern / base / ambiguous expression
+    "str.to_integer": lambda a, o: a[0].str.to_integer(
+        base=a[1] if len(a) > 1 else 10, dtype=o["dtype"].to_polars(),
+        strict=o.get("strict", True)),
+    "str.strptime": lambda a, o: a[0].str.strptime(
+        o["dtype"].to_polars(), o.get("format"), strict=o.get("strict", True),
+        exact=o.get("exact", True), cache=o.get("cache", True),
+        ambiguous=a[1] if len(a) > 1 else "raise"),
+    "str.count_matches": lambda a, o: a[0].str.count_matches(a[1],
+                                                             literal=o.get("literal", False)),
+    "str.extract": lambda a, o: a[0].str.extract(a[1], o.get("group_index", 1)),
+    "str.split": lambda a, o: a[0].str.split(a[1], inclusive=o.get("inclusive", False)),
+    # lists and structs
+    "list.len": lambda a, o: a[0].list.len(),
+    "list.sum": lambda a, o: a[0].list.sum(),
+    "list.min": lambda a, o: a[0].list.min(),
+    "list.max": lambda a, o: a[0].list.max(),
+    "list.mean": lambda a, o: a[0].list.mean(),
+    "list.contains": lambda a, o: a[0].list.contains(a[1],
+                                                     nulls_equal=o.get("nulls_equal", True)),
+    "list.join": lambda a, o: a[0].list.join(a[1], ignore_nulls=o.get("ignore_nulls", True)),
+    "struct.field": lambda a, o: a[0].struct.field(o["name"]),
+    "as_struct": lambda a, o: pl.struct([x.alias(n) for x, n in zip(a, o["fields"], strict=True)]),
+    "replace": lambda a, o: a[0].replace(a[1], a[2]),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
+    # Polars' int_range(start, end, step, dtype) when given arguments; without arguments
     # row numbers start, start + 1, ... (per group inside ``over``); order-dependent
-    "int_range": lambda a, o: pl.int_range(
-        o.get("start", 0), pl.len() + o.get("start", 0), dtype=pl.Int64
-    ),
+    "int_range": lambda a, o: _int_range(a, o),
     # order-dependent (ORDER_DEPENDENT_FUNCTIONS: the planner gathers their input first)
     "cum_sum": lambda a, o: a[0].cum_sum(reverse=o.get("reverse", False)),
     "cum_prod": lambda a, o: a[0].cum_prod(reverse=o.get("reverse", False)),
@@ -130,9 +167,15 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
-    "int_range": lambda a, o: pl.int_range(a[0], a[1], o.get("step", 1),
-                                           dtype=o["dtype"].to_polars()),
 }
+
+
+def _int_range(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``int_range(a[0], a[1], step, dtype)``, or one number per row from ``start``."""
+    if a:
+        return pl.int_range(a[0], a[1], o.get("step", 1), dtype=o["dtype"].to_polars())
+    start = o.get("start", 0)
+    return pl.int_range(start, pl.len() + start, dtype=pl.Int64)
 
 
 def _rolling(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
