@@ -15,5 +15,6 @@ in the IR (see :mod:`shoal_duckdb.exprs` and ``docs/duckdb.md``). Public names:
 from __future__ import annotations
 
 from shoal_duckdb.api import DuckDBFallbackWarning, explain, run, sql, to_ir
+from shoal_duckdb.udf import register_udf as register_udf  # user functions (docs/udf.md)
 
 __all__ = ["DuckDBFallbackWarning", "explain", "run", "sql", "to_ir"]

@@ -5,7 +5,10 @@ Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain
 :func:`execute_batches`, :func:`udf`, :func:`trace`, :class:`Config`, :func:`get_config`,
 :func:`set_config`, :func:`execution_config`, :func:`shutdown` and the errors
 :class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
-:class:`ConfigFrozenError`.
+:class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`.
+
+Note that ``shoal.udf`` is the decorator; its module is ``sys.modules["shoal.udf"]`` (import
+names from it with ``from shoal.udf import UDF``).
 """
 
 from __future__ import annotations
@@ -17,9 +20,12 @@ from shoal.api import execute, execute_batches, explain, shutdown
 from shoal.config import Config, execution_config, get_config, set_config
 from shoal.errors import ConfigFrozenError, PlanError, ShoalError, TaskError, UnsupportedError
 from shoal.tracing import trace
+from shoal.udf import UdfError, udf
 
-# Imported last: registers the Polars engine name "dist".
+# Imported last: registers the Polars engine name "dist" and the LazyFrame namespace
+# ``lf.shoal`` (user functions).
 from shoal_polars import DistEngine  # noqa: E402
+from shoal_polars import udf as _polars_udf  # noqa: E402, F401
 
 __all__ = [
     "Config",
@@ -28,6 +34,7 @@ __all__ = [
     "PlanError",
     "ShoalError",
     "TaskError",
+    "UdfError",
     "UnsupportedError",
     "execute",
     "execute_batches",
@@ -38,6 +45,7 @@ __all__ = [
     "set_config",
     "shutdown",
     "trace",
+    "udf",
 ]
 
 

@@ -35,7 +35,7 @@ ProgressMode = Literal["auto", "always", "never"]
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset(
     {"runner", "ray_address", "num_cpus", "ray_temp_dir", "object_store_bytes", "spill_dir",
-     "ray_connect_timeout_s"}
+     "ray_connect_timeout_s", "num_gpus", "gpus"}
 )
 
 
@@ -111,6 +111,13 @@ class Config:
         "else a new local instance."))
     num_cpus: int | None = field(default=None, metadata=_doc(
         "CPUs of a local Ray instance or threads of the local runner; unset: all cores."))
+    num_gpus: int | None = field(default=None, metadata=_doc(
+        "GPUs of a local Ray instance (logical: more than the machine has is allowed, for "
+        "tests); unset: Ray detects them."))
+    gpus: str | None = field(default=None, metadata=_doc(
+        "GPU device ids the local runner hands to user-function worker processes, e.g. "
+        "'0,1,2,3' (each process sees its own through CUDA_VISIBLE_DEVICES); unset: the "
+        "devices NVML finds."))
     ray_temp_dir: str | None = field(default=None, metadata=_doc(
         "Session directory of a local Ray instance (keep it short: Unix socket paths are "
         "limited to 107 bytes); unset: Ray's default."))
@@ -182,6 +189,17 @@ class Config:
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"shoal setting {name} must be a positive integer, got "
                                  f"{value!r}")
+        if self.num_gpus is not None and (not isinstance(self.num_gpus, int)
+                                          or self.num_gpus < 0):
+            raise ValueError(f"shoal setting num_gpus must be an integer >= 0, got "
+                             f"{self.num_gpus!r}")
+        if self.gpus is not None:
+            from shoal.resources import parse_gpu_ids
+
+            if not isinstance(self.gpus, str):
+                raise ValueError(f"shoal setting gpus must be a string such as '0,1', got "
+                                 f"{self.gpus!r}")
+            parse_gpu_ids(self.gpus, "shoal setting gpus")
         if not isinstance(self.ray_connect_timeout_s, int | float) or self.ray_connect_timeout_s <= 0:
             raise ValueError("shoal setting ray_connect_timeout_s must be a positive number of "
                              f"seconds, got {self.ray_connect_timeout_s!r}")
@@ -324,8 +342,8 @@ def set_config(**changes: Any) -> Config:
     """Change the global config and return it.
 
     Raises :class:`ConfigFrozenError` when a runner setting (runner, ray_address,
-    num_cpus, ray_temp_dir, object_store_bytes, spill_dir, ray_connect_timeout_s) changes
-    while a runner is running, ``TypeError`` for an unknown
+    num_cpus, num_gpus, gpus, ray_temp_dir, object_store_bytes, spill_dir,
+    ray_connect_timeout_s) changes while a runner is running, ``TypeError`` for an unknown
     setting, ``ValueError`` for an invalid value.
     """
     global _config

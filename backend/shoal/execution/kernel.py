@@ -49,6 +49,7 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    UdfProject,
     Union,
     Unnest,
     Unpivot,
@@ -237,6 +238,12 @@ def build(
         return _unpivot(node, build(node.input, inputs, scan))
     if isinstance(node, RowIndex):
         return build(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
+    if isinstance(node, UdfProject):
+        # The user's function runs here, on this process's instance (an actor's, for a
+        # stateful or GPU UDF: the planner gives those an actor pool stage of their own).
+        from shoal.udf import apply_project
+
+        return apply_project(node, build(node.input, inputs, scan).collect()).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
 

@@ -16,6 +16,7 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    UdfProject,
     Union,
     Unnest,
     Unpivot,
@@ -66,6 +67,12 @@ def describe(node: PlanNode) -> str:
         return f"ROW INDEX {node.name!r} FROM {node.offset}"
     if isinstance(node, StageInput):
         return f"STAGE INPUT #{node.index}"
+    if isinstance(node, UdfProject):
+        u = node.udf
+        where = "ACTOR POOL" if getattr(u, "needs_actor_pool", False) else "IN TASK"
+        res = u.resources.describe() if hasattr(u, "resources") else ""
+        return (f"UDF {node.udf_name}({', '.join(node.inputs)}) AS {node.output} "
+                f"[{where}{', ' + res if res else ''}]")
     return node.label
 
 

@@ -300,6 +300,26 @@ class StageInput(PlanNode):
     schema: Schema
 
 
+@dataclass(frozen=True)
+class UdfProject(PlanNode):
+    """Every column of ``input`` plus ``output``: the user function ``udf`` applied to the
+    columns ``inputs``, batch by batch, row-wise (one output row per input row, in order).
+
+    As Polars' ``with_columns``: ``output`` replaces an input column of that name in place,
+    else it is appended. ``udf_name`` is the name the UDF is registered under
+    (:func:`shoal.udf.lookup`); ``udf`` is the :class:`shoal.udf.UDF` object itself, which
+    the JSON form cannot carry (writing a plan with a UDF raises ``PlanError``). The planner
+    runs a stateful or GPU UDF on an actor pool stage of its own, any other UDF in place.
+    """
+
+    input: PlanNode
+    udf_name: str
+    udf: Any
+    inputs: tuple[str, ...]
+    output: str
+    schema: Schema
+
+
 def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:
     """Rewrite bottom-up: ``fn`` returns a replacement or None to keep the node."""
     kids = node.children()

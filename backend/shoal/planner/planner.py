@@ -14,7 +14,9 @@ rows from other partitions:
   a local sort per range; a sort followed by a slice is a top-k per partition, gathered
   and cut again;
 * slice: pushed into each partition, applied again after the gather;
-* anything else that needs all rows runs after a gather to one task.
+* anything else that needs all rows runs after a gather to one task;
+* a user function (:class:`~shoal.ir.nodes.UdfProject`) runs in place when it is a
+  stateless CPU function, else on an actor pool stage of its own (see ``udf_project``).
 
 A fragment that already has a single partition takes every operator in place.
 """
@@ -49,6 +51,7 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    UdfProject,
     Union,
     Unnest,
     Unpivot,
@@ -166,7 +169,29 @@ class _Builder:
             # Polars defines the output order of these by the input order: one partition.
             op = self.gather(self.visit(node.input), "gather")
             return op.wrap(node.with_children((op.node,)))
+        if isinstance(node, UdfProject):
+            return self.udf_project(node)
         raise UnsupportedError(f"the planner cannot place plan node {node.label}")
+
+    def udf_project(self, node: UdfProject) -> _Open:
+        """A user function. A stateless CPU function runs in place, in ordinary tasks. A
+        stateful or GPU one gets an actor pool stage of its own: its fragment is only the
+        :class:`UdfProject` over the upstream stage's output, read pointwise (same
+        partitions, same order), so that nothing else runs on the pool's actors; what
+        follows reads the pool stage pointwise, in ordinary tasks again."""
+        op = self.visit(node.input)
+        if not getattr(node.udf, "needs_actor_pool", False):
+            return op.wrap(node.with_children((op.node,)))
+        if (isinstance(op.node, StageInput) and op.scan_partitions is None
+                and len(op.inputs) == 1 and op.inputs[0].mode == "pointwise"):
+            up = self.plan.stage(op.inputs[0].stage)  # already a stage's output: read it
+        else:
+            up = self.cut(op, SingleOutput())
+        pool = self.read(up, "pointwise", up.num_tasks, f"actor-pool[{node.udf_name}]")
+        pool.wrap(node.with_children((pool.node,)))
+        st = self.cut(pool, SingleOutput())
+        return self.read(st, "pointwise", st.num_tasks, "after-udf")
+
 
     def project(self, node: Project) -> _Open:
         op = self.visit(node.input)
@@ -398,7 +423,9 @@ def build(plan: PlanNode, config: Config) -> PhysicalPlan:
     file, before anything runs."""
     b = _Builder(config, _shared_nodes(plan))
     root = b.visit(plan)
-    b.cut(root, SingleOutput(), name=root.name)
+    if not (root.name == "after-udf" and isinstance(root.node, StageInput)):
+        b.cut(root, SingleOutput(), name=root.name)
+    # else: the plan ends with an actor pool stage, whose outputs are the result as they are
     b.plan.schema = plan.schema
     return b.plan
 

@@ -43,6 +43,9 @@ class TaskSpec:
     config: Any = None
     config_digest: str = ""
     max_retries: int = 0
+    #: The actor pool that runs this task (a stage of a stateful or GPU UDF), else None;
+    #: backends send such a task to the pool instead of starting a task.
+    pool: Any = None
 
     @property
     def fragment(self) -> PlanNode:
@@ -108,10 +111,17 @@ class DispatchLoop:
     ``task_stats`` holds every task's stats by (stage id, partition). ``tracer`` is the
     query's :class:`~shoal.tracing.QueryTracer`, or None when tracing is off: then the
     loop only tests ``tracer`` and calls nothing of tracing.
+
+    ``pools`` maps a stage id to the actor pool (:mod:`shoal.runners.actor_pool`) that runs
+    that stage's tasks. The loop dispatches a pool stage's tasks only to free actors
+    (``pool.capacity(backlog)``, which also starts the pool before the stage's first task
+    and grows it), closes a pool as soon as its stage has finished, and closes every pool
+    when the run ends, also on failure and on ``KeyboardInterrupt``.
     """
 
     def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int,
-                 config: Any = None, tracer: QueryTracer | None = None) -> None:
+                 config: Any = None, tracer: QueryTracer | None = None,
+                 pools: dict[int, Any] | None = None) -> None:
         self.plan = plan
         self.config_digest = config.digest() if config is not None else ""
         self.max_retries = config.task_max_retries if config is not None else 0
@@ -122,6 +132,7 @@ class DispatchLoop:
         self.in_flight: dict[Any, TaskSpec] = {}
         self.task_stats: dict[tuple[int, int], TaskStats] = {}
         self.tracer = tracer
+        self.pools: dict[int, Any] = dict(pools or {})
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -138,10 +149,15 @@ class DispatchLoop:
                 continue
             if st.output is None:
                 st.output = self._resolve_output(st)
-            while free > 0 and st.next_partition < st.stage.num_tasks:
+            room = free
+            pool = self.pools.get(st.stage.id)
+            if pool is not None:  # only as many tasks as the pool has free actors
+                room = min(free, pool.capacity(st.stage.num_tasks - st.next_partition))
+            while room > 0 and st.next_partition < st.stage.num_tasks:
                 batch.append(self._task(st, st.next_partition))
                 st.next_partition += 1
                 free -= 1
+                room -= 1
         has_next = any(s.next_partition < s.stage.num_tasks for s in self.states)
         return batch, has_next
 
@@ -176,6 +192,8 @@ class DispatchLoop:
             st.outputs[spec.partition] = res.outputs
             st.stats[spec.partition] = res.stats
             st.done += 1
+            if st.finished and spec.pool is not None:
+                spec.pool.close()  # its stage is done: give the actors' resources back
             self.task_stats[(spec.stage.id, spec.partition)] = res.stats
             if self.tracer is not None:
                 self.tracer.task_finished(spec, res.stats)
@@ -208,8 +226,15 @@ class DispatchLoop:
                 self.backend.cancel(list(self.in_flight))
                 self.in_flight.clear()
             raise
+        finally:
+            self.close_pools()
         root = self.states[-1]
         return [root.outputs[i][0] for i in range(root.stage.num_tasks)]
+
+    def close_pools(self) -> None:
+        """Tear down every actor pool of the query (idempotent)."""
+        for pool in self.pools.values():
+            pool.close()
 
     # -- helpers ------------------------------------------------------------------------
 
@@ -246,5 +271,6 @@ class DispatchLoop:
                 inputs.append([up.outputs[i][0] for i in range(n_up)])
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
+        pool = self.pools.get(st.stage.id)  # an actor pool's tasks are not retried
         return TaskSpec(st.stage, partition, inputs, scan, st.output, self.config_handle,
-                        self.config_digest, self.max_retries)
+                        self.config_digest, 0 if pool else self.max_retries, pool)

@@ -1,4 +1,9 @@
-"""The local runner: tasks in an in-process thread pool, no Ray (tests, small data)."""
+"""The local runner: tasks in an in-process thread pool, no Ray (tests, small data).
+
+Stages of stateful or GPU user functions run on worker processes instead (one actor pool
+per such stage, :class:`shoal.runners.actor_pool.LocalProcessPool`); ``resources`` is the
+ledger of CPUs, memory and GPU devices those processes hold.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import pyarrow as pa
 
 from shoal.config import Config, task_config
 from shoal.execution.kernel import run_fragment
+from shoal.resources import ResourceLedger, local_ledger
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
 
@@ -18,15 +24,19 @@ class LocalBackend:
     """Runs tasks on a thread pool of ``num_threads`` threads; output references are the
     Arrow tables themselves. Polars releases the GIL while it works."""
 
-    def __init__(self, num_threads: int | None = None) -> None:
+    def __init__(self, num_threads: int | None = None,
+                 resources: ResourceLedger | None = None) -> None:
         self.num_threads = num_threads or os.cpu_count() or 1
         self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="shoal-task")
+        self.resources = resources or local_ledger(num_threads, None)
 
     def begin_query(self, config: Config) -> Config:
         """The local runner passes the snapshot object itself to its tasks."""
         return config
 
     def submit(self, task: TaskSpec) -> cf.Future[TaskResult]:
+        if task.pool is not None:  # a stage of a stateful or GPU UDF: its worker processes
+            return task.pool.submit(task)  # type: ignore[no-any-return]
         return self._pool.submit(_run, task)
 
     def wait(self, handles: Sequence[cf.Future[TaskResult]]) -> list[cf.Future[TaskResult]]:

@@ -29,7 +29,8 @@ def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
 
     The address is ``config.ray_address`` (``SHOAL_RAY_ADDRESS``), else ``RAY_ADDRESS``
-    (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs.
+    (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs
+    and ``config.num_gpus`` GPUs.
     Returns True when shoal started (and so owns) the instance. Raises
     :class:`shoal.ShoalError` saying why when Ray cannot start; never falls back.
     """
@@ -58,6 +59,7 @@ def start_ray(config: Config) -> bool:
                 )
             ray.init(
                 num_cpus=config.num_cpus,
+                num_gpus=config.num_gpus,
                 _temp_dir=config.ray_temp_dir,
                 object_store_memory=config.object_store_bytes,
                 _system_config=system or None,
@@ -123,6 +125,10 @@ class RayBackend:
         return self._ray.put(config)
 
     def submit(self, task: TaskSpec) -> Any:
+        if task.pool is not None:  # a stage of a stateful or GPU UDF: one of its actors
+            out = task.pool.submit(task)
+            self._outputs[out[0]] = (task, list(out[1:]))
+            return out[0]
         refs = [r for group in task.inputs for r in group]
         layout = [len(g) for g in task.inputs]
         payload = (task.fragment, task.input_schemas, task.scan, task.output)

@@ -16,6 +16,7 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
+from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import DispatchLoop
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
@@ -69,9 +70,11 @@ def _backend(config: Config) -> Any:
             _owns_ray = start_ray(settings) or _owns_ray
             backend: Any = RayBackend(settings)
         else:
+            from shoal.resources import local_ledger
             from shoal.runners.local import LocalBackend
 
-            backend = LocalBackend(settings.num_cpus)
+            backend = LocalBackend(settings.num_cpus,
+                                   local_ledger(settings.num_cpus, settings.gpus))
         _backends[kind] = backend
         _started_with[kind] = settings
         _config.mark_runner_started(True)
@@ -122,6 +125,11 @@ def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.
     if tracer is not None:
         tracer.planned(physical, cpus=_cpus(config), max_in_flight=limit)
     loop = DispatchLoop(physical, backend, limit, config, tracer)
+    if any(pool_udf(st) for st in physical.stages):
+        # Stateful and GPU user functions: one actor pool per such stage, started by the
+        # loop when the stage becomes runnable and closed when it ends (or the query does).
+        loop.pools = make_pools(physical, backend, config.runner, new_query_id(),
+                                loop.config_handle, loop.config_digest)
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)

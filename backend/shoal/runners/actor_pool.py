@@ -1,0 +1,625 @@
+"""Actor pools: long-lived workers for stateful and GPU user functions.
+
+The planner gives every stateful or GPU UDF a stage of its own whose fragment is only the
+:class:`~shoal.ir.nodes.UdfProject` over the upstream stage's output (:func:`pool_udf`
+recognises one). For each such stage of a query, :func:`make_pools` makes one pool:
+
+* :class:`RayActorPool` (Ray runner): Ray actors named
+  ``shoal-udf-<udf name>-<query id>-<i>``, each asking Ray for the UDF's CPUs, GPUs and
+  memory; Ray picks the devices and sets ``CUDA_VISIBLE_DEVICES`` for each actor.
+* :class:`LocalProcessPool` (local runner): worker processes (not threads, so that each
+  holds its own devices and state), whose command line carries the same name. Devices come
+  from the runner's :class:`~shoal.resources.ResourceLedger`, and each process starts with
+  ``CUDA_VISIBLE_DEVICES`` set to exactly its own (empty when it holds none).
+
+Life of a pool, driven by the dispatch loop (:mod:`shoal.runners.dispatch`):
+
+1. made (not started) before the query runs; a pool whose minimum size can never fit in the
+   runner's resources raises :class:`shoal.ShoalError` then, before any task runs;
+2. started by the first :meth:`capacity` call, when its stage becomes runnable: ``min``
+   actors, each running the UDF class's ``__init__`` once;
+3. each task (one partition) goes to a free actor; while tasks wait and every actor is busy,
+   the pool grows towards ``max`` as far as free resources allow (a new actor takes tasks
+   once it has started);
+4. closed as soon as its stage has finished, and in any case when the query ends: after
+   success, after a failure (a UDF exception surfaces as :class:`shoal.udf.UdfError` with
+   the UDF's name and the original traceback) and after ``KeyboardInterrupt``. Closing
+   kills the actors (Ray) or stops and, if need be, kills the processes (local), waits
+   until they are gone, and gives their resources back.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import contextlib
+import math
+import os
+import pickle
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from shoal.errors import ShoalError
+from shoal.ir.nodes import StageInput, UdfProject
+from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.resources import AcquiredResources, ResourceLedger, ResourceRequest
+from shoal.runners.dispatch import TaskResult, TaskSpec
+from shoal.udf import UDF
+
+#: Seconds a closing pool waits for its actors or processes to be gone.
+CLOSE_TIMEOUT_S = 15.0
+
+
+def pool_udf(stage: Stage) -> UdfProject | None:
+    """The UDF node of an actor pool stage (a stateful or GPU UDF over a stage input), or
+    None for an ordinary stage."""
+    node = stage.fragment
+    if (
+        isinstance(node, UdfProject)
+        and isinstance(node.input, StageInput)
+        and isinstance(node.udf, UDF)
+        and node.udf.needs_actor_pool
+    ):
+        return node
+    return None
+
+
+def new_query_id() -> str:
+    """A short id for a query's actor names (8 hex digits)."""
+    return uuid.uuid4().hex[:8]
+
+
+class ActorPool(Protocol):
+    """What the dispatch loop and the backends need of a pool."""
+
+    #: Names of the pool's actors or worker processes, in start order.
+    names: list[str]
+
+    def capacity(self, backlog: int) -> int:
+        """Free actors now (starting the pool on first call, growing it while ``backlog``
+        tasks wait); the loop dispatches at most this many of the stage's tasks."""
+        ...
+
+    def submit(self, task: TaskSpec) -> Any:
+        """Send ``task`` to a free actor; return the backend's kind of handle."""
+        ...
+
+    def close(self) -> None:
+        """Tear the pool down (idempotent); returns once every actor is gone."""
+        ...
+
+
+def make_pools(
+    plan: PhysicalPlan,
+    backend: Any,
+    runner: str,
+    query_id: str,
+    config_handle: Any,
+    config_digest: str,
+) -> dict[int, ActorPool]:
+    """One (unstarted) pool per actor pool stage of ``plan``, by stage id.
+
+    ``backend`` is the runner's backend (the local runner's carries the resource ledger);
+    ``config_handle``/``config_digest`` are the query's config snapshot as its tasks get
+    it. Raises :class:`shoal.ShoalError` when a UDF's minimum number of actors can never
+    fit in the runner's resources.
+    """
+    pools: dict[int, ActorPool] = {}
+    counters: dict[str, int] = {}
+    for st in plan.stages:
+        node = pool_udf(st)
+        if node is None:
+            continue
+        u: UDF = node.udf
+
+        def name_of(_i: int, _u: UDF = u) -> str:
+            i = counters.get(_u.name, 0)
+            counters[_u.name] = i + 1
+            return f"shoal-udf-{_u.name}-{query_id}-{i}"
+
+        if runner == "ray":
+            pools[st.id] = RayActorPool(u, name_of, config_handle, config_digest)
+        else:
+            pools[st.id] = LocalProcessPool(
+                u, name_of, backend.resources, config_handle, config_digest
+            )
+    return pools
+
+
+def _fits(request: ResourceRequest, cpus: float, gpus: float, memory: float) -> int:
+    """How many holders of ``request`` fit in the given totals."""
+    n = math.inf
+    if request.cpus > 0:
+        n = min(n, math.floor(cpus / request.cpus + 1e-9))
+    if request.gpus > 0:
+        n = min(
+            n,
+            math.floor(gpus / request.gpus + 1e-9)
+            if request.gpus < 1
+            else math.floor(gpus / request.gpus),
+        )
+    if request.memory_bytes:
+        n = min(n, math.floor(memory / request.memory_bytes))
+    return 64 if n == math.inf else int(n)
+
+
+def _too_small(u: UDF, lo: int, where: str) -> ShoalError:
+    return ShoalError(
+        f"user function {u.name!r} needs at least {lo} actor(s) of "
+        f"{u.resources.describe()} each, more than {where} can ever hold; lower its "
+        "concurrency or its resource request (or give the runner more: num_cpus, "
+        "num_gpus for Ray, gpus / SHOAL_GPUS for the local runner)"
+    )
+
+
+# ------------------------------------------------------------------ Ray
+
+
+class _UdfActor:
+    """The Ray actor of a pool: holds this process's instance of the UDF."""
+
+    def __init__(self, u: UDF, config: Any, digest: str, name: str) -> None:
+        from shoal.config import task_config
+        from shoal.udf import set_instance
+
+        self.name = name
+        if u.is_stateful:
+            with task_config(config, digest):
+                set_instance(u, u.instantiate())
+
+    def ready(self) -> bool:
+        return True
+
+    def run(
+        self, payload: tuple[Any, ...], config: Any, digest: str, layout: list[int], *refs: Any
+    ) -> tuple[Any, ...]:
+        from shoal.config import task_config
+        from shoal.execution.kernel import run_fragment
+        from shoal.runners.ray_runner import _ray_task_body
+
+        with task_config(config, digest):
+            out = _ray_task_body(payload, layout, refs, run_fragment)
+        out[0].extra.update(_actor_extra(self.name))
+        return out
+
+
+def _actor_extra(name: str) -> dict[str, Any]:
+    return {"actor": name, "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+_remote_actor_class: Any = None
+
+
+def _actor_class() -> Any:
+    global _remote_actor_class
+    if _remote_actor_class is None:
+        import ray
+
+        _remote_actor_class = ray.remote(_UdfActor)
+    return _remote_actor_class
+
+
+class RayActorPool:
+    """A pool of Ray actors for one UDF stage (see the module docstring)."""
+
+    def __init__(
+        self, u: UDF, name_of: Callable[[int], str], config_handle: Any, config_digest: str
+    ) -> None:
+        import ray
+
+        self._ray = ray
+        self.udf = u
+        self._name_of = name_of
+        self._config = config_handle
+        self._digest = config_digest
+        total = ray.cluster_resources()
+        fits = _fits(u.resources, total.get("CPU", 0), total.get("GPU", 0), total.get("memory", 0))
+        self.min, self.max = u.pool_bounds(fits)
+        if fits < self.min:
+            raise _too_small(
+                u,
+                self.min,
+                f"the Ray cluster ({total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs)",
+            )
+        self.names: list[str] = []
+        self._actors: list[Any] = []
+        self._busy: list[Any] = []  # the running call's stats reference, or None
+        self._ready: list[bool] = []
+        self._pending_ready: dict[Any, int] = {}  # ready() reference -> actor index
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+
+    def _add(self, counts_before_ready: bool) -> None:
+        i = len(self._actors)
+        name = self._name_of(i)
+        actor = (
+            _actor_class()
+            .options(
+                name=name,
+                max_restarts=0,
+                max_task_retries=0,
+                max_concurrency=1,
+                **self.udf.resources.ray_options(),
+            )
+            .remote(self.udf, self._config, self._digest, name)
+        )
+        self.names.append(name)
+        self._actors.append(actor)
+        self._busy.append(None)
+        self._ready.append(counts_before_ready)
+        if not counts_before_ready:
+            self._pending_ready[actor.ready.remote()] = i
+
+    def _reap(self) -> None:
+        """Mark actors whose call has finished as free, and new actors that started."""
+        busy = [b for b in self._busy if b is not None]
+        if busy:
+            done, _ = self._ray.wait(busy, num_returns=len(busy), timeout=0, fetch_local=False)
+            finished = set(done)
+            self._busy = [None if b in finished else b for b in self._busy]
+        if self._pending_ready:
+            refs = list(self._pending_ready)
+            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+            for r in done:
+                self._ready[self._pending_ready.pop(r)] = True
+
+    def _room_for_one(self) -> bool:
+        avail = self._ray.available_resources()
+        r = self.udf.resources
+        return (
+            avail.get("CPU", 0) + 1e-9 >= r.cpus
+            and avail.get("GPU", 0) + 1e-9 >= r.gpus
+            and (not r.memory_bytes or avail.get("memory", 0) >= r.memory_bytes)
+        )
+
+    def capacity(self, backlog: int) -> int:
+        with self._lock:
+            if self._closed:
+                return 0
+            if not self._started:
+                self._started = True
+                for _ in range(self.min):
+                    # The first actors take tasks at once: Ray queues the calls until the
+                    # actor is up, and the cluster can hold them (checked when made).
+                    self._add(counts_before_ready=True)
+            self._reap()
+            free = sum(1 for b, r in zip(self._busy, self._ready, strict=True) if b is None and r)
+            if (
+                backlog > free
+                and len(self._actors) < self.max
+                and not self._pending_ready
+                and self._room_for_one()
+            ):
+                self._add(counts_before_ready=False)  # takes tasks once it has started
+            return free
+
+    def submit(self, task: TaskSpec) -> list[Any]:
+        with self._lock:
+            free = [
+                i
+                for i, (b, r) in enumerate(zip(self._busy, self._ready, strict=True))
+                if b is None and r
+            ]
+            if not free:  # pragma: no cover - the loop asks capacity() first
+                raise RuntimeError(f"actor pool of {self.udf.name!r}: no free actor")
+            i = free[0]
+            refs = [r for group in task.inputs for r in group]
+            layout = [len(g) for g in task.inputs]
+            payload = (task.fragment, task.input_schemas, task.scan, task.output)
+            out = (
+                self._actors[i]
+                .run.options(num_returns=1 + task.output.num_outputs)
+                .remote(payload, task.config, task.config_digest, layout, *refs)
+            )
+            self._busy[i] = out[0]
+            return list(out)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            actors, names = list(self._actors), set(self.names)
+        for a in actors:
+            with contextlib.suppress(Exception):
+                self._ray.kill(a, no_restart=True)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        while names and time.monotonic() < deadline:
+            alive = {a["name"] for a in self._ray.util.list_named_actors(all_namespaces=True)}
+            if not alive & names:
+                break
+            time.sleep(0.02)
+
+
+# ------------------------------------------------------------------ local processes
+
+
+def _send(conn: Connection, obj: Any) -> None:
+    import cloudpickle
+
+    conn.send_bytes(cloudpickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def _portable(exc: BaseException) -> BaseException:
+    """``exc`` if it pickles, else a RuntimeError with its type, message and traceback."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:
+        tb = "".join(traceback.format_exception(exc))
+        return RuntimeError(f"{type(exc).__name__}: {exc}\n\nOriginal traceback:\n{tb}")
+
+
+def _worker_main() -> None:
+    """Entry point of a local worker process (``python -c ... <name> <fd>``).
+
+    Ignores SIGINT (the driver handles Ctrl-C and stops its workers); reads the init
+    message (sys.path, the UDF, the config snapshot), makes the UDF's instance, says
+    ``ready``, then runs tasks until told to stop or until the driver's end of the
+    connection closes.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name, fd = sys.argv[1], int(sys.argv[2])
+    conn = Connection(fd)
+    try:
+        kind, (path, u, config, digest) = pickle.loads(conn.recv_bytes())
+    except EOFError:
+        return
+    sys.path[:0] = [p for p in path if p not in sys.path]
+    from shoal.config import task_config
+    from shoal.execution.kernel import run_fragment
+    from shoal.udf import set_instance
+
+    try:
+        if u.is_stateful:
+            with task_config(config, digest):
+                set_instance(u, u.instantiate())
+    except BaseException as exc:
+        _send(conn, ("fatal", _portable(exc)))
+        return
+    _send(conn, ("ready", None))
+    while True:
+        try:
+            kind, body = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            return
+        if kind == "stop":
+            return
+        fragment, inputs, scan, output, schemas, config, digest = body
+        try:
+            with task_config(config, digest):
+                stats, tables = run_fragment(fragment, inputs, scan, output, schemas)
+            stats.extra.update(_actor_extra(name))
+            reply: tuple[str, Any] = ("ok", (stats, tables))
+        except Exception as exc:
+            reply = ("error", _portable(exc))
+        _send(conn, reply)
+
+
+class _Worker:
+    """The driver's side of one worker process."""
+
+    def __init__(
+        self,
+        name: str,
+        held: AcquiredResources,
+        proc: subprocess.Popen[bytes],
+        conn: Connection,
+        counts_before_ready: bool,
+    ) -> None:
+        self.name = name
+        self.held = held
+        self.proc = proc
+        self.conn = conn
+        self.ready = counts_before_ready
+        self.job: tuple[cf.Future[TaskResult], TaskSpec] | None = None
+        self.dead: BaseException | None = None
+        self.outbox: queue.Queue[bytes | None] = queue.Queue()
+
+
+class LocalProcessPool:
+    """A pool of worker processes for one UDF stage of the local runner (see the module
+    docstring). Handles are ``concurrent.futures.Future`` objects of
+    :class:`~shoal.runners.dispatch.TaskResult`, as the local backend's."""
+
+    def __init__(
+        self,
+        u: UDF,
+        name_of: Callable[[int], str],
+        ledger: ResourceLedger,
+        config: Any,
+        config_digest: str,
+    ) -> None:
+        self.udf = u
+        self._name_of = name_of
+        self._ledger = ledger
+        self._config = config
+        self._digest = config_digest
+        fits = 0
+        while fits < 64 and ledger.fits_at_all(u.resources, fits + 1):
+            fits += 1
+        self.min, self.max = u.pool_bounds(fits)
+        if not ledger.fits_at_all(u.resources, self.min):
+            raise _too_small(u, self.min, f"the local runner ({ledger.describe()})")
+        self.names: list[str] = []
+        self._workers: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._started = False
+        self._closed = False
+
+    # -- starting -----------------------------------------------------------------------
+
+    def _spawn(self, held: AcquiredResources, counts_before_ready: bool) -> None:
+        name = self._name_of(len(self._workers))
+        parent, child = socket.socketpair()
+        env = dict(os.environ)
+        env.update(held.env())
+        env["POLARS_MAX_THREADS"] = str(max(1, math.ceil(held.cpus)))
+        try:
+            proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-c",
+                    "from shoal.runners.actor_pool import _worker_main; _worker_main()",
+                    name,
+                    str(child.fileno()),
+                ],
+                pass_fds=(child.fileno(),),
+                env=env,
+                stdin=subprocess.DEVNULL,
+            )
+        except BaseException:
+            parent.close()
+            child.close()
+            self._ledger.release(held)
+            raise
+        child.close()
+        conn = Connection(parent.detach())
+        w = _Worker(name, held, proc, conn, counts_before_ready)
+        self.names.append(name)
+        self._workers.append(w)
+        _send(conn, ("init", (list(sys.path), self.udf, self._config, self._digest)))
+        threading.Thread(target=self._read, args=(w,), daemon=True, name=f"{name}-reader").start()
+        threading.Thread(target=self._write, args=(w,), daemon=True, name=f"{name}-writer").start()
+
+    def capacity(self, backlog: int) -> int:
+        with self._lock:
+            if self._closed:
+                return 0
+            if not self._started:
+                self._started = True
+                for _ in range(self.min):
+                    held = self._ledger.try_acquire(self.udf.resources)
+                    if held is None:
+                        raise ShoalError(
+                            f"user function {self.udf.name!r}: the local runner has no room "
+                            f"now for {self.min} actor(s) of {self.udf.resources.describe()} "
+                            f"({self._ledger.describe()}; in use by other pools)"
+                        )
+                    self._spawn(held, counts_before_ready=True)
+            free = sum(1 for w in self._workers if w.job is None and (w.ready or w.dead))
+            starting = any(not w.ready and w.dead is None for w in self._workers)
+            if backlog > free and len(self._workers) < self.max and not starting:
+                held = self._ledger.try_acquire(self.udf.resources)
+                if held is not None:
+                    self._spawn(held, counts_before_ready=False)
+            return free
+
+    # -- running ------------------------------------------------------------------------
+
+    def submit(self, task: TaskSpec) -> cf.Future[TaskResult]:
+        import cloudpickle
+
+        fut: cf.Future[TaskResult] = cf.Future()
+        with self._lock:
+            free = [w for w in self._workers if w.job is None and (w.ready or w.dead)]
+            if not free:  # pragma: no cover - the loop asks capacity() first
+                raise RuntimeError(f"actor pool of {self.udf.name!r}: no free worker")
+            w = free[0]
+            if w.dead is not None:
+                fut.set_exception(w.dead)
+                return fut
+            w.job = (fut, task)
+        body = (
+            task.fragment,
+            task.inputs,
+            task.scan,
+            task.output,
+            task.input_schemas,
+            task.config,
+            task.config_digest,
+        )
+        w.outbox.put(cloudpickle.dumps(("run", body), protocol=pickle.HIGHEST_PROTOCOL))
+        return fut
+
+    def _write(self, w: _Worker) -> None:
+        while True:
+            data = w.outbox.get()
+            if data is None:
+                return
+            try:
+                w.conn.send_bytes(data)
+            except OSError:
+                return
+
+    def _read(self, w: _Worker) -> None:
+        while True:
+            try:
+                kind, body = pickle.loads(w.conn.recv_bytes())
+            except (EOFError, OSError):
+                code = w.proc.poll()
+                self._fail(
+                    w,
+                    ShoalError(
+                        f"worker process {w.name} of user function {self.udf.name!r} exited "
+                        f"unexpectedly (exit code {code})"
+                    ),
+                )
+                return
+            except Exception as exc:  # a reply that does not unpickle here
+                self._fail(w, RuntimeError(f"worker process {w.name}: bad reply: {exc!r}"))
+                return
+            if kind == "ready":
+                w.ready = True
+            elif kind == "fatal":
+                self._fail(w, body)
+                return
+            else:
+                with self._lock:
+                    job, w.job = w.job, None
+                if job is None:  # pragma: no cover
+                    continue
+                fut, task = job
+                with contextlib.suppress(cf.InvalidStateError):  # cancelled meanwhile
+                    if kind == "ok":
+                        stats, tables = body
+                        fut.set_result(TaskResult(task, stats, tables))
+                    else:
+                        fut.set_exception(body)
+
+    def _fail(self, w: _Worker, exc: BaseException) -> None:
+        with self._lock:
+            w.dead = w.dead or exc
+            job, w.job = w.job, None
+        if job is not None:
+            with contextlib.suppress(cf.InvalidStateError):
+                job[0].set_exception(exc)
+
+    # -- closing ------------------------------------------------------------------------
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            workers = list(self._workers)
+        for w in workers:
+            if w.job is None and w.dead is None and w.ready:
+                w.outbox.put(pickle.dumps(("stop", None)))
+            else:  # busy, starting or failed: do not wait for the user's code
+                with contextlib.suppress(OSError):
+                    w.proc.kill()
+            w.outbox.put(None)
+        deadline = time.monotonic() + CLOSE_TIMEOUT_S
+        for w in workers:
+            try:
+                w.proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                w.proc.kill()
+                w.proc.wait()
+            with contextlib.suppress(OSError):
+                w.conn.close()
+            self._ledger.release(w.held)
+            if w.job is not None:
+                with contextlib.suppress(cf.InvalidStateError):
+                    w.job[0].set_exception(ShoalError(f"actor pool of {self.udf.name!r} closed"))

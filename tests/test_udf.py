@@ -1,0 +1,422 @@
+"""User functions: the decorator, resources and GPU accounting, the Polars and DuckDB user
+APIs (native answers equal shoal's), the planner's actor pool stages, and actor pools of the
+local runner (worker processes): __init__ once per actor, CUDA_VISIBLE_DEVICES per worker,
+errors with the UDF's name and traceback, nothing left behind after success, failure or
+Ctrl-C. The Ray runner's pools are tested in test_udf_ray.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import polars as pl
+import pytest
+
+import shoal
+from shoal.config import Config
+from shoal.errors import PlanError, ShoalError
+from shoal.ir import InMemorySource, Scan, Schema, to_json
+from shoal.planner.physical import plan_physical
+from shoal.resources import (
+    GPU_UNITS,
+    ResourceLedger,
+    ResourceRequest,
+    discover_gpus,
+    local_ledger,
+)
+from shoal.runners.actor_pool import pool_udf
+from shoal.runners.session import last_query
+from shoal.udf import UDF, lookup, project
+
+# ------------------------------------------------------------------ UDFs used here and in
+# test_udf_ray.py (module level: workers import them by reference)
+
+
+@shoal.udf(return_dtype=pl.Float64, batch_size=64)
+def score(a: pl.Series, s: pl.Series) -> pl.Series:
+    """A stateless CPU function of two columns (nulls propagate)."""
+    return a.cast(pl.Float64) * 1.5 + s.str.len_chars()
+
+
+@shoal.udf(return_dtype=pl.String, concurrency=2, batch_size=50)
+class Counted:
+    """A stateful UDF that records each __init__ (a file in ``directory``) and tags each row
+    with the id of the instance that computed it."""
+
+    def __init__(self, directory: str) -> None:
+        self.id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        Path(directory, f"init-{self.id}").touch()
+
+    def __call__(self, a: pl.Series) -> pl.Series:
+        return pl.Series([self.id] * a.len(), dtype=pl.String)
+
+
+@shoal.udf(return_dtype=pl.String, num_gpus=1, num_cpus=0.5, concurrency=4)
+class SeeDevices:
+    """Tags each row with the CUDA_VISIBLE_DEVICES its actor sees."""
+
+    def __call__(self, a: pl.Series) -> pl.Series:
+        return pl.Series([os.environ.get("CUDA_VISIBLE_DEVICES", "")] * a.len(), dtype=pl.String)
+
+
+@shoal.udf(return_dtype=pl.Int64, concurrency=2)
+class Offset:
+    """A stateful UDF with __init__ arguments (native Polars and shoal agree on it)."""
+
+    def __init__(self, k: int = 1) -> None:
+        self.k = k
+
+    def __call__(self, a: pl.Series) -> pl.Series:
+        return a + self.k
+
+
+@shoal.udf(return_dtype=pl.Int64, concurrency=2, batch_size=10)
+class Fails:
+    """Raises on the batch holding the value ``bad``."""
+
+    def __init__(self, bad: int) -> None:
+        self.bad = bad
+
+    def __call__(self, a: pl.Series) -> pl.Series:
+        if (a == self.bad).any():
+            raise ValueError(f"cannot score {self.bad}")
+        return a
+
+
+@shoal.udf(return_dtype=pl.Int64, concurrency=2, batch_size=100)
+class Slow:
+    """Sleeps per batch; touches ``marker`` once it is working (for the Ctrl-C tests)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __call__(self, a: pl.Series) -> pl.Series:
+        Path(self.marker).touch()
+        time.sleep(0.25)
+        return a
+
+
+def frame(rows: int = 4000) -> pl.DataFrame:
+    """Ints with nulls and strings of varied length."""
+    i = pl.int_range(rows, eager=True)
+    return pl.DataFrame({"i": i}).select(
+        a=pl.when(pl.col("i") % 11 == 0).then(None).otherwise(pl.col("i") * 7 % 1000),
+        s=(pl.col("i") % 13).cast(pl.String).repeat_by(pl.col("i") % 4).list.join(""),
+    )
+
+
+def scan_of(df: pl.DataFrame) -> Scan:
+    t = df.to_arrow()
+    return Scan(InMemorySource(t), Schema.from_arrow(t.schema))
+
+
+def udf_processes() -> list[str]:
+    """Command lines of live local UDF worker processes."""
+    out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "shoal-udf-" in line and "_worker_main" in line]
+
+
+def wait_until(cond: object, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if cond():  # type: ignore[operator]
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def interrupt_when(path: Path) -> threading.Thread:
+    """A thread that sends this process SIGINT once ``path`` exists."""
+
+    def run() -> None:
+        if wait_until(path.exists, 60):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+def polars_native(
+    df: pl.DataFrame, fn: object, inputs: list[str], output: str, dtype: pl.DataType
+) -> pl.DataFrame:
+    """``fn`` applied by native Polars (``map_batches`` over a struct of the inputs)."""
+    return df.with_columns(
+        pl.struct(inputs)
+        .map_batches(
+            lambda st: fn(*[st.struct.field(c) for c in inputs]),  # type: ignore[operator]
+            return_dtype=dtype,
+        )
+        .alias(output)
+    )
+
+
+# ------------------------------------------------------------------ decorator and resources
+
+
+def test_decorator_validates_at_decoration_time() -> None:
+    with pytest.raises(ValueError, match="whole number"):
+        shoal.udf(return_dtype=pl.Int64, num_gpus=1.5)
+    with pytest.raises(ValueError, match="whole number"):
+        shoal.udf(lambda a: a, return_dtype=pl.Int64, num_gpus=2.5)
+    for bad in (0, (3, 2), (0, 2), "4", (1, 2, 3)):
+        with pytest.raises(ValueError, match="concurrency"):
+            shoal.udf(return_dtype=pl.Int64, concurrency=bad)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="batch_format"):
+        shoal.udf(lambda a: a, return_dtype=pl.Int64, batch_format="pandas")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="return_dtype"):
+        shoal.udf(return_dtype="not a type")
+    with pytest.raises(ValueError, match="num_cpus"):
+        shoal.udf(return_dtype=pl.Int64, num_cpus=-1)
+    two = shoal.udf(lambda a: a, return_dtype=pl.Int64, num_gpus=2.0, name="two_gpus")
+    half = shoal.udf(lambda a: a, return_dtype=pl.Int64, num_gpus=0.5, name="half_gpu")
+    assert two.resources.gpus == 2 and half.resources.gpu_units == GPU_UNITS // 2
+    assert two.needs_actor_pool and half.needs_actor_pool and not two.is_stateful
+    assert not score.needs_actor_pool and Counted.needs_actor_pool and Counted.is_stateful
+    assert score(pl.Series([2]), pl.Series(["ab"])).to_list() == [5.0]  # still a function
+    with pytest.raises(TypeError, match="is a class"):
+        Counted(pl.Series([1]))
+    assert Offset.with_init(k=5).init_kwargs == {"k": 5}
+    assert Offset.options(concurrency=(1, 3)).concurrency == (1, 3)
+    assert lookup("score") is score and isinstance(score, UDF)
+
+
+def test_ledger_accounts_each_gpu_device() -> None:
+    ledger = ResourceLedger(cpus=4, memory_bytes=2**30, gpus=(0, 1, 2, 3))
+    pair_a = ledger.try_acquire(ResourceRequest(1, 2))
+    pair_b = ledger.try_acquire(ResourceRequest(1, 2))
+    assert pair_a is not None and pair_b is not None
+    assert set(pair_a.gpu_ids).isdisjoint(pair_b.gpu_ids) and len(pair_a.gpu_ids) == 2
+    assert ledger.try_acquire(ResourceRequest(0, 0.5)) is None  # every device is held whole
+    ledger.release(pair_b)
+    halves = [ledger.try_acquire(ResourceRequest(0, 0.5)) for _ in range(4)]
+    assert all(h is not None for h in halves)
+    used = sorted(h.gpu_ids[0] for h in halves if h)
+    assert used == [2, 2, 3, 3]  # packed: two halves share a device
+    assert halves[0] and halves[0].cuda_visible_devices == "2"
+    assert ledger.try_acquire(ResourceRequest(0, 0.5)) is None
+    assert ledger.try_acquire(ResourceRequest(5, 0)) is None  # 2 of 4 CPUs are free
+    assert ledger.try_acquire(ResourceRequest(0, 0, 2**31)) is None  # memory in bytes
+    assert ledger.fits_at_all(ResourceRequest(1, 1), 4)
+    assert not ledger.fits_at_all(ResourceRequest(1, 1), 5)
+    assert ledger.fits_at_all(ResourceRequest(0.5, 0.25), 8)
+
+
+def test_gpus_setting_is_read_on_the_driver_through_config() -> None:
+    assert Config.from_env({"SHOAL_GPUS": "0,1,2,3"}).gpus == "0,1,2,3"
+    with pytest.raises(ValueError, match="SHOAL_GPUS"):
+        Config.from_env({"SHOAL_GPUS": "0,x"})
+    with pytest.raises(ValueError, match="distinct"):
+        Config(gpus="1,1")
+    assert local_ledger(2, "0,1,2,3").gpus == (0, 1, 2, 3)
+    assert Config.from_env({"SHOAL_NUM_GPUS": "4"}).num_gpus == 4
+
+
+def test_no_nvidia_driver_means_zero_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    def missing() -> None:
+        raise pynvml.NVMLError_LibraryNotFound(pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", missing)
+    assert discover_gpus() == ()
+    assert local_ledger(2, None).gpus == ()
+
+
+# ------------------------------------------------------------------ planning
+
+
+def test_planner_puts_stateful_and_gpu_udfs_on_actor_pools_only() -> None:
+    df = frame(100)
+    scan = scan_of(df)
+    cfg = Config(default_partitions=4)
+    stateless = plan_physical(project(scan, score, ["a", "s"], "y"), cfg)
+    assert [pool_udf(s) for s in stateless.stages] == [None]  # in the scan tasks
+    gpu_fn = shoal.udf(lambda a: a, return_dtype=pl.Int64, num_gpus=1, name="gpu_fn")
+    plan = project(
+        project(project(scan, score, ["a", "s"], "y"), Offset, ["a"], "a"), gpu_fn, ["a"], "g"
+    )
+    phys = plan_physical(plan, cfg)
+    pools = [pool_udf(s) for s in phys.stages]
+    assert [p.udf_name for p in pools if p] == ["Offset", "gpu_fn"]
+    # A pool stage runs only the UDF, pointwise over the stage before it (same partitions).
+    for st in phys.stages:
+        if pool_udf(st):
+            assert st.operators == ["UdfProject", "StageInput"]
+            assert st.inputs[0].mode == "pointwise" and st.num_tasks == 4
+    assert phys.root.fragment.schema.names == ("a", "s", "y", "g")  # "a" replaced in place
+    text = shoal.explain(plan, config=cfg)
+    assert "UDF Offset(a) AS a [ACTOR POOL, 1 CPU]" in text
+    assert "UDF score(a, s) AS y [IN TASK" in text
+    with pytest.raises(PlanError):
+        to_json(plan)  # the JSON form carries no Python objects
+    with pytest.raises(PlanError, match="not in"):
+        project(scan, score, ["a", "nope"], "y")
+
+
+# ------------------------------------------------------------------ Polars and DuckDB APIs
+
+
+def test_polars_namespace_native_equals_polars_map_batches() -> None:
+    df = frame()
+    got = df.lazy().shoal.with_udf(score, inputs=["a", "s"], output="y").collect()
+    assert got.equals(polars_native(df, score.fn, ["a", "s"], "y", pl.Float64()))
+    got2 = df.lazy().shoal.with_udf(Offset.with_init(k=3), inputs="a", output="a").collect()
+    assert got2.equals(df.with_columns(pl.col("a") + 3))
+    with pytest.raises(TypeError, match="shoal UDF"):
+        df.lazy().shoal.with_udf(lambda a: a, inputs="a", output="b")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match="not in"):
+        df.lazy().shoal.with_udf(score, inputs=["zz"], output="b")
+
+
+def test_duckdb_register_udf_runs_natively_and_registers_with_shoal() -> None:
+    from shoal_duckdb.udf import lookup_udf, udf_project_for
+
+    df = frame(3000)
+    con = duckdb.connect()
+    shoal.duckdb.register_udf(con, score)
+    shoal.duckdb.register_udf(con, Offset.with_init(k=10).options(name="offset10"))
+    con.register("t", df.to_arrow())
+    got = con.sql("SELECT a, s, score(a, s) AS y, offset10(a) AS o FROM t").pl()
+    want = polars_native(df, score.fn, ["a", "s"], "y", pl.Float64()).with_columns(
+        o=pl.col("a") + 10
+    )
+    assert got.equals(want)
+    assert lookup_udf("SCORE") is score
+    # The IR a DuckDB translation builds for score(a + 1, s) runs on shoal with the same rows.
+    scan = scan_of(df)
+    a1 = shoal.ir.BinaryOp(
+        "add",
+        shoal.ir.Col("a", scan.schema["a"]),
+        shoal.ir.Lit(1, scan.schema["a"]),
+        scan.schema["a"],
+    )
+    plan = udf_project_for(scan, score, [a1, shoal.ir.Col("s", scan.schema["s"])], "y")
+    ran = pl.from_arrow(shoal.execute(plan, runner="local", config=Config(default_partitions=3)))
+    native = con.sql("SELECT a, s, score(a + 1, s) AS y FROM t").pl()
+    assert isinstance(ran, pl.DataFrame) and ran.equals(native)
+
+
+# ------------------------------------------------------------------ the local runner's pools
+
+
+@pytest.fixture(scope="module")
+def local_gpus() -> Iterator[None]:
+    """The local runner with four (pretend) GPUs: SHOAL_GPUS=0,1,2,3 through the config."""
+    shoal.shutdown()
+    shoal.set_config(gpus="0,1,2,3")
+    yield
+    shoal.shutdown()
+    shoal.set_config(gpus=None)
+
+
+def _local(default_partitions: int = 8) -> shoal.DistEngine:
+    return shoal.DistEngine(
+        runner="local",
+        raise_on_fail=True,
+        config=Config(runner="local", default_partitions=default_partitions),
+    )
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_shoal_equals_native_polars_row_for_row() -> None:
+    df = frame()
+    lf = (
+        df.lazy()
+        .filter(pl.col("a").is_null() | (pl.col("a") > 5))
+        .shoal.with_udf(score, inputs=["a", "s"], output="y")
+        .shoal.with_udf(Offset.with_init(k=7), inputs="a", output="a7")
+        .filter(pl.col("y") > 3.0)
+    )
+    native = lf.collect()
+    assert native.height > 100
+    assert lf.collect(engine=_local()).equals(native)
+    expected = (
+        polars_native(
+            df.filter(pl.col("a").is_null() | (pl.col("a") > 5)),
+            score.fn,
+            ["a", "s"],
+            "y",
+            pl.Float64(),
+        )
+        .with_columns(a7=pl.col("a") + 7)
+        .filter(pl.col("y") > 3.0)
+    )
+    assert native.equals(expected)
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_stateful_init_runs_once_per_actor(tmp_path: Path) -> None:
+    df = frame(4000)
+    lf = df.lazy().shoal.with_udf(Counted.with_init(str(tmp_path)), inputs="a", output="who")
+    got = lf.collect(engine=_local(default_partitions=40))
+    report = last_query()
+    assert report is not None
+    pool_stage = next(s for s in report.physical.stages if pool_udf(s))
+    assert pool_stage.num_tasks == 40
+    inits = list(tmp_path.glob("init-*"))
+    assert len(inits) == 2, inits  # concurrency=2: two actors, one __init__ each
+    assert got["who"].n_unique() <= 2 and got.height == df.height
+    actors = {v.extra["actor"] for (sid, _), v in report.task_stats.items() if sid == pool_stage.id}
+    assert len(actors) <= 2 and all(a.startswith("shoal-udf-Counted-") for a in actors)
+    assert got.drop("who").equals(df)
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_workers_see_their_own_gpus() -> None:
+    lf = frame(2000).lazy().shoal.with_udf(SeeDevices, inputs="a", output="cvd")
+    singles = set(lf.collect(engine=_local(16))["cvd"])
+    assert singles == {"0", "1", "2", "3"}
+    two_each = SeeDevices.options(num_gpus=2, concurrency=2)
+    lf2 = frame(2000).lazy().shoal.with_udf(two_each, inputs="a", output="cvd")
+    pairs = set(lf2.collect(engine=_local(16))["cvd"])
+    assert len(pairs) == 2
+    a, b = ({int(x) for x in p.split(",")} for p in pairs)
+    assert len(a) == len(b) == 2 and a.isdisjoint(b) and a | b == {0, 1, 2, 3}
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_pool_larger_than_the_devices_fails_before_running() -> None:
+    lf = (
+        frame(10).lazy().shoal.with_udf(SeeDevices.options(concurrency=5), inputs="a", output="cvd")
+    )
+    with pytest.raises(ShoalError, match="at least 5 actor"):
+        lf.collect(engine=_local())
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_udf_error_names_the_udf_with_its_traceback() -> None:
+    lf = frame(2000).lazy().shoal.with_udf(Fails.with_init(bad=77), inputs="a", output="b")
+    with pytest.raises(shoal.TaskError) as info:
+        lf.collect(engine=_local(20))
+    text = str(info.value)
+    assert "user function 'Fails' raised ValueError: cannot score 77" in text
+    assert "Original traceback" in text and 'raise ValueError(f"cannot score' in text
+    assert "actor-pool[Fails]" in text
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_ctrl_c_leaves_no_worker_process(tmp_path: Path) -> None:
+    marker = tmp_path / "working"
+    lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker)), inputs="a", output="b")
+    t = interrupt_when(marker)
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        lf.collect(engine=_local(40))
+    t.join()
+    assert time.monotonic() - start < 30
+    assert udf_processes() == []
+    # The runner is ready for the next query.
+    small = frame(50).lazy().shoal.with_udf(Offset, inputs="a", output="b")
+    assert small.collect(engine=_local(2)).equals(small.collect())
