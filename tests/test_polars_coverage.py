@@ -471,7 +471,8 @@ def test_wrapping_cast(left: pl.LazyFrame) -> None:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The left frame's plain columns as CSV, NDJSON and Parquet: ``part-0`` and ``part-2``
-    with rows, ``part-1`` empty (a CSV header, no NDJSON file: Polars refuses an empty one).
+    with rows, ``part-1`` empty (a CSV header, no NDJSON file: Polars refuses an empty one);
+    a hive-partitioned Parquet dataset ``hive/year=*/shop=*`` with an empty file.
     Polars infers String for every column of a header-only CSV file, so scans that infer
     types read ``part-[02].csv`` and scans with a ``schema=`` read all three."""
     root = tmp_path_factory.mktemp("files")
@@ -483,6 +484,11 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if part.height:
             part.write_ndjson(root / f"part-{i}.ndjson")
     (root / "semi.csv").write_text("a;b\n1;NA\n2;x\n#skip\n3;y\n")
+    for i, (year, shop) in enumerate([(2020, "a"), (2020, "b"), (2021, "a"), (2021, "b")]):
+        part = root / "hive" / f"year={year}" / f"shop={shop}"
+        part.mkdir(parents=True)
+        rows = df.slice(i + i // 2, 2) if (year, shop) != (2021, "a") else df.clear()
+        rows.write_parquet(part / "0.parquet")
     return root
 
 
@@ -515,6 +521,24 @@ SCANS: dict[str, Callable[[Path], pl.LazyFrame]] = {
         .filter(pl.col("k") > 1)
     ),
     "parquet-tail": lambda r: pl.scan_parquet(r / "part-*.parquet").tail(3),
+    "parquet-count": lambda r: pl.scan_parquet(r / "part-*.parquet").select(pl.len()),
+    "parquet-row-index-only": lambda r: (
+        pl.scan_parquet(r / "part-*.parquet").with_row_index().select("index")
+    ),
+    "csv-count": lambda r: pl.scan_csv(r / "part-*.csv").select(pl.len().alias("rows")),
+    "ndjson-count": lambda r: pl.scan_ndjson(r / "part-*.ndjson").select(pl.len()),
+    "hive": lambda r: pl.scan_parquet(r / "hive", hive_partitioning=True),
+    "hive-pruned": lambda r: pl.scan_parquet(r / "hive", hive_partitioning=True).filter(
+        pl.col("year") == 2020, pl.col("n") > 10
+    ),
+    "hive-columns-only": lambda r: pl.scan_parquet(r / "hive", hive_partitioning=True).select(
+        "shop", "year"
+    ),
+    "hive-group_by": lambda r: (
+        pl.scan_parquet(r / "hive", hive_partitioning=True)
+        .group_by("shop")
+        .agg(pl.col("n").sum(), pl.len())
+    ),
 }
 
 
@@ -523,11 +547,15 @@ def test_file_scans(files: Path, name: str) -> None:
     lf = SCANS[name](files)
     expected = lf.collect(engine="in-memory")
     got = run_dist(lf, 1)
-    assert_frame_equal(got, expected)
+    assert_frame_equal(got, expected, check_row_order=name != "hive-group_by")
     report = last_query()
     assert report is not None
     scans = [s for s in report.physical.stages if s.scan_partitions is not None]
-    assert scans and all(s.num_tasks >= 2 for s in scans) or name == "csv-options"
+    assert sum(s.num_tasks for s in scans) >= 2 or name in _ONE_FILE
+
+
+#: Scans of a single file (a partition per file for CSV and NDJSON).
+_ONE_FILE = {"csv-options", "hive-pruned"}
 
 
 def test_sort_by_then_last_is_refused_with_the_reason(left: pl.LazyFrame) -> None:

@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import polars as pl
+import pyarrow.parquet as pq
 
+from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
     Aggregate,
@@ -123,30 +125,44 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     fo = node.file_options
     problems = _scan_problems(node, scan_type)
     paths = tuple(os.path.abspath(os.fspath(p)) for p in node.paths)
-    source: Any = None
-    if not problems and scan_type == "parquet":
-        source = ParquetSource(paths)
-    elif not problems:
-        index = None if fo.row_index is None else str(fo.row_index[0])
-        columns = Schema(tuple((n, dt) for n, dt in schema.fields if n != index))
-        found = _file_source(scan_type, paths, node.scan_type[1], columns)
+    row_index = fo.row_index
+    index_name = None if row_index is None else str(row_index[0])
+    # Hive partitions: one row of partition values per file (Polars has already dropped the
+    # files its predicate rules out).
+    hive = None if node.hive_parts is None else pl.DataFrame._from_pydf(node.hive_parts)
+    hive_cols = [] if hive is None else [c for c in hive.columns if c in schema.names]
+    if hive is not None and hive.height != len(paths):
+        problems.append("hive partition values do not line up with the files")
+    table_schema = Schema(tuple((n, dt) for n, dt in schema.fields if n != index_name))
+    file_schema = Schema(tuple((n, dt) for n, dt in table_schema.fields if n not in hive_cols))
+    sources: list[Any] = []
+    for group in _file_groups(paths, hive, hive_cols) if not problems else []:
+        if scan_type == "parquet":
+            sources.append(ParquetSource(group))
+            continue
+        found = _file_source(scan_type, group, node.scan_type[1], file_schema)
         if isinstance(found, str):
             problems.append(found)
-        else:
-            source = found
+            break
+        sources.append(found)
     for p in problems:
         t.error(where, p)
     pred = None if node.predicate is None else t.expr(node.predicate.node, "Scan")
-    if source is None:
+    if problems:
         return t.placeholder(schema)
+    if hive is None and row_index is None and fo.n_rows is None:
+        return _scan(t, "Scan", sources[0], schema, pred)
+    out: PlanNode
+    if hive is None:
+        out = Scan(sources[0], file_schema)
+    else:
+        try:
+            out = _hive_union(sources, hive, hive_cols, table_schema, file_schema)
+        except UnsupportedError as exc:
+            t.error(where, str(exc))
+            return t.placeholder(schema)
     # Polars numbers the file rows (row index), then applies the pre-slice, then the
     # predicate: the row index and slice see every row of the files.
-    row_index = fo.row_index
-    index_name = None if row_index is None else str(row_index[0])
-    file_schema = Schema(tuple((n, dt) for n, dt in schema.fields if n != index_name))
-    if row_index is None and fo.n_rows is None:
-        return _scan(t, "Scan", source, schema, pred)
-    out: PlanNode = Scan(source, file_schema)
     if row_index is not None:
         out = RowIndex(out, str(index_name), int(row_index[1]), schema)
     if fo.n_rows is not None:
@@ -157,13 +173,60 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     return out
 
 
+def _file_groups(
+    paths: tuple[str, ...], hive: pl.DataFrame | None, hive_cols: list[str]
+) -> list[tuple[str, ...]]:
+    """The files in order, cut where the hive partition values change (one group without
+    hive partitioning)."""
+    if hive is None:
+        return [paths]
+    rows = hive.select(hive_cols).rows() if hive_cols else [()] * len(paths)
+    groups: list[list[str]] = []
+    for i, path in enumerate(paths):
+        if i == 0 or rows[i] != rows[i - 1]:
+            groups.append([])
+        groups[-1].append(path)
+    return [tuple(g) for g in groups]
+
+
+def _hive_union(
+    sources: list[Any],
+    hive: pl.DataFrame,
+    hive_cols: list[str],
+    table_schema: Schema,
+    file_schema: Schema,
+) -> PlanNode:
+    """Each group of files with its partition values as literal columns, in file order.
+
+    A literal takes the height of the columns beside it; where no file column is read (only
+    partition columns are), the files' first column is read for its height and dropped.
+    Raises :class:`shoal.UnsupportedError` for such a CSV or NDJSON scan."""
+    carrier = file_schema
+    if not file_schema.fields:
+        if not isinstance(sources[0], ParquetSource):
+            raise UnsupportedError("a scan of hive partition columns only (CSV, NDJSON)")
+        first_field = pq.read_schema(sources[0].paths[0])[0]
+        carrier = Schema(((first_field.name, DataType(first_field.type)),))
+    wide = Schema((*carrier.fields, *((n, table_schema[n]) for n in hive_cols)))
+    parts: list[PlanNode] = []
+    first = 0
+    for source in sources:
+        values = hive.row(first, named=True)
+        first += len(source.paths)
+        exprs = (
+            *_cols(carrier),
+            *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
+        )
+        parts.append(Project(Scan(source, carrier), exprs, wide))
+    out = parts[0] if len(parts) == 1 else Union(tuple(parts), wide)
+    return Project(out, _cols(table_schema), table_schema)
+
+
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
     if scan_type not in ("parquet", "csv", "ndjson"):
         return [f"{scan_type} scans are not supported (Parquet, CSV and NDJSON are)"]
     out = []
     fo = node.file_options
-    if node.hive_parts is not None:
-        out.append("hive-partitioned datasets are not supported")
     for attr, what in (
         ("include_file_paths", "include_file_paths"),
         ("deletion_files", "deletion files"),
@@ -270,7 +333,7 @@ def _file_source(
                 kwargs["new_columns"] = tuple(value)
         else:
             return f"option {key}={value!r} is not supported"
-    if "schema" not in kwargs:
+    if "schema" not in kwargs and schema.fields:
         kwargs["schema_overrides"] = schema.fields
     return FileSource(kind, paths, tuple(sorted(kwargs.items())))
 
@@ -606,9 +669,28 @@ def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
     return HConcat(inputs, schema)
 
 
+def _fast_count(t: Translator, args: list[Any], schema: Schema) -> PlanNode:
+    """``scan_csv(...).select(pl.len())``: Polars counts the files' rows without a scan
+    below (its input is an empty frame); ``args`` are (paths, (kind, options, ...), name).
+    The IR counts the rows of a scan that reads no column."""
+    paths, (kind, options, *_), alias = args
+    if kind not in ("csv", "ndjson"):
+        t.error(f"MapFunction(fast_count, {kind})", "counting rows of these files is not supported")
+        return t.placeholder(schema)
+    files = tuple(os.path.abspath(os.fspath(p)) for p in paths)
+    source = _file_source(kind, files, options, Schema(()))
+    if isinstance(source, str):
+        t.error(f"MapFunction(fast_count, {kind})", source)
+        return t.placeholder(schema)
+    count = NamedExpr(str(alias), Agg("len", None, schema[str(alias)]))
+    return Aggregate(Scan(source, Schema(())), (), (count,), False, schema)
+
+
 @_register("MapFunction")
 def _map_function(t: Translator, node: Any, schema: Schema) -> PlanNode:
     name, *args = node.function
+    if name == "fast_count":
+        return _fast_count(t, args, schema)
     child = t.plan(node.input)
     if name == "explode":
         columns, empty_as_null, keep_nulls = args

@@ -123,6 +123,8 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     elif isinstance(node.source, ParquetSource):
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
+        if not cols:
+            return _height_only(part.rows).lazy()
         lfs = [
             pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
             for p in part.pieces
@@ -137,12 +139,23 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         reader = _READERS.get(node.source.format)
         if reader is None:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
-        lf = reader(part.path, **_reader_options(node.source.options)).select(cols)
+        lf = reader(part.path, **_reader_options(node.source.options))
+        if not cols:
+            return _height_only(lf.select(pl.len()).collect().item()).lazy()
+        lf = lf.select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
+
+
+def _height_only(rows: int) -> pl.DataFrame:
+    """A frame of ``rows`` rows and no columns, for a scan that reads no column (``len()``,
+    ``with_row_index``): a lazy scan narrowed to no columns would lose its rows."""
+    df = pl.from_arrow(pa.table({"_": pa.nulls(rows)}).select([]))
+    assert isinstance(df, pl.DataFrame)
+    return df
 
 
 _READERS: dict[str, Any] = {
