@@ -278,6 +278,8 @@ ORDER_DEPENDENT: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
         pl.col("n").cum_sum().alias("running"),
     ).filter(pl.col("running") > 30),
     "filter-on-order": lambda a: a.filter(pl.col("n").cum_sum() < 100),
+    "sort-by-cumulative": lambda a: a.sort(pl.col("n").cum_sum() % 7, maintain_order=True),
+    "top-by-cumulative": lambda a: a.sort(pl.col("n").cum_sum() % 7, maintain_order=True).head(3),
 }
 
 
@@ -445,6 +447,9 @@ AGGREGATES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
         pl.col("n").implode().alias("all"),
         pl.col("k").product().alias("prod"),
         pl.col("k").first(ignore_nulls=True).alias("f"),
+    ),
+    "order-dependent-key": lambda a: a.group_by((pl.col("n").rank() % 2).alias("r")).agg(
+        pl.col("n").sum()
     ),
     "maintain-order-implode": lambda a: a.group_by("k", maintain_order=True).agg(
         pl.col("g"), pl.col("n").quantile(0.5).alias("q")

@@ -210,6 +210,9 @@ class _Builder:
 
     def aggregate(self, node: Aggregate, planned: _Open | None = None) -> _Open:
         op = planned if planned is not None else self.visit(node.input)
+        if not all(k.expr.is_row_local() for k in node.keys):
+            # A key like rank(a) depends on all rows: evaluated on one partition.
+            op = self.gather(op, "gather")
         if op.num_tasks == 1:
             return op.wrap(Aggregate(op.node, node.keys, node.aggs, node.maintain_order,
                                      node.schema))
@@ -350,6 +353,9 @@ class _Builder:
 
     def sort(self, node: Sort) -> _Open:
         op = self.visit(node.input)
+        if not all(e.is_row_local() for e in node.by):
+            # A key like cum_sum(a) depends on all rows in order: evaluated on one partition.
+            op = self.gather(op, "gather")
         if op.num_tasks == 1:
             return op.wrap(Sort(op.node, node.by, node.descending, node.nulls_last,
                                 node.stable, node.schema))
@@ -368,7 +374,8 @@ class _Builder:
         if node.offset < 0:
             g = self.gather(self.visit(inner), "limit")
             return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
-        if isinstance(inner, Sort) and node.length is not None:
+        if (isinstance(inner, Sort) and node.length is not None
+                and all(e.is_row_local() for e in inner.by)):
             op = self.visit(inner.input)
             sort = Sort(op.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
                         inner.schema)
