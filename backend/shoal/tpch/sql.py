@@ -15,7 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shoal.tpch.queries import TABLE_NAMES
+from shoal.tpch.queries import SORT_KEYS, TABLE_NAMES
 
 SQL_QUERIES: dict[int, str] = {
     1: """
@@ -680,31 +680,9 @@ ORDER BY
 }
 """TPC-H query text in DuckDB SQL, by query number (1-22)."""
 
-SQL_SORT_KEYS: dict[int, list[tuple[str, bool]]] = {
-    1: [("l_returnflag", False), ("l_linestatus", False)],
-    2: [("s_acctbal", True), ("n_name", False), ("s_name", False), ("p_partkey", False)],
-    3: [("revenue", True), ("o_orderdate", False)],
-    4: [("o_orderpriority", False)],
-    5: [("revenue", True)],
-    6: [],
-    7: [("supp_nation", False), ("cust_nation", False), ("l_year", False)],
-    8: [("o_year", False)],
-    9: [("nation", False), ("o_year", True)],
-    10: [("revenue", True)],
-    11: [("value", True)],
-    12: [("l_shipmode", False)],
-    13: [("custdist", True), ("c_count", True)],
-    14: [],
-    15: [("s_suppkey", False)],
-    16: [("supplier_cnt", True), ("p_brand", False), ("p_type", False), ("p_size", False)],
-    17: [],
-    18: [("o_totalprice", True), ("o_orderdate", False)],
-    19: [],
-    20: [("s_name", False)],
-    21: [("numwait", True), ("s_name", False)],
-    22: [("cntrycode", False)],
-}
-"""The ORDER BY of each query: ``(column, descending)`` pairs, outermost first."""
+SQL_SORT_KEYS: dict[int, list[tuple[str, bool]]] = SORT_KEYS
+"""The ORDER BY of each query: ``(column, descending)`` pairs, outermost first. The SQL
+forms name their output columns as the Polars forms do, so the keys are the same."""
 
 
 def register_tpch(con: Any, data_dir: str | Path, *, kind: str = "view") -> None:
