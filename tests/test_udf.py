@@ -50,11 +50,13 @@ class Counted:
     """A stateful UDF that records each __init__ (a file in ``directory``) and tags each row
     with the id of the instance that computed it."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, delay: float = 0.0) -> None:
         self.id = f"{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.delay = delay
         Path(directory, f"init-{self.id}").touch()
 
     def __call__(self, a: pl.Series) -> pl.Series:
+        time.sleep(self.delay)
         return pl.Series([self.id] * a.len(), dtype=pl.String)
 
 
@@ -368,6 +370,16 @@ def test_local_stateful_init_runs_once_per_actor(tmp_path: Path) -> None:
     actors = {v.extra["actor"] for (sid, _), v in report.task_stats.items() if sid == pool_stage.id}
     assert len(actors) <= 2 and all(a.startswith("shoal-udf-Counted-") for a in actors)
     assert got.drop("who").equals(df)
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_pool_grows_from_min_to_max_while_batches_wait(tmp_path: Path) -> None:
+    growing = Counted.options(concurrency=(1, 2)).with_init(str(tmp_path), delay=0.1)
+    lf = frame(400).lazy().shoal.with_udf(growing, inputs="a", output="who")
+    got = lf.collect(engine=_local(default_partitions=30))
+    assert len(list(tmp_path.glob("init-*"))) == 2  # started with 1, grew to 2
+    assert got["who"].n_unique() == 2  # and the second one took batches
     assert udf_processes() == []
 
 

@@ -212,8 +212,10 @@ class UDF:
     # -- variants -------------------------------------------------------------------
 
     def options(self, **changes: Any) -> UDF:
-        """A copy with decorator arguments changed (``num_gpus=``, ``concurrency=``, ...);
-        the copy is registered under its name (replacing this one there)."""
+        """A copy with decorator arguments changed (``num_gpus=``, ``concurrency=``, ...).
+        The copy is not registered by name (the decorated UDF stays registered); pass it to
+        :func:`register` (or ``shoal.duckdb.register_udf``) to make it the one found there.
+        Raises ``TypeError`` for an unknown argument, ``ValueError`` as :func:`udf` does."""
         current: dict[str, Any] = {
             "return_dtype": self.return_dtype,
             "num_cpus": self.resources.cpus,
@@ -230,7 +232,7 @@ class UDF:
         if unknown:
             raise TypeError(f"unknown UDF option(s) {unknown}; known: {sorted(current)}")
         current.update(changes)
-        return register(UDF(self.fn, **current))
+        return UDF(self.fn, **current)
 
     def with_init(self, *args: Any, **kwargs: Any) -> UDF:
         """A copy of a class UDF whose ``__init__`` receives ``args`` and ``kwargs``."""
