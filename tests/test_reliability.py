@@ -37,19 +37,24 @@ def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, st
 
 class _Killer(threading.Thread):
     """SIGKILLs the first Ray worker seen running a task of a shuffle's reduce side (or, if
-    none shows up in time, of any stage)."""
+    none shows up in time, of any stage), or the first process whose title starts with
+    ``prefix``."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str | None = None) -> None:
         super().__init__(daemon=True)
         self.killed: list[str] = []
         self.stop = threading.Event()
+        self.prefix = prefix
 
     def run(self) -> None:
         deadline = time.monotonic() + 30
         while not self.stop.is_set() and time.monotonic() < deadline:
-            workers = _shoal_workers("ray::shoal-stage1") or (
-                _shoal_workers() if time.monotonic() > deadline - 25 else []
-            )
+            if self.prefix is not None:
+                workers = _shoal_workers(self.prefix)
+            else:
+                workers = _shoal_workers("ray::shoal-stage1") or (
+                    _shoal_workers() if time.monotonic() > deadline - 25 else []
+                )
             for pid, args in workers:
                 try:
                     os.kill(pid, signal.SIGKILL)
@@ -120,3 +125,39 @@ def test_keyboard_interrupt_cancels_the_query_quickly() -> None:
     small, small_expected = agg_sort_plan(_big_frame(10_000))
     assert pl.from_arrow(shoal.execute(small, runner="ray", config=cfg)).equals(small_expected)
     del expected
+
+
+class _SlowDouble:
+    """A stateful UDF that takes a while per batch, so an actor can be killed mid-stage."""
+
+    def __call__(self, v: pl.Series) -> pl.Series:
+        time.sleep(0.15)
+        return v * 2
+
+
+def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent() -> None:
+    from shoal.runners.session import last_query
+
+    udf = shoal.udf(return_dtype=pl.Float64, concurrency=2, name="slow_double")(_SlowDouble)
+    df = pl.DataFrame({"k": range(4000), "v": [float(i) for i in range(4000)]})
+    lf = df.lazy().shoal.with_udf(udf, inputs=["v"], output="v2")
+    expected = lf.collect()  # native Polars runs the same UDF in-process
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True,
+                              config=Config(default_partitions=24, udf_batch_size=200))
+    for _attempt in range(4):
+        killer = _Killer(prefix="ray::_UdfActor.run")
+        killer.start()
+        got = lf.collect(engine=engine)
+        killer.stop.set()
+        killer.join()
+        assert got.sort("k").equals(expected.sort("k"))  # no row lost or doubled
+        if killer.killed:
+            break
+    assert killer.killed, "no actor was caught running a batch"
+    report = last_query()
+    assert report is not None
+    actors = {s.extra.get("actor") for s in report.task_stats.values()} - {None}
+    # The pool's first two actors are numbered 0 and 1; the one started in place of the
+    # dead actor is numbered 2 and did work.
+    assert any(int(str(a).rsplit("-", 1)[1]) >= 2 for a in actors), actors
+    assert ray.util.list_named_actors(all_namespaces=True) == []

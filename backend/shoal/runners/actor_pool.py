@@ -235,14 +235,14 @@ class RayActorPool:
         self._busy: list[Any] = []  # the running call's stats reference, or None
         self._ready: list[bool] = []
         self._pending_ready: dict[Any, int] = {}  # ready() reference -> actor index
+        self._actor_of: dict[Any, Any] = {}  # a call's stats reference -> the actor running it
+        self.replaced = 0  # actors started in place of ones that died
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
 
-    def _add(self, counts_before_ready: bool) -> None:
-        i = len(self._actors)
-        name = self._name_of(i)
-        actor = (
+    def _new_actor(self, name: str) -> Any:
+        return (
             _actor_class()
             .options(
                 name=name,
@@ -253,6 +253,11 @@ class RayActorPool:
             )
             .remote(self.udf, self._config, self._digest, name)
         )
+
+    def _add(self, counts_before_ready: bool) -> None:
+        i = len(self._actors)
+        name = self._name_of(len(self.names))
+        actor = self._new_actor(name)
         self.names.append(name)
         self._actors.append(actor)
         self._busy.append(None)
@@ -322,7 +327,32 @@ class RayActorPool:
                 .remote(payload, task.config, task.config_digest, layout, *refs)
             )
             self._busy[i] = out[0]
+            self._actor_of[out[0]] = self._actors[i]
             return list(out)
+
+    def replace_lost(self, handle: Any, exc: BaseException) -> bool:
+        """If ``exc`` says the actor that ran ``handle`` died, start a replacement in its
+        place (a new name, the same resources) and return True; else False."""
+        if not isinstance(exc, self._ray.exceptions.RayActorError):
+            return False
+        with self._lock:
+            dead = self._actor_of.pop(handle, None)
+            if dead is None or self._closed:
+                return False
+            i = next((k for k, a in enumerate(self._actors) if a is dead), None)
+            if i is None:
+                return True  # already replaced after another of its calls failed
+            with contextlib.suppress(Exception):
+                self._ray.kill(self._actors[i], no_restart=True)
+            name = self._name_of(len(self.names))
+            self.names.append(name)
+            actor = self._new_actor(name)
+            self._actors[i] = actor
+            self._busy[i] = None
+            self._ready[i] = False
+            self._pending_ready[actor.ready.remote()] = i
+            self.replaced += 1
+            return True
 
     def close(self) -> None:
         with self._lock:

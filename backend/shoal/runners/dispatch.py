@@ -96,10 +96,17 @@ class _StageState:
     outputs: dict[int, list[Any]] = field(default_factory=dict)
     stats: dict[int, TaskStats] = field(default_factory=dict)
     output: OutputSpec | None = None
+    #: Partitions to run again (their actor died), and how often each was re-sent.
+    retry: list[int] = field(default_factory=list)
+    resent: dict[int, int] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
         return self.done == self.stage.num_tasks
+
+    @property
+    def undispatched(self) -> int:
+        return self.stage.num_tasks - self.next_partition + len(self.retry)
 
 
 class DispatchLoop:
@@ -142,7 +149,7 @@ class DispatchLoop:
         batch: list[TaskSpec] = []
         has_next = False
         for st in self.states:
-            if st.next_partition >= st.stage.num_tasks:
+            if not st.undispatched:
                 continue
             has_next = True
             if free <= 0 or not self._ready(st):
@@ -152,13 +159,17 @@ class DispatchLoop:
             room = free
             pool = self.pools.get(st.stage.id)
             if pool is not None:  # only as many tasks as the pool has free actors
-                room = min(free, pool.capacity(st.stage.num_tasks - st.next_partition))
+                room = min(free, pool.capacity(st.undispatched))
+            while room > 0 and st.retry:
+                batch.append(self._task(st, st.retry.pop(0)))
+                free -= 1
+                room -= 1
             while room > 0 and st.next_partition < st.stage.num_tasks:
                 batch.append(self._task(st, st.next_partition))
                 st.next_partition += 1
                 free -= 1
                 room -= 1
-        has_next = any(s.next_partition < s.stage.num_tasks for s in self.states)
+        has_next = any(s.undispatched for s in self.states)
         return batch, has_next
 
     def _dispatch(self, batch: list[TaskSpec]) -> None:
@@ -176,6 +187,8 @@ class DispatchLoop:
             try:
                 res = self.backend.result(handle)
             except BaseException as exc:
+                if self._resend_after_actor_loss(spec, handle, exc):
+                    continue
                 if self.tracer is not None:
                     self.tracer.task_failed(spec, exc)
                 self.backend.cancel(list(self.in_flight))
@@ -230,6 +243,22 @@ class DispatchLoop:
             self.close_pools()
         root = self.states[-1]
         return [root.outputs[i][0] for i in range(root.stage.num_tasks)]
+
+    def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
+        """When the actor that held a pool task died, the pool replaces it and the task's
+        partition is queued to be sent again (its outputs were never recorded, so no row is
+        lost or doubled), up to ``task_max_retries`` times per partition."""
+        pool = spec.pool
+        if pool is None or not hasattr(pool, "replace_lost"):
+            return False
+        st = self.states[spec.stage.id]
+        if st.resent.get(spec.partition, 0) >= self.max_retries:
+            return False
+        if not pool.replace_lost(handle, exc):
+            return False
+        st.resent[spec.partition] = st.resent.get(spec.partition, 0) + 1
+        st.retry.append(spec.partition)
+        return True
 
     def close_pools(self) -> None:
         """Tear down every actor pool of the query (idempotent)."""
