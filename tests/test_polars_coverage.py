@@ -490,10 +490,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
             part.write_ndjson(root / f"part-{i}.ndjson")
     (root / "semi.csv").write_text("a;b\n1;NA\n2;x\n#skip\n3;y\n")
     for i, (year, shop) in enumerate([(2020, "a"), (2020, "b"), (2021, "a"), (2021, "b")]):
-        part = root / "hive" / f"year={year}" / f"shop={shop}"
-        part.mkdir(parents=True)
+        directory = root / "hive" / f"year={year}" / f"shop={shop}"
+        directory.mkdir(parents=True)
         rows = df.slice(i + i // 2, 2) if (year, shop) != (2021, "a") else df.clear()
-        rows.write_parquet(part / "0.parquet")
+        rows.write_parquet(directory / "0.parquet")
     return root
 
 
