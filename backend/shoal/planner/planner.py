@@ -62,6 +62,11 @@ from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 
 
+#: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
+#: decision (no column statistics yet; DuckDB's optimizer uses the same default).
+FILTER_SELECTIVITY = 0.2
+
+
 @dataclass
 class _Open:
     """A fragment still growing: not yet cut into a stage."""
@@ -84,8 +89,8 @@ class _Builder:
         self.plan = PhysicalPlan()
         self.shared = shared or set()
         self.memo: dict[int, Stage] = {}
-        cpus = config.num_cpus or os.cpu_count() or 1
-        self.max_shuffle = max(2, 4 * cpus)
+        self.cpus = config.num_cpus or os.cpu_count() or 1
+        self.max_shuffle = max(2, 4 * self.cpus)
 
     # -- stages -----------------------------------------------------------------------
 
@@ -137,13 +142,17 @@ class _Builder:
     def _visit(self, node: PlanNode) -> _Open:
         if isinstance(node, Scan):
             split = split_scan(node, self.config.target_partition_bytes,
-                               self.config.default_partitions)
+                               self.config.default_partitions, 2 * self.cpus)
+            est = split.est_bytes
+            if node.predicate is not None:
+                est = int(est * FILTER_SELECTIVITY)
             return _Open(node, len(split.partitions), scan_partitions=split.partitions,
-                         est_bytes=split.est_bytes, name="scan")
+                         est_bytes=est, name="scan")
         if isinstance(node, Filter):
             op = self.visit(node.input)
             if not node.predicate.is_row_local():
                 op = self.gather(op, "gather")
+            op.est_bytes = int(op.est_bytes * FILTER_SELECTIVITY)
             return op.wrap(Filter(op.node, node.predicate, node.schema))
         if isinstance(node, Project):
             return self.project(node)
@@ -191,7 +200,6 @@ class _Builder:
         pool.wrap(node.with_children((pool.node,)))
         st = self.cut(pool, SingleOutput())
         return self.read(st, "pointwise", st.num_tasks, "after-udf")
-
 
     def project(self, node: Project) -> _Open:
         op = self.visit(node.input)
