@@ -486,3 +486,22 @@ def test_constant_projection_has_one_row_per_input_row() -> None:
     ):
         got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True).fetchall()
         assert sorted(got) == sorted(con.sql(query).fetchall()), query
+
+
+def test_registered_udf_runs_through_shoal_and_matches_native_duckdb() -> None:
+    """A shoal UDF registered with ``register_udf`` runs distributed (no fallback)."""
+    import polars as pl
+
+    @shoal.udf(return_dtype=pl.Float64, name="shoal_test_twice")
+    def twice(v: pl.Series) -> pl.Series:
+        return v * 2
+
+    con = duckdb.connect()
+    con.sql("CREATE TABLE t AS SELECT range AS k, range * 1.5 AS v FROM range(100)")
+    shoal.duckdb.register_udf(con, twice)
+    query = "SELECT k, shoal_test_twice(v) AS w FROM t WHERE k % 3 = 0"
+    config = shoal.Config(default_partitions=4)
+    got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True, config=config)
+    assert sorted(got.fetchall()) == sorted(con.sql(query).fetchall())
+    plan = shoal.duckdb.to_ir(con, query)
+    assert any(type(n).__name__ == "UdfProject" for n in plan.walk())

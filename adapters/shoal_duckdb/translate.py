@@ -58,6 +58,7 @@ from shoal_duckdb.exprs import (
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.types import dtype_of, value_of
+from shoal_duckdb.udf import lookup_udf, udf_project_for
 
 _VIRTUAL = (
     "virtual scan columns (rowid, or the row number DuckDB's optimizer makes of "
@@ -563,11 +564,31 @@ def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_PROJECTION")
 def _projection(t: Translator, op: dict[str, Any]) -> Rel:
     child, cols = t.single_child(op)
-    exprs = [
-        (str(e.get("alias") or "c"), t.expr(e, cols, "LOGICAL_PROJECTION"))
-        for e in op["expressions"]
-    ]
-    return t.project(_done(child), exprs)
+    rel = child
+    exprs: list[tuple[str, Expr]] = []
+    for e in op["expressions"]:
+        hint = str(e.get("alias") or "c")
+        udf = _registered_udf(e)
+        if udf is None or rel is None:
+            exprs.append((hint, t.expr(e, cols, "LOGICAL_PROJECTION")))
+            continue
+        # A shoal UDF called at the top of a projection expression runs as its own plan
+        # node (on an actor pool where it is stateful or wants GPUs); the projection
+        # then reads its output column.
+        args = [t.expr(a, cols, "LOGICAL_PROJECTION") for a in e.get("children", [])]
+        out = t.fresh(hint)
+        node = udf_project_for(rel.node, udf, args, out)
+        exprs.append((hint, Col(out, node.schema[out])))
+        rel = Rel(node, rel.cols)
+    return t.project(_done(rel), exprs)
+
+
+def _registered_udf(e: dict[str, Any]) -> Any:
+    """The shoal UDF that expression ``e`` calls at its top, if any."""
+    if e.get("expression_class") != "BOUND_FUNCTION":
+        return None
+    path = (e.get("qname") or {}).get("path") or []
+    return lookup_udf(str(path[-1])) if path else None
 
 
 @_register("LOGICAL_FILTER")
