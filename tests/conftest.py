@@ -11,6 +11,9 @@ import pytest
 import shoal
 from shoal.tpch.datagen import add_empty_partition, generate
 
+#: ``--shoal-engine`` runs a module's plain ``LazyFrame.collect()`` calls on shoal.
+pytest_plugins = ["tests.plugin_shoal_engine"]
+
 #: Small partitions so that every stage of a TPC-H query has several of them.
 SMALL_PARTITION_BYTES = 96 * 1024
 

@@ -8,6 +8,7 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.config import Config, RunnerKind, get_config
+from shoal.errors import UnsupportedError
 from shoal.ir.nodes import PlanNode
 
 
@@ -39,20 +40,27 @@ def explain(query: Any, *, runner: RunnerKind | None = None, config: Config | No
     """The logical (shoal IR) and physical plan (stages and exchanges) of ``query``.
 
     ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode` or a Polars ``LazyFrame``.
+    For a LazyFrame that shoal cannot run, the text says that it would fall back to
+    Polars' engine and names every node and expression that is the reason (the same
+    reasons the fallback warning gives). Raises ``FileNotFoundError`` for a missing input.
     """
     from shoal.ir.explain import explain as explain_ir
     from shoal.planner.physical import plan_physical
 
     cfg = _resolve(runner, config)
+    changed = cfg.non_defaults()
+    settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
+    header = f"Settings (config {cfg.digest()}): {settings}\n\n"
     if not isinstance(query, PlanNode):
         from shoal_polars.engine import to_ir
 
-        query = to_ir(query)
+        try:
+            query = to_ir(query)
+        except UnsupportedError as exc:
+            # What collect(engine="dist") would do: fall back, for these reasons.
+            return header + f"Falls back to Polars' own engine:\n{exc}"
     physical = plan_physical(query, cfg)
-    changed = cfg.non_defaults()
-    settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
-    return (
-        f"Settings (config {cfg.digest()}): {settings}\n\n"
+    return header + (
         "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
     )
 

@@ -340,8 +340,7 @@ def _node_rules(node: PlanNode, path: str) -> None:
                 f"(got {n} keys, {len(node.descending)} and {len(node.nulls_last)} flags)",  # type: ignore[attr-defined]
             )
     if isinstance(node, Slice):
-        if node.offset < 0:
-            raise _fail(node, path, f"offset must be >= 0, got {node.offset}")
+        # A negative offset counts from the end, as in Polars (``tail``).
         if node.length is not None and node.length < 0:
             raise _fail(node, path, f"length must be None or >= 0, got {node.length}")
     if isinstance(node, Union):
