@@ -18,10 +18,20 @@ pytestmark = pytest.mark.usefixtures("ray_runner")
 
 
 def test_env_values_parse_and_bad_values_name_the_variable() -> None:
-    cfg = Config.from_env({"SHOAL_SHUFFLE_PARTITIONS": "64", "SHOAL_RAISE_ON_FAIL": "true",
-                           "SHOAL_RAY_ADDRESS": "ray://h:10001", "SHOAL_RUNNER": "local"})
+    cfg = Config.from_env(
+        {
+            "SHOAL_SHUFFLE_PARTITIONS": "64",
+            "SHOAL_RAISE_ON_FAIL": "true",
+            "SHOAL_RAY_ADDRESS": "ray://h:10001",
+            "SHOAL_RUNNER": "local",
+        }
+    )
     assert (cfg.shuffle_partitions, cfg.raise_on_fail, cfg.ray_address, cfg.runner) == (
-        64, True, "ray://h:10001", "local")
+        64,
+        True,
+        "ray://h:10001",
+        "local",
+    )
     with pytest.raises(ValueError, match="SHOAL_SHUFFLE_PARTITIONS='abc': expected an integer"):
         Config.from_env({"SHOAL_SHUFFLE_PARTITIONS": "abc"})
     with pytest.raises(ValueError, match="SHOAL_RAISE_ON_FAIL='maybe': expected true or false"):
@@ -91,8 +101,12 @@ def test_execution_config_changes_the_plan_of_queries_inside_only() -> None:
     plan, _ = agg_sort_plan(frame())
     with shoal.execution_config(default_partitions=4, shuffle_partitions=3):
         shoal.execute(plan, runner="local")
-    shuffle = [s for s in last_query().physical.stages if s.inputs and  # type: ignore[union-attr]
-               s.inputs[0].mode == "bucket"]
+    shuffle = [
+        s
+        for s in last_query().physical.stages
+        if s.inputs  # type: ignore[union-attr]
+        and s.inputs[0].mode == "bucket"
+    ]
     assert shuffle and all(s.num_tasks == 3 for s in shuffle)
     assert shoal.get_config().shuffle_partitions == 0
 
@@ -143,7 +157,9 @@ def test_runner_settings_freeze_once_the_runner_starts() -> None:
     shoal.execute(plan, runner="ray")
     with pytest.raises(shoal.ConfigFrozenError, match=r"runner.*shoal.shutdown\(\)"):
         shoal.set_config(runner="local")
-    with pytest.raises(shoal.ConfigFrozenError, match="num_cpus"):
-        with shoal.execution_config(num_cpus=1):
-            pass
+    with (
+        pytest.raises(shoal.ConfigFrozenError, match="num_cpus"),
+        shoal.execution_config(num_cpus=1),
+    ):
+        pass
     shoal.set_config(shuffle_partitions=0)  # execution settings still change

@@ -47,8 +47,9 @@ class FakeBackend:
         self.order.append((task.stage.id, task.partition))
         if self.fail == (task.stage.id, task.partition):
             raise ValueError("injected failure")
-        stats, tables = run_fragment(task.fragment, task.inputs, task.scan, task.output,
-                                     task.input_schemas)
+        stats, tables = run_fragment(
+            task.fragment, task.inputs, task.scan, task.output, task.input_schemas
+        )
         return TaskResult(task, stats, tables)
 
     def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:

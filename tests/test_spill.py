@@ -26,14 +26,17 @@ def small_object_store() -> Iterator[Path]:
     if ray.is_initialized():  # pragma: no cover
         ray.shutdown()
     spill = Path(f"/tmp/shoal-spill-{os.getpid()}")
-    shoal.set_config(num_cpus=2, ray_temp_dir=f"/tmp/shoal-ray-sp-{os.getpid()}",
-                     object_store_bytes=STORE_BYTES, spill_dir=str(spill))
+    shoal.set_config(
+        num_cpus=2,
+        ray_temp_dir=f"/tmp/shoal-ray-sp-{os.getpid()}",
+        object_store_bytes=STORE_BYTES,
+        spill_dir=str(spill),
+    )
     try:
         yield spill
     finally:
         shoal.shutdown()
-        shoal.set_config(num_cpus=None, ray_temp_dir=None, object_store_bytes=None,
-                         spill_dir=None)
+        shoal.set_config(num_cpus=None, ray_temp_dir=None, object_store_bytes=None, spill_dir=None)
         shutil.rmtree(spill, ignore_errors=True)
 
 
@@ -51,13 +54,16 @@ def test_shuffle_larger_than_the_object_store_spills_and_completes(
     plan = Aggregate(
         Scan(InMemorySource(table), schema),
         (NamedExpr("k", Col("k", schema["k"])),),
-        (NamedExpr("nv", Agg("n_unique", Col("v", schema["v"]), idx)),
-         NamedExpr("sw", Agg("sum", Col("w", schema["w"]), schema["w"]))),
+        (
+            NamedExpr("nv", Agg("n_unique", Col("v", schema["v"]), idx)),
+            NamedExpr("sw", Agg("sum", Col("w", schema["w"]), schema["w"])),
+        ),
         False,
         Schema.of([("k", schema["k"]), ("nv", idx), ("sw", schema["w"])]),
     )
-    expected = df.group_by("k").agg(pl.col("v").n_unique().alias("nv"),
-                                    pl.col("w").sum().alias("sw"))
+    expected = df.group_by("k").agg(
+        pl.col("v").n_unique().alias("nv"), pl.col("w").sum().alias("sw")
+    )
     del df, i
     got = pl.from_arrow(shoal.execute(plan, runner="ray", config=Config(default_partitions=24)))
     assert isinstance(got, pl.DataFrame)

@@ -255,8 +255,8 @@ class Translator:
             # so the literals broadcast to the input's height, then drop it.
             height = NamedExpr(self.fresh("height"), rel.cols[0])
             with_height = Schema.of([*schema.fields, (height.name, height.dtype)])
-            inner = Project(node, (*named, height), with_height)
-            return Rel(Project(inner, tuple(NamedExpr(c.name, c) for c in cols), schema), cols)
+            carried = Project(node, (*named, height), with_height)
+            return Rel(Project(carried, tuple(NamedExpr(c.name, c) for c in cols), schema), cols)
         if isinstance(node, Project) and all(isinstance(n.expr, Col) for n in named):
             # Columns picked from a projection: one projection (plans read better).
             inner = {n.name: n.expr for n in node.exprs}

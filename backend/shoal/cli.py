@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import polars as pl
 
 import shoal
+from shoal.config import RunnerKind
 from shoal.tpch import QUERIES, SORT_KEYS, compare_frames, generate, scan_tables
 from shoal.tpch.sql import SQL_QUERIES, SQL_SORT_KEYS, register_tpch
 
@@ -137,8 +138,10 @@ def _tpch(args: argparse.Namespace) -> int:
         args.queries = sorted(available)
     missing = [n for n in args.queries if n not in available]
     if missing:
-        print(f"shoal tpch: the {args.frontend} frontend has no queries {missing}; "
-              f"available: {sorted(available)}")
+        print(
+            f"shoal tpch: the {args.frontend} frontend has no queries {missing}; "
+            f"available: {sorted(available)}"
+        )
         return 2
     data_dir = generate(args.scale, args.data_dir, args.partitions)
     if args.frontend == "duckdb":
@@ -167,7 +170,7 @@ def _tpch(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-def _run_query(number: int, tables: dict[str, pl.LazyFrame], runner: str) -> QueryReport:
+def _run_query(number: int, tables: dict[str, pl.LazyFrame], runner: RunnerKind) -> QueryReport:
     query = QUERIES[number]
     expected, streaming_s = _timed(lambda: query(tables).collect())
     _, in_memory_s = _timed(lambda: query(tables).collect(engine="in-memory"))
@@ -202,8 +205,11 @@ def _tpch_duckdb(args: argparse.Namespace, data_dir: Path) -> int:
             report = _run_sql_query(number, con, args.runner)
             reports.append(report)
             shoal_s = f"{report.shoal_s:.3f}" if report.shoal_s is not None else "-"
-            print(f"{'Q' + str(number):<6} {report.rows:>6} {shoal_s:>9} "
-                  f"{report.streaming_s:>9.3f}  {report.status}", flush=True)
+            print(
+                f"{'Q' + str(number):<6} {report.rows:>6} {shoal_s:>9} "
+                f"{report.streaming_s:>9.3f}  {report.status}",
+                flush=True,
+            )
     finally:
         shoal.shutdown()
         con.close()
@@ -215,7 +221,7 @@ def _tpch_duckdb(args: argparse.Namespace, data_dir: Path) -> int:
     return 1 if failures else 0
 
 
-def _run_sql_query(number: int, con: Any, runner: str) -> QueryReport:
+def _run_sql_query(number: int, con: Any, runner: RunnerKind) -> QueryReport:
     """One SQL query: native DuckDB's time is reported in both native-time fields."""
     query = SQL_QUERIES[number]
     expected, duckdb_s = _timed(lambda: con.sql(query).pl())

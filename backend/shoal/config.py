@@ -34,8 +34,17 @@ ProgressMode = Literal["auto", "always", "never"]
 
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset(
-    {"runner", "ray_address", "num_cpus", "ray_temp_dir", "object_store_bytes", "spill_dir",
-     "ray_connect_timeout_s", "num_gpus", "gpus"}
+    {
+        "runner",
+        "ray_address",
+        "num_cpus",
+        "ray_temp_dir",
+        "object_store_bytes",
+        "spill_dir",
+        "ray_connect_timeout_s",
+        "num_gpus",
+        "gpus",
+    }
 )
 
 
@@ -103,69 +112,150 @@ class Config:
     Invalid values raise ``ValueError`` naming the setting.
     """
 
-    runner: RunnerKind = field(default="ray", metadata=_doc(
-        "Where tasks run: 'ray' (Ray tasks; a local instance starts on first use) or "
-        "'local' (an in-process thread pool, no Ray)."))
-    ray_address: str | None = field(default=None, metadata=_doc(
-        "Ray cluster address ('ray://host:10001' or 'host:6379'); unset: RAY_ADDRESS, "
-        "else a new local instance."))
-    num_cpus: int | None = field(default=None, metadata=_doc(
-        "CPUs of a local Ray instance or threads of the local runner; unset: all cores."))
-    num_gpus: int | None = field(default=None, metadata=_doc(
-        "GPUs of a local Ray instance (logical: more than the machine has is allowed, for "
-        "tests); unset: Ray detects them."))
-    gpus: str | None = field(default=None, metadata=_doc(
-        "GPU device ids the local runner hands to user-function worker processes, e.g. "
-        "'0,1,2,3' (each process sees its own through CUDA_VISIBLE_DEVICES); unset: the "
-        "devices NVML finds."))
-    ray_temp_dir: str | None = field(default=None, metadata=_doc(
-        "Session directory of a local Ray instance (keep it short: Unix socket paths are "
-        "limited to 107 bytes); unset: Ray's default."))
-    object_store_bytes: int | None = field(default=None, metadata=_doc(
-        "Object store size of a local Ray instance, in bytes; unset: Ray's default (30% of "
-        "memory). Data beyond it spills to spill_dir."))
-    spill_dir: str | None = field(default=None, metadata=_doc(
-        "Directory where a local Ray instance spills objects that do not fit in the object "
-        "store; unset: Ray's default under its session directory."))
-    ray_connect_timeout_s: float = field(default=10.0, metadata=_doc(
-        "Seconds to wait for a Ray cluster address to answer before saying it is "
-        "unreachable."))
-    task_max_retries: int = field(default=3, metadata=_doc(
-        "Times Ray re-runs a task whose worker or node died, or whose output object was "
-        "lost (lineage reconstruction); errors raised by the task itself are not retried."))
-    target_partition_bytes: int = field(default=128 * 1024 * 1024, metadata=_doc(
-        "Bytes per scan partition, uncompressed, as Parquet footers or Arrow buffers "
-        "report them."))
-    default_partitions: int = field(default=0, metadata=_doc(
-        "Partitions an in-memory table is split into (row ranges); 0: by "
-        "target_partition_bytes."))
-    shuffle_partitions: int = field(default=0, metadata=_doc(
-        "Partitions after a hash or range exchange; 0: as many as the input has, at most "
-        "4 per CPU."))
-    broadcast_join_threshold_bytes: int = field(default=32 * 1024 * 1024, metadata=_doc(
-        "A join side estimated at or under this many bytes is broadcast; 0: never "
-        "broadcast."))
-    max_tasks_in_flight: int = field(default=0, metadata=_doc(
-        "Tasks submitted and not yet finished, at most; 0: 2 per CPU."))
-    task_cpus: int = field(default=1, metadata=_doc(
-        "CPUs each task holds; also its Polars thread count (POLARS_MAX_THREADS of Ray "
-        "workers)."))
-    sort_sample_rows: int = field(default=1000, metadata=_doc(
-        "Rows of sort keys sampled per partition to choose range-exchange boundaries."))
-    raise_on_fail: bool = field(default=False, metadata=_doc(
-        "Fallback policy: raise UnsupportedError instead of falling back to the "
-        "frontend's own engine. An explicit raise_on_fail argument wins."))
-    trace: str | None = field(default=None, metadata=_doc(
-        "Write a Perfetto (Chrome trace-event JSON) trace to this file, or one file per "
-        "query into this directory; unset: no tracing."))
-    progress: ProgressMode = field(default="auto", metadata=_doc(
-        "Progress bars per stage: 'auto' (on a TTY, for queries over about a second), "
-        "'always' or 'never'."))
-    udf_batch_size: int = field(default=8192, metadata=_doc(
-        "Rows per batch handed to a user function when the UDF sets no batch_size."))
-    extensions: Mapping[str, Any] = field(default_factory=FrozenDict, metadata=_doc(
-        "Settings of libraries built on shoal, by namespace (JSON object in the "
-        "environment); validated by the validator registered with register_extension."))
+    runner: RunnerKind = field(
+        default="ray",
+        metadata=_doc(
+            "Where tasks run: 'ray' (Ray tasks; a local instance starts on first use) or "
+            "'local' (an in-process thread pool, no Ray)."
+        ),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Ray cluster address ('ray://host:10001' or 'host:6379'); unset: RAY_ADDRESS, "
+            "else a new local instance."
+        ),
+    )
+    num_cpus: int | None = field(
+        default=None,
+        metadata=_doc(
+            "CPUs of a local Ray instance or threads of the local runner; unset: all cores."
+        ),
+    )
+    num_gpus: int | None = field(
+        default=None,
+        metadata=_doc(
+            "GPUs of a local Ray instance (logical: more than the machine has is allowed, for "
+            "tests); unset: Ray detects them."
+        ),
+    )
+    gpus: str | None = field(
+        default=None,
+        metadata=_doc(
+            "GPU device ids the local runner hands to user-function worker processes, e.g. "
+            "'0,1,2,3' (each process sees its own through CUDA_VISIBLE_DEVICES); unset: the "
+            "devices NVML finds."
+        ),
+    )
+    ray_temp_dir: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Session directory of a local Ray instance (keep it short: Unix socket paths are "
+            "limited to 107 bytes); unset: Ray's default."
+        ),
+    )
+    object_store_bytes: int | None = field(
+        default=None,
+        metadata=_doc(
+            "Object store size of a local Ray instance, in bytes; unset: Ray's default (30% of "
+            "memory). Data beyond it spills to spill_dir."
+        ),
+    )
+    spill_dir: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Directory where a local Ray instance spills objects that do not fit in the object "
+            "store; unset: Ray's default under its session directory."
+        ),
+    )
+    ray_connect_timeout_s: float = field(
+        default=10.0,
+        metadata=_doc(
+            "Seconds to wait for a Ray cluster address to answer before saying it is unreachable."
+        ),
+    )
+    task_max_retries: int = field(
+        default=3,
+        metadata=_doc(
+            "Times Ray re-runs a task whose worker or node died, or whose output object was "
+            "lost (lineage reconstruction); errors raised by the task itself are not retried."
+        ),
+    )
+    target_partition_bytes: int = field(
+        default=128 * 1024 * 1024,
+        metadata=_doc(
+            "Bytes per scan partition, uncompressed, as Parquet footers or Arrow buffers "
+            "report them."
+        ),
+    )
+    default_partitions: int = field(
+        default=0,
+        metadata=_doc(
+            "Partitions an in-memory table is split into (row ranges); 0: by "
+            "target_partition_bytes."
+        ),
+    )
+    shuffle_partitions: int = field(
+        default=0,
+        metadata=_doc(
+            "Partitions after a hash or range exchange; 0: as many as the input has, at most "
+            "4 per CPU."
+        ),
+    )
+    broadcast_join_threshold_bytes: int = field(
+        default=32 * 1024 * 1024,
+        metadata=_doc(
+            "A join side estimated at or under this many bytes is broadcast; 0: never broadcast."
+        ),
+    )
+    max_tasks_in_flight: int = field(
+        default=0, metadata=_doc("Tasks submitted and not yet finished, at most; 0: 2 per CPU.")
+    )
+    task_cpus: int = field(
+        default=1,
+        metadata=_doc(
+            "CPUs each task holds; also its Polars thread count (POLARS_MAX_THREADS of Ray "
+            "workers)."
+        ),
+    )
+    sort_sample_rows: int = field(
+        default=1000,
+        metadata=_doc(
+            "Rows of sort keys sampled per partition to choose range-exchange boundaries."
+        ),
+    )
+    raise_on_fail: bool = field(
+        default=False,
+        metadata=_doc(
+            "Fallback policy: raise UnsupportedError instead of falling back to the "
+            "frontend's own engine. An explicit raise_on_fail argument wins."
+        ),
+    )
+    trace: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Write a Perfetto (Chrome trace-event JSON) trace to this file, or one file per "
+            "query into this directory; unset: no tracing."
+        ),
+    )
+    progress: ProgressMode = field(
+        default="auto",
+        metadata=_doc(
+            "Progress bars per stage: 'auto' (on a TTY, for queries over about a second), "
+            "'always' or 'never'."
+        ),
+    )
+    udf_batch_size: int = field(
+        default=8192,
+        metadata=_doc("Rows per batch handed to a user function when the UDF sets no batch_size."),
+    )
+    extensions: Mapping[str, Any] = field(
+        default_factory=FrozenDict,
+        metadata=_doc(
+            "Settings of libraries built on shoal, by namespace (JSON object in the "
+            "environment); validated by the validator registered with register_extension."
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.runner not in ("ray", "local"):
@@ -174,35 +264,46 @@ class Config:
             raise ValueError(
                 f"shoal setting progress={self.progress!r}: expected 'auto', 'always' or 'never'"
             )
-        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows",
-                     "udf_batch_size"):
+        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows", "udf_batch_size"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
-                raise ValueError(f"shoal setting {name} must be a positive integer, got "
-                                 f"{getattr(self, name)!r}")
-        for name in ("shuffle_partitions", "broadcast_join_threshold_bytes",
-                     "max_tasks_in_flight", "default_partitions", "task_max_retries"):
+                raise ValueError(
+                    f"shoal setting {name} must be a positive integer, got {getattr(self, name)!r}"
+                )
+        for name in (
+            "shuffle_partitions",
+            "broadcast_join_threshold_bytes",
+            "max_tasks_in_flight",
+            "default_partitions",
+            "task_max_retries",
+        ):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise ValueError(f"shoal setting {name} must be an integer >= 0, got "
-                                 f"{getattr(self, name)!r}")
+                raise ValueError(
+                    f"shoal setting {name} must be an integer >= 0, got {getattr(self, name)!r}"
+                )
         for name in ("num_cpus", "object_store_bytes"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"shoal setting {name} must be a positive integer, got "
-                                 f"{value!r}")
-        if self.num_gpus is not None and (not isinstance(self.num_gpus, int)
-                                          or self.num_gpus < 0):
-            raise ValueError(f"shoal setting num_gpus must be an integer >= 0, got "
-                             f"{self.num_gpus!r}")
+                raise ValueError(f"shoal setting {name} must be a positive integer, got {value!r}")
+        if self.num_gpus is not None and (not isinstance(self.num_gpus, int) or self.num_gpus < 0):
+            raise ValueError(
+                f"shoal setting num_gpus must be an integer >= 0, got {self.num_gpus!r}"
+            )
         if self.gpus is not None:
             from shoal.resources import parse_gpu_ids
 
             if not isinstance(self.gpus, str):
-                raise ValueError(f"shoal setting gpus must be a string such as '0,1', got "
-                                 f"{self.gpus!r}")
+                raise ValueError(
+                    f"shoal setting gpus must be a string such as '0,1', got {self.gpus!r}"
+                )
             parse_gpu_ids(self.gpus, "shoal setting gpus")
-        if not isinstance(self.ray_connect_timeout_s, int | float) or self.ray_connect_timeout_s <= 0:
-            raise ValueError("shoal setting ray_connect_timeout_s must be a positive number of "
-                             f"seconds, got {self.ray_connect_timeout_s!r}")
+        if (
+            not isinstance(self.ray_connect_timeout_s, int | float)
+            or self.ray_connect_timeout_s <= 0
+        ):
+            raise ValueError(
+                "shoal setting ray_connect_timeout_s must be a positive number of "
+                f"seconds, got {self.ray_connect_timeout_s!r}"
+            )
         ext = self.extensions
         if not isinstance(ext, FrozenDict):
             if not isinstance(ext, Mapping):
@@ -234,8 +335,11 @@ class Config:
     def non_defaults(self) -> dict[str, Any]:
         """The settings that differ from the defaults, by name."""
         base = Config()
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) != getattr(base, f.name)}
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(base, f.name)
+        }
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -286,9 +390,17 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
             return value
         return text
     except ValueError:
-        form = ("true or false" if typ == "bool" else "an integer" if typ.startswith("int")
-                else "a number" if typ.startswith("float")
-                else "a JSON object" if typ.startswith("Mapping") else "a string")
+        form = (
+            "true or false"
+            if typ == "bool"
+            else "an integer"
+            if typ.startswith("int")
+            else "a number"
+            if typ.startswith("float")
+            else "a JSON object"
+            if typ.startswith("Mapping")
+            else "a string"
+        )
         raise ValueError(f"environment variable {var}={raw!r}: expected {form}") from None
 
 
@@ -349,8 +461,9 @@ def set_config(**changes: Any) -> Config:
     global _config
     with _lock:
         current = _global()
-        frozen = sorted(k for k in changes if k in RUNNER_FIELDS
-                        and changes[k] != getattr(current, k))
+        frozen = sorted(
+            k for k in changes if k in RUNNER_FIELDS and changes[k] != getattr(current, k)
+        )
         if frozen and _runner_started:
             raise ConfigFrozenError(
                 f"shoal setting(s) {', '.join(frozen)} shape the runner, which has already "
@@ -417,8 +530,9 @@ def config_table_markdown() -> str:
         default = getattr(base, f.name)
         shown = "{}" if isinstance(default, Mapping) else repr(default)
         typ = str(f.type).replace("|", "\\|")
-        lines.append(f"| `{f.name}` | `{env_var(f.name)}` | `{typ}` | `{shown}` | "
-                     f"{f.metadata['doc']} |")
+        lines.append(
+            f"| `{f.name}` | `{env_var(f.name)}` | `{typ}` | `{shown}` | {f.metadata['doc']} |"
+        )
     return "\n".join(lines)
 
 

@@ -93,29 +93,34 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.to_string": lambda a, o: a[0].dt.to_string(o["format"]),
     "dt.total_days": lambda a, o: a[0].dt.total_days(fractional=o.get("fractional", False)),
     "dt.total_hours": lambda a, o: a[0].dt.total_hours(fractional=o.get("fractional", False)),
-    "dt.total_minutes": lambda a, o: a[0].dt.total_minutes(
-        fractional=o.get("fractional", False)),
-    "dt.total_seconds": lambda a, o: a[0].dt.total_seconds(
-        fractional=o.get("fractional", False)),
+    "dt.total_minutes": lambda a, o: a[0].dt.total_minutes(fractional=o.get("fractional", False)),
+    "dt.total_seconds": lambda a, o: a[0].dt.total_seconds(fractional=o.get("fractional", False)),
     "dt.total_milliseconds": lambda a, o: a[0].dt.total_milliseconds(
-        fractional=o.get("fractional", False)),
+        fractional=o.get("fractional", False)
+    ),
     "dt.total_microseconds": lambda a, o: a[0].dt.total_microseconds(
-        fractional=o.get("fractional", False)),
+        fractional=o.get("fractional", False)
+    ),
     "dt.convert_time_zone": lambda a, o: a[0].dt.convert_time_zone(o["time_zone"]),
     # args: the datetimes, then ``ambiguous`` (an expression, "raise" by default)
     "dt.replace_time_zone": lambda a, o: a[0].dt.replace_time_zone(
-        o["time_zone"], ambiguous=a[1] if len(a) > 1 else "raise",
-        non_existent=o.get("non_existent", "raise")),
+        o["time_zone"],
+        ambiguous=a[1] if len(a) > 1 else "raise",
+        non_existent=o.get("non_existent", "raise"),
+    ),
     # strings: args are the strings, then the pattern / base / ambiguous expression
     "str.to_integer": lambda a, o: a[0].str.to_integer(
-        base=a[1] if len(a) > 1 else 10, dtype=o["dtype"].to_polars(),
-        strict=o.get("strict", True)),
+        base=a[1] if len(a) > 1 else 10, dtype=o["dtype"].to_polars(), strict=o.get("strict", True)
+    ),
     "str.strptime": lambda a, o: a[0].str.strptime(
-        o["dtype"].to_polars(), o.get("format"), strict=o.get("strict", True),
-        exact=o.get("exact", True), cache=o.get("cache", True),
-        ambiguous=a[1] if len(a) > 1 else "raise"),
-    "str.count_matches": lambda a, o: a[0].str.count_matches(a[1],
-                                                             literal=o.get("literal", False)),
+        o["dtype"].to_polars(),
+        o.get("format"),
+        strict=o.get("strict", True),
+        exact=o.get("exact", True),
+        cache=o.get("cache", True),
+        ambiguous=a[1] if len(a) > 1 else "raise",
+    ),
+    "str.count_matches": lambda a, o: a[0].str.count_matches(a[1], literal=o.get("literal", False)),
     "str.extract": lambda a, o: a[0].str.extract(a[1], o.get("group_index", 1)),
     "str.split": lambda a, o: a[0].str.split(a[1], inclusive=o.get("inclusive", False)),
     # lists and structs
@@ -124,8 +129,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "list.min": lambda a, o: a[0].list.min(),
     "list.max": lambda a, o: a[0].list.max(),
     "list.mean": lambda a, o: a[0].list.mean(),
-    "list.contains": lambda a, o: a[0].list.contains(a[1],
-                                                     nulls_equal=o.get("nulls_equal", True)),
+    "list.contains": lambda a, o: a[0].list.contains(a[1], nulls_equal=o.get("nulls_equal", True)),
     "list.join": lambda a, o: a[0].list.join(a[1], ignore_nulls=o.get("ignore_nulls", True)),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
     "as_struct": lambda a, o: pl.struct([x.alias(n) for x, n in zip(a, o["fields"], strict=True)]),
@@ -144,10 +148,10 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "shift": lambda a, o: a[0].shift(a[1], fill_value=a[2] if len(a) > 2 else None),
     "diff": lambda a, o: a[0].diff(a[1], null_behavior=o.get("null_behavior", "ignore")),
     "pct_change": lambda a, o: a[0].pct_change(a[1]),
-    "rank": lambda a, o: a[0].rank(o.get("method", "average"),
-                                   descending=o.get("descending", False)),
-    "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"],
-                                                      limit=o.get("limit")),
+    "rank": lambda a, o: a[0].rank(
+        o.get("method", "average"), descending=o.get("descending", False)
+    ),
+    "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
     "is_unique": lambda a, o: a[0].is_unique(),
     "is_duplicated": lambda a, o: a[0].is_duplicated(),
@@ -158,10 +162,13 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "gather_every": lambda a, o: a[0].gather_every(o["n"], o.get("offset", 0)),
     "filter": lambda a, o: a[0].filter(a[1]),
     "slice": lambda a, o: a[0].slice(a[1], a[2]),
-    "sort": lambda a, o: a[0].sort(descending=o.get("descending", False),
-                                   nulls_last=o.get("nulls_last", False)),
+    "sort": lambda a, o: a[0].sort(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
     "sort_by": lambda a, o: a[0].sort_by(
-        a[1:], descending=list(o["descending"]), nulls_last=list(o["nulls_last"]),
+        a[1:],
+        descending=list(o["descending"]),
+        nulls_last=list(o["nulls_last"]),
         maintain_order=o.get("maintain_order", False),
     ),
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),

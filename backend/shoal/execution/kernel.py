@@ -178,8 +178,16 @@ def _reader_options(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
         out[key] = value
     return out
 
-_JOIN_HOW = {"inner": "inner", "left": "left", "right": "right", "full": "full",
-             "semi": "semi", "anti": "anti", "cross": "cross"}
+
+_JOIN_HOW = {
+    "inner": "inner",
+    "left": "left",
+    "right": "right",
+    "full": "full",
+    "semi": "semi",
+    "anti": "anti",
+    "cross": "cross",
+}
 
 
 def build(
@@ -208,8 +216,9 @@ def build(
         left = build(node.left, inputs, scan)
         right = build(node.right, inputs, scan)
         if node.how == "cross":
-            return left.join(right, how="cross", suffix=node.suffix,
-                             maintain_order=node.maintain_order)
+            return left.join(
+                right, how="cross", suffix=node.suffix, maintain_order=node.maintain_order
+            )
         return left.join(
             right,
             left_on=[to_polars(e) for e in node.left_on],
@@ -245,8 +254,7 @@ def build(
             list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
         )
     if isinstance(node, Unnest):
-        return build(node.input, inputs, scan).unnest(list(node.columns),
-                                                      separator=node.separator)
+        return build(node.input, inputs, scan).unnest(list(node.columns), separator=node.separator)
     if isinstance(node, Unpivot):
         return _unpivot(node, build(node.input, inputs, scan))
     if isinstance(node, RowIndex):
@@ -268,8 +276,11 @@ def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
     value_type = node.schema[node.value_name].to_polars()
     index = [pl.col(i) for i in node.index]
     parts = [
-        lf.select(*index, pl.lit(c, pl.String).alias(node.variable_name),
-                  pl.col(c).cast(value_type).alias(node.value_name))
+        lf.select(
+            *index,
+            pl.lit(c, pl.String).alias(node.variable_name),
+            pl.col(c).cast(value_type).alias(node.value_name),
+        )
         for c in node.on
     ]
     if not parts:
@@ -294,7 +305,9 @@ def _split(tagged: pl.DataFrame, n: int) -> list[pl.DataFrame]:
 
 
 def range_buckets(
-    keys: pl.DataFrame, boundaries: pl.DataFrame, descending: Sequence[bool],
+    keys: pl.DataFrame,
+    boundaries: pl.DataFrame,
+    descending: Sequence[bool],
     nulls_last: Sequence[bool],
 ) -> pl.Series:
     """Bucket index (0..len(boundaries)) of each row of ``keys`` under the sort order:
@@ -303,10 +316,13 @@ def range_buckets(
     names = keys.columns
     marked = pl.concat(
         [
-            keys.with_columns(pl.lit(1, pl.Int8).alias("__is_data"),
-                              pl.int_range(pl.len(), dtype=pl.UInt32).alias("__row")),
-            boundaries.select(names).with_columns(pl.lit(0, pl.Int8).alias("__is_data"),
-                                                  pl.lit(None, pl.UInt32).alias("__row")),
+            keys.with_columns(
+                pl.lit(1, pl.Int8).alias("__is_data"),
+                pl.int_range(pl.len(), dtype=pl.UInt32).alias("__row"),
+            ),
+            boundaries.select(names).with_columns(
+                pl.lit(0, pl.Int8).alias("__is_data"), pl.lit(None, pl.UInt32).alias("__row")
+            ),
         ],
         how="vertical_relaxed",
     )
@@ -328,7 +344,9 @@ def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
     if spec.boundaries is None or spec.boundaries.num_rows == 0 or df.height == 0:
         return [df] + [df.clear() for _ in range(spec.num_outputs - 1)]
     if spec.boundaries.num_rows != spec.n - 1:
-        raise ValueError(f"range exchange: {spec.boundaries.num_rows} boundaries for {spec.n} outputs")
+        raise ValueError(
+            f"range exchange: {spec.boundaries.num_rows} boundaries for {spec.n} outputs"
+        )
     keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(spec.by)])
     bounds = pl.from_arrow(spec.boundaries)
     assert isinstance(bounds, pl.DataFrame)

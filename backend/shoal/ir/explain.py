@@ -71,8 +71,10 @@ def describe(node: PlanNode) -> str:
         u = node.udf
         where = "ACTOR POOL" if getattr(u, "needs_actor_pool", False) else "IN TASK"
         res = u.resources.describe() if hasattr(u, "resources") else ""
-        return (f"UDF {node.udf_name}({', '.join(node.inputs)}) AS {node.output} "
-                f"[{where}{', ' + res if res else ''}]")
+        return (
+            f"UDF {node.udf_name}({', '.join(node.inputs)}) AS {node.output} "
+            f"[{where}{', ' + res if res else ''}]"
+        )
     return node.label
 
 

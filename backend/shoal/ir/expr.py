@@ -26,27 +26,92 @@ BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | BOOLEAN_OPS
 
 #: Aggregate functions the IR knows.
 AGG_FUNCTIONS = frozenset(
-    {"sum", "mean", "min", "max", "count", "len", "n_unique", "first", "last", "median",
-     "std", "var", "null_count", "nan_min", "nan_max", "first_non_null", "last_non_null",
-     "quantile", "implode", "product", "arg_min", "arg_max"}
+    {
+        "sum",
+        "mean",
+        "min",
+        "max",
+        "count",
+        "len",
+        "n_unique",
+        "first",
+        "last",
+        "median",
+        "std",
+        "var",
+        "null_count",
+        "nan_min",
+        "nan_max",
+        "first_non_null",
+        "last_non_null",
+        "quantile",
+        "implode",
+        "product",
+        "arg_min",
+        "arg_max",
+    }
 )
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
 #: is exact); every other function is row-local and runs on any partition.
 ORDER_DEPENDENT_FUNCTIONS = frozenset(
-    {"cum_sum", "cum_prod", "cum_min", "cum_max", "cum_count", "shift", "diff", "rank",
-     "over", "row_index", "int_range", "pct_change", "rolling", "forward_fill",
-     "backward_fill", "fill_null_strategy", "gather_every", "reverse", "head", "tail",
-     "slice", "sort", "sort_by", "unique", "arg_sort", "top_k", "bottom_k", "filter",
-     "is_unique", "is_duplicated", "is_first_distinct", "is_last_distinct", "rle_id",
-     "interpolate"}
+    {
+        "cum_sum",
+        "cum_prod",
+        "cum_min",
+        "cum_max",
+        "cum_count",
+        "shift",
+        "diff",
+        "rank",
+        "over",
+        "row_index",
+        "int_range",
+        "pct_change",
+        "rolling",
+        "forward_fill",
+        "backward_fill",
+        "fill_null_strategy",
+        "gather_every",
+        "reverse",
+        "head",
+        "tail",
+        "slice",
+        "sort",
+        "sort_by",
+        "unique",
+        "arg_sort",
+        "top_k",
+        "bottom_k",
+        "filter",
+        "is_unique",
+        "is_duplicated",
+        "is_first_distinct",
+        "is_last_distinct",
+        "rle_id",
+        "interpolate",
+    }
 )
 
 _SYMBOL = {
-    "add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%",
-    "eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">=",
-    "eq_missing": "eq_missing", "ne_missing": "ne_missing", "and": "&", "or": "|", "xor": "^",
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "eq": "==",
+    "ne": "!=",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq_missing": "eq_missing",
+    "ne_missing": "ne_missing",
+    "and": "&",
+    "or": "|",
+    "xor": "^",
 }
 
 
@@ -76,7 +141,8 @@ class Expr:
                 changes[f.name] = tuple(fn(x) for x in v)
         if not changes:
             return self
-        return type(self)(**{f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)})  # type: ignore[arg-type]
+        kwargs = {f.name: changes.get(f.name, getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+        return type(self)(**kwargs)
 
     def walk(self) -> Iterator[Expr]:
         """This expression and every descendant, pre-order."""

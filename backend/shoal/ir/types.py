@@ -52,7 +52,9 @@ class DataType:
 
     @property
     def is_numeric(self) -> bool:
-        return pa.types.is_integer(self.arrow) or pa.types.is_floating(self.arrow) or self.is_decimal
+        return (
+            pa.types.is_integer(self.arrow) or pa.types.is_floating(self.arrow) or self.is_decimal
+        )
 
     @property
     def is_integer(self) -> bool:

@@ -339,10 +339,9 @@ def _node_rules(node: PlanNode, path: str) -> None:
                 f"needs at least one sort key and one descending and nulls_last flag per key "
                 f"(got {n} keys, {len(node.descending)} and {len(node.nulls_last)} flags)",  # type: ignore[attr-defined]
             )
-    if isinstance(node, Slice):
-        # A negative offset counts from the end, as in Polars (``tail``).
-        if node.length is not None and node.length < 0:
-            raise _fail(node, path, f"length must be None or >= 0, got {node.length}")
+    # A negative Slice offset counts from the end, as in Polars (``tail``): allowed.
+    if isinstance(node, Slice) and node.length is not None and node.length < 0:
+        raise _fail(node, path, f"length must be None or >= 0, got {node.length}")
     if isinstance(node, Union):
         for i, k in enumerate(kids):
             if k.schema != node.schema:

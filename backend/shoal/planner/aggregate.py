@@ -28,9 +28,17 @@ from shoal.ir.expr import (
 )
 from shoal.ir.types import FLOAT64, DataType
 
-_FINAL = {"sum": "sum", "count": "sum", "len": "sum", "min": "min", "max": "max",
-          "null_count": "sum", "nan_min": "nan_min", "nan_max": "nan_max",
-          "product": "product"}
+_FINAL = {
+    "sum": "sum",
+    "count": "sum",
+    "len": "sum",
+    "min": "min",
+    "max": "max",
+    "null_count": "sum",
+    "nan_min": "nan_min",
+    "nan_max": "nan_max",
+    "product": "product",
+}
 DECOMPOSABLE = frozenset(_FINAL) | {"mean"}
 
 
@@ -110,8 +118,12 @@ def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
                 BinaryOp("eq", c, Lit(0, idx), _bool()),
                 Lit(None, e.dtype),
                 Cast(
-                    BinaryOp("truediv", Cast(s, FLOAT64, strict=False),
-                             Cast(c, FLOAT64, strict=False), FLOAT64),
+                    BinaryOp(
+                        "truediv",
+                        Cast(s, FLOAT64, strict=False),
+                        Cast(c, FLOAT64, strict=False),
+                        FLOAT64,
+                    ),
                     e.dtype,
                     strict=False,
                 ),

@@ -91,8 +91,9 @@ def split_scan(
     for piece, size in units:
         # A file without rows stays a partition of its own: grouping it changes nothing,
         # and keeping it shows that empty partitions flow through every stage.
-        if current and (current_bytes + size > target_bytes or piece.rows == 0
-                        or current[-1].rows == 0):
+        if current and (
+            current_bytes + size > target_bytes or piece.rows == 0 or current[-1].rows == 0
+        ):
             partitions.append(ScanPartition(tuple(current)))
             current, current_bytes = [], 0
         current.append(piece)
@@ -140,7 +141,8 @@ def _row_groups(scan: Scan) -> list[tuple[str, int, int, int]]:
 
 
 def _check_same_schema(
-    a: tuple[str, dict[str, DataType]], b: tuple[str, dict[str, DataType]],
+    a: tuple[str, dict[str, DataType]],
+    b: tuple[str, dict[str, DataType]],
     columns: tuple[str, ...],
 ) -> None:
     """Files of one dataset must agree on every scanned column: raise PlanError naming the

@@ -61,7 +61,6 @@ from shoal.planner import aggregate as agg2
 from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 
-
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
 #: decision (no column statistics yet; DuckDB's optimizer uses the same default).
 FILTER_SELECTIVITY = 0.2
@@ -94,8 +93,13 @@ class _Builder:
 
     # -- stages -----------------------------------------------------------------------
 
-    def cut(self, op: _Open, output: OutputSpec, name: str | None = None,
-            boundaries_from: int | None = None) -> Stage:
+    def cut(
+        self,
+        op: _Open,
+        output: OutputSpec,
+        name: str | None = None,
+        boundaries_from: int | None = None,
+    ) -> Stage:
         st = Stage(
             id=len(self.plan.stages),
             name=name or op.name,
@@ -112,8 +116,9 @@ class _Builder:
 
     def read(self, st: Stage, mode: str, num_tasks: int, name: str) -> _Open:
         spec = StageInputSpec(st.id, mode, st.fragment.schema)  # type: ignore[arg-type]
-        return _Open(StageInput(0, st.fragment.schema), num_tasks, [spec],
-                     est_bytes=st.est_bytes, name=name)
+        return _Open(
+            StageInput(0, st.fragment.schema), num_tasks, [spec], est_bytes=st.est_bytes, name=name
+        )
 
     def gather(self, op: _Open, name: str) -> _Open:
         """All rows in one task, in partition order."""
@@ -141,13 +146,22 @@ class _Builder:
 
     def _visit(self, node: PlanNode) -> _Open:
         if isinstance(node, Scan):
-            split = split_scan(node, self.config.target_partition_bytes,
-                               self.config.default_partitions, 2 * self.cpus)
+            split = split_scan(
+                node,
+                self.config.target_partition_bytes,
+                self.config.default_partitions,
+                2 * self.cpus,
+            )
             est = split.est_bytes
             if node.predicate is not None:
                 est = int(est * FILTER_SELECTIVITY)
-            return _Open(node, len(split.partitions), scan_partitions=split.partitions,
-                         est_bytes=est, name="scan")
+            return _Open(
+                node,
+                len(split.partitions),
+                scan_partitions=split.partitions,
+                est_bytes=est,
+                name="scan",
+            )
         if isinstance(node, Filter):
             op = self.visit(node.input)
             if not node.predicate.is_row_local():
@@ -191,8 +205,12 @@ class _Builder:
         op = self.visit(node.input)
         if not getattr(node.udf, "needs_actor_pool", False):
             return op.wrap(node.with_children((op.node,)))
-        if (isinstance(op.node, StageInput) and op.scan_partitions is None
-                and len(op.inputs) == 1 and op.inputs[0].mode == "pointwise"):
+        if (
+            isinstance(op.node, StageInput)
+            and op.scan_partitions is None
+            and len(op.inputs) == 1
+            and op.inputs[0].mode == "pointwise"
+        ):
             up = self.plan.stage(op.inputs[0].stage)  # already a stage's output: read it
         else:
             up = self.cut(op, SingleOutput())
@@ -207,8 +225,9 @@ class _Builder:
         reads_cols = any(e.expr.columns() for e in node.exprs)
         if op.num_tasks == 1:
             return op.wrap(Project(op.node, node.exprs, node.schema))
-        if any(with_agg) and all(with_agg[i] or not e.expr.columns()
-                                 for i, e in enumerate(node.exprs)):
+        if any(with_agg) and all(
+            with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs)
+        ):
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
@@ -222,8 +241,9 @@ class _Builder:
             # A key like rank(a) depends on all rows: evaluated on one partition.
             op = self.gather(op, "gather")
         if op.num_tasks == 1:
-            return op.wrap(Aggregate(op.node, node.keys, node.aggs, node.maintain_order,
-                                     node.schema))
+            return op.wrap(
+                Aggregate(op.node, node.keys, node.aggs, node.maintain_order, node.schema)
+            )
         key_cols = tuple(NamedExpr(k.name, Col(k.name, k.dtype)) for k in node.keys)
         if agg2.can_split(node.aggs):
             tp = agg2.split(node.keys, node.aggs)
@@ -233,18 +253,19 @@ class _Builder:
             final_schema = Schema.of(
                 [(k.name, k.dtype) for k in node.keys] + [(f.name, f.dtype) for f in tp.final]
             )
-            op.wrap(Aggregate(op.node, node.keys, tp.partial, node.maintain_order,
-                              partial_schema))
+            op.wrap(Aggregate(op.node, node.keys, tp.partial, node.maintain_order, partial_schema))
             if node.keys and not node.maintain_order:
                 n = self.shuffle_n(op)
-                st = self.cut(op, HashOutput(tuple(k.expr for k in key_cols), n),
-                              name=f"{op.name}+partial-agg")
+                st = self.cut(
+                    op,
+                    HashOutput(tuple(k.expr for k in key_cols), n),
+                    name=f"{op.name}+partial-agg",
+                )
                 final = self.read(st, "bucket", n, "final-agg")
             else:
                 st = self.cut(op, SingleOutput(), name=f"{op.name}+partial-agg")
                 final = self.read(st, "all", 1, "final-agg")
-            final.wrap(Aggregate(final.node, key_cols, tp.final, node.maintain_order,
-                                 final_schema))
+            final.wrap(Aggregate(final.node, key_cols, tp.final, node.maintain_order, final_schema))
             return final.wrap(Project(final.node, tp.project, node.schema))
         if node.keys and not node.maintain_order:
             n = self.shuffle_n(op)
@@ -252,8 +273,9 @@ class _Builder:
             final = self.read(st, "bucket", n, "agg")
         else:
             final = self.gather(op, "agg")
-        return final.wrap(Aggregate(final.node, node.keys, node.aggs, node.maintain_order,
-                                    node.schema))
+        return final.wrap(
+            Aggregate(final.node, node.keys, node.aggs, node.maintain_order, node.schema)
+        )
 
     def join(self, node: Join) -> _Open:
         left = self.visit(node.left)
@@ -267,11 +289,17 @@ class _Builder:
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
         candidates = []
-        if can_right and (right.num_tasks == 1 or node.how == "cross"
-                          or (threshold and right.est_bytes <= threshold)):
+        if can_right and (
+            right.num_tasks == 1
+            or node.how == "cross"
+            or (threshold and right.est_bytes <= threshold)
+        ):
             candidates.append((right.est_bytes, True))
-        if can_left and (left.num_tasks == 1 or node.how == "cross"
-                         or (threshold and left.est_bytes <= threshold)):
+        if can_left and (
+            left.num_tasks == 1
+            or node.how == "cross"
+            or (threshold and left.est_bytes <= threshold)
+        ):
             candidates.append((left.est_bytes, False))
         if candidates:
             _, build_right = min(candidates)
@@ -282,12 +310,14 @@ class _Builder:
         lkeys, rkeys = _hash_keys(node.left_on, node.right_on)
         ls = self.cut(left, HashOutput(lkeys, n), name=f"{left.name}+shuffle")
         rs = self.cut(right, HashOutput(rkeys, n), name=f"{right.name}+shuffle")
-        specs = [StageInputSpec(ls.id, "bucket", ls.fragment.schema),
-                 StageInputSpec(rs.id, "bucket", rs.fragment.schema)]
-        joined = replace(node, left=StageInput(0, ls.fragment.schema),
-                         right=StageInput(1, rs.fragment.schema))
-        return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes,
-                     name="hash-join")
+        specs = [
+            StageInputSpec(ls.id, "bucket", ls.fragment.schema),
+            StageInputSpec(rs.id, "bucket", rs.fragment.schema),
+        ]
+        joined = replace(
+            node, left=StageInput(0, ls.fragment.schema), right=StageInput(1, rs.fragment.schema)
+        )
+        return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
 
     def _ordered_join(self, node: Join, left: _Open, right: _Open) -> _Open:
         """A join whose output order Polars defines (``maintain_order``): the side whose
@@ -301,8 +331,9 @@ class _Builder:
         if not leads_left and node.how in ("inner", "right"):
             return self._broadcast(node, probe=right, build=left, build_is_right=False)
         left = self.gather(left, "ordered-join")
-        return self._broadcast(node, probe=left, build=self.gather(right, "gather"),
-                               build_is_right=True)
+        return self._broadcast(
+            node, probe=left, build=self.gather(right, "gather"), build_is_right=True
+        )
 
     def distinct(self, node: Distinct) -> _Open:
         op = self.visit(node.input)
@@ -332,10 +363,14 @@ class _Builder:
         if all(o.num_tasks == 1 for o in ops):
             return self._combine_single(ops, lambda kids: Union(kids, node.schema), "union")
         stages = [self.cut(o, SingleOutput(), name=f"{o.name}+union") for o in ops]
-        spec = StageInputSpec(stages[0].id, "concat", node.schema,
-                              tuple(s.id for s in stages[1:]))
-        return _Open(StageInput(0, node.schema), sum(s.num_tasks for s in stages), [spec],
-                     est_bytes=sum(o.est_bytes for o in ops), name="union")
+        spec = StageInputSpec(stages[0].id, "concat", node.schema, tuple(s.id for s in stages[1:]))
+        return _Open(
+            StageInput(0, node.schema),
+            sum(s.num_tasks for s in stages),
+            [spec],
+            est_bytes=sum(o.est_bytes for o in ops),
+            name="union",
+        )
 
     def _combine_single(self, ops: list[_Open], make: Any, name: str) -> _Open:
         """Single-partition inputs combined by one node (union, hconcat) in one task."""
@@ -365,35 +400,43 @@ class _Builder:
             # A key like cum_sum(a) depends on all rows in order: evaluated on one partition.
             op = self.gather(op, "gather")
         if op.num_tasks == 1:
-            return op.wrap(Sort(op.node, node.by, node.descending, node.nulls_last,
-                                node.stable, node.schema))
+            return op.wrap(
+                Sort(op.node, node.by, node.descending, node.nulls_last, node.stable, node.schema)
+            )
         n = self.shuffle_n(op)
-        sampled = self.cut(op, SingleOutput(node.by, self.config.sort_sample_rows),
-                           name=f"{op.name}+sample")
+        sampled = self.cut(
+            op, SingleOutput(node.by, self.config.sort_sample_rows), name=f"{op.name}+sample"
+        )
         split_in = self.read(sampled, "pointwise", sampled.num_tasks, "range-split")
         spec = RangeOutput(node.by, node.descending, node.nulls_last, n)
         split = self.cut(split_in, spec, boundaries_from=sampled.id)
         final = self.read(split, "bucket", n, "sort")
-        return final.wrap(Sort(final.node, node.by, node.descending, node.nulls_last,
-                               node.stable, node.schema))
+        return final.wrap(
+            Sort(final.node, node.by, node.descending, node.nulls_last, node.stable, node.schema)
+        )
 
     def slice(self, node: Slice) -> _Open:
         inner = node.input
         if node.offset < 0:
             g = self.gather(self.visit(inner), "limit")
             return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
-        if (isinstance(inner, Sort) and node.length is not None
-                and all(e.is_row_local() for e in inner.by)):
+        if (
+            isinstance(inner, Sort)
+            and node.length is not None
+            and all(e.is_row_local() for e in inner.by)
+        ):
             op = self.visit(inner.input)
-            sort = Sort(op.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
-                        inner.schema)
+            sort = Sort(
+                op.node, inner.by, inner.descending, inner.nulls_last, inner.stable, inner.schema
+            )
             if op.num_tasks == 1:
                 return op.wrap(Slice(sort, node.offset, node.length, node.schema))
             op.wrap(Slice(sort, 0, node.offset + node.length, node.schema))
             op.name = f"{op.name}+top-k"
             g = self.gather(op, "top-k")
-            top = Sort(g.node, inner.by, inner.descending, inner.nulls_last, inner.stable,
-                       inner.schema)
+            top = Sort(
+                g.node, inner.by, inner.descending, inner.nulls_last, inner.stable, inner.schema
+            )
             return g.wrap(Slice(top, node.offset, node.length, node.schema))
         op = self.visit(inner)
         if op.num_tasks == 1:
@@ -404,8 +447,9 @@ class _Builder:
         return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
 
 
-def _hash_keys(left: tuple[Expr, ...], right: tuple[Expr, ...]) -> tuple[tuple[Expr, ...],
-                                                                        tuple[Expr, ...]]:
+def _hash_keys(
+    left: tuple[Expr, ...], right: tuple[Expr, ...]
+) -> tuple[tuple[Expr, ...], tuple[Expr, ...]]:
     """Join keys to hash on; a pair of keys of different types is cast to the left's type
     so that equal values land in the same partition on both sides."""
     rk = tuple(
@@ -443,6 +487,3 @@ def build(plan: PlanNode, config: Config) -> PhysicalPlan:
     # else: the plan ends with an actor pool stage, whose outputs are the result as they are
     b.plan.schema = plan.schema
     return b.plan
-
-
-

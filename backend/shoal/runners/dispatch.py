@@ -126,9 +126,15 @@ class DispatchLoop:
     when the run ends, also on failure and on ``KeyboardInterrupt``.
     """
 
-    def __init__(self, plan: PhysicalPlan, backend: Backend, max_in_flight: int,
-                 config: Any = None, tracer: QueryTracer | None = None,
-                 pools: dict[int, Any] | None = None) -> None:
+    def __init__(
+        self,
+        plan: PhysicalPlan,
+        backend: Backend,
+        max_in_flight: int,
+        config: Any = None,
+        tracer: QueryTracer | None = None,
+        pools: dict[int, Any] | None = None,
+    ) -> None:
         self.plan = plan
         self.config_digest = config.digest() if config is not None else ""
         self.max_retries = config.task_max_retries if config is not None else 0
@@ -195,8 +201,11 @@ class DispatchLoop:
                 self.in_flight.clear()
                 if isinstance(exc, KeyboardInterrupt):
                     raise
-                retried = (f" (after up to {spec.max_retries} retries on worker or object loss)"
-                           if spec.max_retries else "")
+                retried = (
+                    f" (after up to {spec.max_retries} retries on worker or object loss)"
+                    if spec.max_retries
+                    else ""
+                )
                 raise TaskError(
                     f"task failed in stage {spec.stage.id} [{spec.stage.name}], partition "
                     f"{spec.partition}{retried}: {type(exc).__name__}: {exc}"
@@ -288,8 +297,7 @@ class DispatchLoop:
             up = self.states[spec.stage]
             n_up = up.stage.num_tasks
             if spec.mode == "concat":
-                flat = [(s, p) for s in spec.stages
-                        for p in range(self.states[s].stage.num_tasks)]
+                flat = [(s, p) for s in spec.stages for p in range(self.states[s].stage.num_tasks)]
                 s_id, p_id = flat[partition]
                 inputs.append([self.states[s_id].outputs[p_id][0]])
             elif spec.mode == "pointwise":
@@ -301,5 +309,14 @@ class DispatchLoop:
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
         pool = self.pools.get(st.stage.id)  # an actor pool's tasks are not retried
-        return TaskSpec(st.stage, partition, inputs, scan, st.output, self.config_handle,
-                        self.config_digest, 0 if pool else self.max_retries, pool)
+        return TaskSpec(
+            st.stage,
+            partition,
+            inputs,
+            scan,
+            st.output,
+            self.config_handle,
+            self.config_digest,
+            0 if pool else self.max_retries,
+            pool,
+        )

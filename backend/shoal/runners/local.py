@@ -24,8 +24,9 @@ class LocalBackend:
     """Runs tasks on a thread pool of ``num_threads`` threads; output references are the
     Arrow tables themselves. Polars releases the GIL while it works."""
 
-    def __init__(self, num_threads: int | None = None,
-                 resources: ResourceLedger | None = None) -> None:
+    def __init__(
+        self, num_threads: int | None = None, resources: ResourceLedger | None = None
+    ) -> None:
         self.num_threads = num_threads or os.cpu_count() or 1
         self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="shoal-task")
         self.resources = resources or local_ledger(num_threads, None)

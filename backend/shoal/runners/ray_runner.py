@@ -88,8 +88,9 @@ def check_reachable(address: str, timeout_s: float) -> None:
         ) from exc
 
 
-def _ray_task(payload: tuple[Any, ...], config: Config, digest: str, layout: list[int],
-              *refs: pa.Table) -> tuple[Any, ...]:
+def _ray_task(
+    payload: tuple[Any, ...], config: Config, digest: str, layout: list[int], *refs: pa.Table
+) -> tuple[Any, ...]:
     from shoal.config import task_config
     from shoal.execution.kernel import run_fragment
 
@@ -97,13 +98,14 @@ def _ray_task(payload: tuple[Any, ...], config: Config, digest: str, layout: lis
         return _ray_task_body(payload, layout, refs, run_fragment)
 
 
-def _ray_task_body(payload: tuple[Any, ...], layout: list[int], refs: tuple[pa.Table, ...],
-                   run_fragment: Any) -> tuple[Any, ...]:
+def _ray_task_body(
+    payload: tuple[Any, ...], layout: list[int], refs: tuple[pa.Table, ...], run_fragment: Any
+) -> tuple[Any, ...]:
     fragment, input_schemas, scan, output = payload
     inputs: list[list[pa.Table]] = []
     pos = 0
     for n in layout:
-        inputs.append(list(refs[pos:pos + n]))
+        inputs.append(list(refs[pos : pos + n]))
         pos += n
     stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas)
     return (stats, *tables)
@@ -133,8 +135,10 @@ class RayBackend:
         layout = [len(g) for g in task.inputs]
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
-            num_returns=1 + task.output.num_outputs, num_cpus=self.task_cpus,
-            max_retries=task.max_retries, retry_exceptions=False,
+            num_returns=1 + task.output.num_outputs,
+            num_cpus=self.task_cpus,
+            max_retries=task.max_retries,
+            retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))

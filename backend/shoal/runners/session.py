@@ -51,8 +51,11 @@ def runner_settings(config: Config) -> Config:
     by those that ``config`` (a query's config) sets to a non-default value."""
     base = _config.get_config()
     defaults = Config()
-    explicit = {k: getattr(config, k) for k in _config.RUNNER_FIELDS
-                if getattr(config, k) != getattr(defaults, k)}
+    explicit = {
+        k: getattr(config, k)
+        for k in _config.RUNNER_FIELDS
+        if getattr(config, k) != getattr(defaults, k)
+    }
     return base.replace(**{k: v for k, v in explicit.items() if k != "runner"})
 
 
@@ -73,8 +76,9 @@ def _backend(config: Config) -> Any:
             from shoal.resources import local_ledger
             from shoal.runners.local import LocalBackend
 
-            backend = LocalBackend(settings.num_cpus,
-                                   local_ledger(settings.num_cpus, settings.gpus))
+            backend = LocalBackend(
+                settings.num_cpus, local_ledger(settings.num_cpus, settings.gpus)
+            )
         _backends[kind] = backend
         _started_with[kind] = settings
         _config.mark_runner_started(True)
@@ -128,8 +132,9 @@ def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.
     if any(pool_udf(st) for st in physical.stages):
         # Stateful and GPU user functions: one actor pool per such stage, started by the
         # loop when the stage becomes runnable and closed when it ends (or the query does).
-        loop.pools = make_pools(physical, backend, config.runner, new_query_id(),
-                                loop.config_handle, loop.config_digest)
+        loop.pools = make_pools(
+            physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
+        )
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)
