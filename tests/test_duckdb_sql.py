@@ -505,3 +505,33 @@ def test_registered_udf_runs_through_shoal_and_matches_native_duckdb() -> None:
     assert sorted(got.fetchall()) == sorted(con.sql(query).fetchall())
     plan = shoal.duckdb.to_ir(con, query)
     assert any(type(n).__name__ == "UdfProject" for n in plan.walk())
+
+
+def test_aggregates_of_constants_count_every_row() -> None:
+    """Regression: ``count(1)`` gave 1 and ``sum(5)`` gave 5 (a literal aggregated once,
+    per partition) where DuckDB aggregates the constant once per row."""
+    con = duckdb.connect()
+    con.sql("CREATE TABLE t AS SELECT i FROM range(10) r(i)")
+    config = shoal.Config(default_partitions=4)
+    for query in (
+        "SELECT count(1) FROM t",
+        "SELECT sum(5), count(*) FROM t",
+        "SELECT sum(2.5) FROM t",
+        "SELECT i % 2 AS g, sum(3), count(1) FROM t GROUP BY g ORDER BY g",
+        "SELECT sum(1) FROM t WHERE i > 100",
+    ):
+        got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True, config=config)
+        assert got.fetchall() == con.sql(query).fetchall(), query
+
+
+def test_max_of_floats_with_nan_is_nan_as_in_duckdb() -> None:
+    """Regression: max skipped NaN (Polars' max) where DuckDB orders NaN above numbers."""
+    con = duckdb.connect()
+    con.sql("CREATE TABLE fl (k INTEGER, f DOUBLE)")
+    con.sql("INSERT INTO fl VALUES (1, 1.0), (1, 'nan'), (2, -0.0), (2, 0.0), (3, 'nan')")
+    for query in (
+        "SELECT k, max(f), min(f) FROM fl GROUP BY k ORDER BY k",
+        "SELECT max(f), min(f) FROM fl",
+    ):
+        got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True).fetchall()
+        assert str(got) == str(con.sql(query).fetchall()), query

@@ -569,3 +569,14 @@ def test_sort_by_then_last_is_refused_with_the_reason(left: pl.LazyFrame) -> Non
     lf = left.group_by("g").agg(pl.col("n").sort_by("v").last())
     with pytest.raises(UnsupportedError, match="Polars does not show this expression"):
         to_ir(lf)
+
+
+def test_aggregate_of_a_literal_is_one_value_however_many_partitions() -> None:
+    """Regression: lit(1).sum() gave the number of partitions (partial sums added up)."""
+    lf = pl.LazyFrame({"k": [1, 1, 2, 2, 2, 3] * 10, "v": range(60)})
+    engine = DistEngine(runner="local", raise_on_fail=True, config=Config(default_partitions=4))
+    for q in (
+        lf.select(pl.lit(1).sum().alias("a"), pl.lit(1).count().alias("c")),
+        lf.group_by("k").agg(pl.lit(1).sum().alias("a"), pl.col("v").sum()).sort("k"),
+    ):
+        assert q.collect(engine=engine).equals(q.collect())

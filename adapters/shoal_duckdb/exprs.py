@@ -1101,6 +1101,13 @@ def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
     return handler
 
 
+def _max(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    """DuckDB orders NaN above every number, so the max of floats with a NaN is NaN;
+    Polars' ``max`` skips NaN, ``nan_max`` does not."""
+    (x,) = args
+    return cast(Agg("nan_max" if x.dtype.is_float else "max", x, x.dtype), dtype)
+
+
 def _moment(name: str, ddof: int) -> Callable[[list[Expr], DataType, bool], Expr]:
     def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
         (x,) = args
@@ -1124,7 +1131,7 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "count": _count_agg,
     "count_star": _count_star,
     "min": _minmax("min"),
-    "max": _minmax("max"),
+    "max": _max,
     # Any non-null value of the group will do; max is one, and deterministic.
     "any_value": _minmax("max"),
     "arbitrary": _minmax("max"),

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr, Ternary
+from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -609,6 +610,7 @@ def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
     aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
     child = _done(maybe)
+    child, aggs = _per_row_constants(t, child, aggs)
     sets = [list(map(int, s)) for s in op.get("grouping_sets") or []]
     all_groups = list(range(len(groups)))
     grouping_functions = [list(map(int, g)) for g in op.get("grouping_functions") or []]
@@ -648,6 +650,27 @@ def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
         branches.append(Project(part.node, tuple(exprs), schema))
         out_cols = tuple(Col(e.name, e.dtype) for e in exprs)
     return Rel(Union(tuple(branches), branches[0].schema), out_cols)
+
+
+def _per_row_constants(t: Translator, child: Rel, aggs: list[Expr]) -> tuple[Rel, list[Expr]]:
+    """DuckDB aggregates a constant argument once per row (``sum(5)`` over 10 rows is 50,
+    ``count(1)`` counts rows); in the IR, as in Polars, a literal is one value. Such
+    arguments become columns of a projection below the aggregate, one value per row."""
+    extra: list[NamedExpr] = []
+
+    def per_row(e: Expr) -> Expr | None:
+        if isinstance(e, Agg) and e.arg is not None and not e.arg.columns():
+            name = t.fresh("const")
+            extra.append(NamedExpr(name, e.arg))
+            return Agg(e.name, Col(name, e.arg.dtype), e.dtype, e.options)
+        return None
+
+    rewritten = [replace_expr(a, per_row) for a in aggs]
+    if not extra or not child.node.schema.names:
+        return child, aggs
+    keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in child.node.schema.fields)
+    schema = Schema.of([*child.node.schema.fields, *((x.name, x.dtype) for x in extra)])
+    return Rel(Project(child.node, (*keep, *extra), schema), child.cols), rewritten
 
 
 def _group_by(

@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="shoal", description="shoal: a distributed execution backend for Polars on Ray."
+        prog="shoal",
+        description="shoal: a distributed execution backend for Polars and DuckDB on Ray.",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     tpch = commands.add_parser(
@@ -71,7 +72,9 @@ def _parser() -> argparse.ArgumentParser:
             "Exits with status 1 when any query mismatches or fails."
         ),
     )
-    tpch.add_argument("--scale", type=float, default=1.0, help="TPC-H scale factor (default: 1)")
+    tpch.add_argument(
+        "--scale", type=_positive_float, default=1.0, help="TPC-H scale factor (default: 1)"
+    )
     tpch.add_argument(
         "--queries",
         type=_query_list,
@@ -90,8 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     tpch.add_argument(
         "--runner",
         choices=["ray", "local"],
-        default="ray",
-        help="shoal runner: a Ray cluster or in-process threads (default: ray)",
+        default=None,
+        help="shoal runner: a Ray cluster or in-process threads (default: the configured "
+        "runner, SHOAL_RUNNER, else ray)",
     )
     tpch.add_argument(
         "--data-dir",
@@ -125,6 +129,16 @@ def _query_list(text: str) -> list[int]:
     return numbers
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
 def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
@@ -143,7 +157,13 @@ def _tpch(args: argparse.Namespace) -> int:
             f"available: {sorted(available)}"
         )
         return 2
-    data_dir = generate(args.scale, args.data_dir, args.partitions)
+    if args.runner is None:
+        args.runner = shoal.get_config().runner
+    try:
+        data_dir = generate(args.scale, args.data_dir, args.partitions)
+    except (OSError, RuntimeError) as exc:
+        print(f"shoal tpch: cannot prepare the TPC-H data: {exc}")
+        return 2
     if args.frontend == "duckdb":
         return _tpch_duckdb(args, data_dir)
     print(f"data:   {data_dir}")

@@ -59,6 +59,10 @@ def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
             if isinstance(e, Agg):
                 if e.name not in DECOMPOSABLE:
                     return False
+                if e.arg is not None and not e.arg.columns():
+                    # An aggregate of a literal sees one value however many rows there
+                    # are (Polars: lit(1).sum() is 1): per-partition parts would add up.
+                    return False
                 if e.arg is not None and not _rows_independent(e.arg):
                     return False
             elif isinstance(e, Col) and not _inside_agg(ne.expr, e):
