@@ -21,7 +21,7 @@ def test_explain_shows_settings_logical_and_physical_plan() -> None:
 def test_explain_names_the_reason_a_query_would_fall_back() -> None:
     lf = pl.LazyFrame({"a": [1, 2, 3]}).map_batches(lambda df: df)
     text = shoal.explain(lf, runner="local")
-    assert "Falls back to Polars' own engine" in text
+    assert "Falls back to the frontend's own engine" in text
     assert "MapFunction" in text
 
 

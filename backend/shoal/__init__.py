@@ -13,10 +13,11 @@ names from it with ``from shoal.udf import UDF``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from shoal import ir
-from shoal.api import execute, execute_batches, explain, shutdown
+from shoal.api import execute, execute_batches, shutdown
+from shoal.api import explain as _explain
 from shoal.config import Config, execution_config, get_config, set_config
 from shoal.errors import ConfigFrozenError, PlanError, ShoalError, TaskError, UnsupportedError
 from shoal.tracing import trace
@@ -25,7 +26,19 @@ from shoal.udf import UdfError, udf
 # Imported last: registers the Polars engine name "dist" and the LazyFrame namespace
 # ``lf.shoal`` (user functions).
 from shoal_polars import DistEngine  # noqa: E402
+from shoal_polars import to_ir as _polars_to_ir  # noqa: E402
 from shoal_polars import udf as _polars_udf  # noqa: E402, F401
+
+
+def explain(
+    query: Any, *, runner: Literal["ray", "local"] | None = None, config: Config | None = None
+) -> str:
+    """The settings, logical plan (shoal IR) and physical plan (stages, exchanges, partition
+    counts) of ``query``: a shoal IR plan or a Polars ``LazyFrame`` (for the DuckDB
+    frontend, ``shoal.duckdb.explain``). A LazyFrame that would fall back gets the reasons
+    instead. See :func:`shoal.api.explain`."""
+    return _explain(query, runner=runner, config=config, to_ir=_polars_to_ir)
+
 
 __all__ = [
     "Config",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -36,13 +36,21 @@ def execute_batches(
     yield from table.to_batches()
 
 
-def explain(query: Any, *, runner: RunnerKind | None = None, config: Config | None = None) -> str:
+def explain(
+    query: Any,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    to_ir: Callable[[Any], PlanNode] | None = None,
+) -> str:
     """The logical (shoal IR) and physical plan (stages and exchanges) of ``query``.
 
-    ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode` or a Polars ``LazyFrame``.
-    For a LazyFrame that shoal cannot run, the text says that it would fall back to
-    Polars' engine and names every node and expression that is the reason (the same
-    reasons the fallback warning gives). Raises ``FileNotFoundError`` for a missing input.
+    ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode`, or a frontend's query that
+    ``to_ir`` translates (``shoal.explain``, the facade, passes the Polars adapter's for a
+    ``LazyFrame``). For a query that shoal cannot run, the text says that it would fall
+    back to the frontend's engine and names every node and expression that is the reason
+    (the same reasons the fallback warning gives). Raises ``FileNotFoundError`` for a
+    missing input, ``TypeError`` for a query that is not a plan when ``to_ir`` is None.
     """
     from shoal.ir.explain import explain as explain_ir
     from shoal.planner.physical import plan_physical
@@ -52,13 +60,13 @@ def explain(query: Any, *, runner: RunnerKind | None = None, config: Config | No
     settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     header = f"Settings (config {cfg.digest()}): {settings}\n\n"
     if not isinstance(query, PlanNode):
-        from shoal_polars.engine import to_ir
-
+        if to_ir is None:
+            raise TypeError(f"explain: expected a shoal IR plan, got {type(query).__name__}")
         try:
             query = to_ir(query)
         except UnsupportedError as exc:
             # What collect(engine="dist") would do: fall back, for these reasons.
-            return header + f"Falls back to Polars' own engine:\n{exc}"
+            return header + f"Falls back to the frontend's own engine:\n{exc}"
     physical = plan_physical(query, cfg)
     return header + (
         "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
