@@ -31,9 +31,14 @@ def execute(
 def execute_batches(
     plan: PlanNode, *, runner: RunnerKind | None = None, config: Config | None = None
 ) -> Iterator[pa.RecordBatch]:
-    """Run ``plan`` and yield its result as record batches, partition by partition."""
-    table = execute(plan, runner=runner, config=config)
-    yield from table.to_batches()
+    """Run ``plan`` and yield its result as Arrow record batches (``plan.schema``), in
+    partition order, each partition's batches as soon as it and the partitions before it
+    have finished. Stopping the iteration early cancels the rest of the query. Raises as
+    :func:`execute` does."""
+    from shoal.runners.session import stream_plan
+
+    for table in stream_plan(plan, _resolve(runner, config)):
+        yield from table.to_batches()
 
 
 def explain(

@@ -15,7 +15,7 @@ the backend keeps them (object references on Ray); the loop only moves reference
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -226,7 +226,15 @@ class DispatchLoop:
 
     def run(self) -> list[Any]:
         """Run every task; return the root stage's output references in partition order."""
+        return list(self.stream())
+
+    def stream(self) -> Iterator[Any]:
+        """Run every task, yielding the root stage's output references in partition order,
+        each as soon as it and the partitions before it have finished. Closing the
+        generator early cancels the query's tasks and tears down its actor pools."""
         tracer = self.tracer  # None when tracing is off: each step then tests it only
+        root = self.states[-1]
+        emitted = 0
         try:
             while True:
                 with tracer.span("construct dispatch batch") if tracer else NO_SPAN as span:
@@ -243,6 +251,9 @@ class DispatchLoop:
                 with tracer.span("await") if tracer else NO_SPAN as span:
                     done = self._await_tasks()
                     span.set(tasks=len(done), in_flight=len(self.in_flight))
+                while emitted < root.stage.num_tasks and emitted in root.outputs:
+                    yield root.outputs[emitted][0]
+                    emitted += 1
         except BaseException:
             if self.in_flight:
                 self.backend.cancel(list(self.in_flight))
@@ -250,8 +261,9 @@ class DispatchLoop:
             raise
         finally:
             self.close_pools()
-        root = self.states[-1]
-        return [root.outputs[i][0] for i in range(root.stage.num_tasks)]
+        while emitted < root.stage.num_tasks:
+            yield root.outputs[emitted][0]
+            emitted += 1
 
     def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
         """When the actor that held a pool task died, the pool replaces it and the task's

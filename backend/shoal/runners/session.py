@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,6 +141,24 @@ def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.
         result = conform(backend.fetch(refs), plan)
     _last = QueryReport(physical, loop.task_stats, config.runner)
     return result
+
+
+def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
+    """Like :func:`run_plan`, but yield the result partition by partition, in order, each
+    as soon as it and the partitions before it are done (each with ``plan.schema``).
+    Closing the iterator early cancels the rest of the query."""
+    global _last
+    physical = plan_physical(plan, config)
+    backend = _backend(config)
+    limit = config.max_tasks_in_flight or 2 * _cpus(config)
+    loop = DispatchLoop(physical, backend, limit, config, None)
+    if any(pool_udf(st) for st in physical.stages):
+        loop.pools = make_pools(
+            physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
+        )
+    for ref in loop.stream():
+        yield conform(backend.fetch([ref]), plan)
+    _last = QueryReport(physical, loop.task_stats, config.runner)
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
