@@ -195,17 +195,10 @@ def _run_query(number: int, tables: dict[str, pl.LazyFrame], runner: RunnerKind)
     expected, streaming_s = _timed(lambda: query(tables).collect())
     _, in_memory_s = _timed(lambda: query(tables).collect(engine="in-memory"))
     report = QueryReport(number, expected.height, None, streaming_s, in_memory_s, "yes")
-    try:
-        engine = shoal.DistEngine(runner=runner, raise_on_fail=True)
-        result, shoal_s = _timed(lambda: query(tables).collect(engine=engine))
-    except shoal.UnsupportedError as exc:
-        return replace(report, status="unsupported", detail=f"fallback/unsupported: {exc}")
-    except Exception as exc:
-        return replace(report, status="error", detail=f"error: {type(exc).__name__}: {exc}")
-    ok, reason = compare_frames(result, expected, SORT_KEYS[number])
-    if ok:
-        return replace(report, shoal_s=shoal_s)
-    return replace(report, shoal_s=shoal_s, status="NO", detail=f"mismatch: {reason}")
+    engine = shoal.DistEngine(runner=runner, raise_on_fail=True)
+    return _checked(
+        report, lambda: query(tables).collect(engine=engine), expected, SORT_KEYS[number]
+    )
 
 
 def _tpch_duckdb(args: argparse.Namespace, data_dir: Path) -> int:
@@ -246,15 +239,28 @@ def _run_sql_query(number: int, con: Any, runner: RunnerKind) -> QueryReport:
     query = SQL_QUERIES[number]
     expected, duckdb_s = _timed(lambda: con.sql(query).pl())
     report = QueryReport(number, expected.height, None, duckdb_s, duckdb_s, "yes")
+    return _checked(
+        report,
+        lambda: shoal.duckdb.sql(con, query, runner=runner, raise_on_fail=True).pl(),
+        expected,
+        SQL_SORT_KEYS[number],
+    )
+
+
+def _checked(
+    report: QueryReport,
+    run: Callable[[], pl.DataFrame],
+    expected: pl.DataFrame,
+    sort_keys: list[tuple[str, bool]],
+) -> QueryReport:
+    """``report`` completed with shoal's time and whether ``run()`` matched ``expected``."""
     try:
-        result, shoal_s = _timed(
-            lambda: shoal.duckdb.sql(con, query, runner=runner, raise_on_fail=True).pl()
-        )
+        result, shoal_s = _timed(run)
     except shoal.UnsupportedError as exc:
         return replace(report, status="unsupported", detail=f"fallback/unsupported: {exc}")
     except Exception as exc:
         return replace(report, status="error", detail=f"error: {type(exc).__name__}: {exc}")
-    ok, reason = compare_frames(result, expected, SQL_SORT_KEYS[number])
+    ok, reason = compare_frames(result, expected, sort_keys)
     if ok:
         return replace(report, shoal_s=shoal_s)
     return replace(report, shoal_s=shoal_s, status="NO", detail=f"mismatch: {reason}")

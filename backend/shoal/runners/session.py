@@ -120,22 +120,31 @@ def run_plan(plan: PlanNode, config: Config) -> pa.Table:
         return _run_plan(plan, config, tracer)
 
 
-def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.Table:
-    global _last
+def _start(
+    plan: PlanNode, config: Config, tracer: QueryTracer | None
+) -> tuple[PhysicalPlan, Any, DispatchLoop]:
+    """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
+    with one actor pool per stage of a stateful or GPU user function (started by the loop
+    when the stage becomes runnable, closed when it ends or the query does)."""
     with tracer.span("plan") if tracer else NO_SPAN:
         physical = plan_physical(plan, config)
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
-    limit = config.max_tasks_in_flight or 2 * _cpus(config)
+    cpus = _cpus(config)
+    limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
-        tracer.planned(physical, cpus=_cpus(config), max_in_flight=limit)
+        tracer.planned(physical, cpus=cpus, max_in_flight=limit)
     loop = DispatchLoop(physical, backend, limit, config, tracer)
     if any(pool_udf(st) for st in physical.stages):
-        # Stateful and GPU user functions: one actor pool per such stage, started by the
-        # loop when the stage becomes runnable and closed when it ends (or the query does).
         loop.pools = make_pools(
             physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
         )
+    return physical, backend, loop
+
+
+def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.Table:
+    global _last
+    physical, backend, loop = _start(plan, config, tracer)
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)
@@ -148,14 +157,7 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
     as soon as it and the partitions before it are done (each with ``plan.schema``).
     Closing the iterator early cancels the rest of the query."""
     global _last
-    physical = plan_physical(plan, config)
-    backend = _backend(config)
-    limit = config.max_tasks_in_flight or 2 * _cpus(config)
-    loop = DispatchLoop(physical, backend, limit, config, None)
-    if any(pool_udf(st) for st in physical.stages):
-        loop.pools = make_pools(
-            physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
-        )
+    physical, backend, loop = _start(plan, config, None)
     for ref in loop.stream():
         yield conform(backend.fetch([ref]), plan)
     _last = QueryReport(physical, loop.task_stats, config.runner)
