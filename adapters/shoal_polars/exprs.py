@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
+from polars._plr import PySeries
 
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DataType
@@ -70,7 +71,6 @@ _UNSUPPORTED_EXPRS: dict[str, str] = {
     "RollingFunction": "rolling windows are not supported",
     "RollingFunctionBy": "rolling windows are not supported",
     "EwmFunction": "exponentially weighted functions are not supported",
-    "Gather": "gather (get/take by index) is not supported",
     "Explode": "explode inside an expression is not supported (LazyFrame.explode is)",
 }
 
@@ -122,6 +122,13 @@ def literal_value(value: Any, dtype: pl.DataType) -> Any:
 
 
 def _literal(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    if isinstance(view.value, pl.Series | PySeries):
+        # A Series literal is a column of values by position (``with_columns(pl.Series(...))``,
+        # the indices of ``gather``), not a scalar: the IR function ``series`` carries it.
+        values = (
+            pl.Series._from_pyseries(view.value) if isinstance(view.value, PySeries) else view.value
+        )
+        return Function("series", (), (("values", tuple(values.to_list())),), dtype)
     try:
         value = literal_value(view.value, t.nt.get_dtype(node))
     except ValueError as exc:
@@ -138,13 +145,23 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     if op is None:
         t.error(f"{where}: expression BinaryExpr({op_name})", "operator not supported by shoal")
         return t.placeholder_expr(dtype)
-    if op in ("and", "or", "xor") and not (left.dtype == BOOL and right.dtype == BOOL):
+    if op in ("and", "or", "xor") and not _logical_operands(left.dtype, right.dtype):
         t.error(
             f"{where}: expression BinaryExpr({op_name})",
-            f"bitwise {op} on {left.dtype} and {right.dtype} is not supported (booleans only)",
+            f"{op} of {left.dtype} and {right.dtype} is not supported "
+            "(booleans, or integers of one type)",
         )
         return t.placeholder_expr(dtype)
     return BinaryOp(op, left, right, dtype)
+
+
+def _logical_operands(left: DataType, right: DataType) -> bool:
+    """Whether ``&``, ``|``, ``^`` of these operands has a meaning the IR carries: Kleene
+    logic on two booleans, or bitwise logic on two integers of the same type (Polars casts
+    mixed integer operands to their supertype before engines see them)."""
+    if left == BOOL and right == BOOL:
+        return True
+    return left == right and pa.types.is_integer(left.arrow)
 
 
 def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
@@ -312,6 +329,14 @@ def _window(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     return Function("over", (fn, *keys, *order), options, dtype)
 
 
+def _gather(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.gather(indices)`` and ``expr.get(index)`` (``scalar``): values by position,
+    negative positions counting from the end, as Polars defines them."""
+    expr = translate_expr(t, view.expr, where)
+    idx = translate_expr(t, view.idx, where)
+    return Function("gather", (expr, idx), (("scalar", bool(view.scalar)),), dtype)
+
+
 def _filter(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
     """``expr.filter(predicate)``: the values where the predicate holds."""
     args = (translate_expr(t, view.input, where), translate_expr(t, view.by, where))
@@ -357,6 +382,7 @@ _EXPRS: dict[str, ExprHandler] = {
     "Function": _function,
     "Window": _window,
     "Filter": _filter,
+    "Gather": _gather,
     "Slice": _slice,
     "Sort": _sort,
     "SortBy": _sort_by,

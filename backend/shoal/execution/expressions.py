@@ -153,6 +153,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
+    # ``series``: a column of literal values (dtype from the IR node: see to_polars).
+    "series": lambda a, o: pl.lit(pl.Series(list(o["values"]))),
+    "gather": lambda a, o: a[0].get(a[1]) if o.get("scalar") else a[0].gather(a[1]),
     "is_unique": lambda a, o: a[0].is_unique(),
     "is_duplicated": lambda a, o: a[0].is_duplicated(),
     "is_first_distinct": lambda a, o: a[0].is_first_distinct(),
@@ -300,6 +303,9 @@ def to_polars(expr: Expr) -> pl.Expr:
             .then(to_polars(expr.then))
             .otherwise(to_polars(expr.otherwise))
         )
+    if isinstance(expr, Function) and expr.name == "series":
+        values = pl.Series(list(expr.option("values")), dtype=expr.dtype.to_polars())
+        return pl.lit(values)
     if isinstance(expr, Function):
         impl = FUNCTIONS.get(expr.name)
         if impl is None:

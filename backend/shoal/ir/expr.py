@@ -18,7 +18,8 @@ from typing import Any
 
 from shoal.ir.types import DataType
 
-#: Binary operators: arithmetic, comparison and boolean logic.
+#: Binary operators: arithmetic, comparison and logic (``and``/``or``/``xor``: Kleene logic
+#: on booleans, bitwise on two integers of one type, as in Polars).
 ARITHMETIC_OPS = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
 COMPARISON_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "eq_missing", "ne_missing"})
 BOOLEAN_OPS = frozenset({"and", "or", "xor"})
@@ -74,6 +75,8 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
         "backward_fill",
         "fill_null_strategy",
         "gather_every",
+        "gather",
+        "series",
         "reverse",
         "head",
         "tail",
