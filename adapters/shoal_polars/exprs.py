@@ -70,7 +70,6 @@ _UNSUPPORTED_EXPRS: dict[str, str] = {
     "Rolling": "rolling windows are not supported",
     "RollingFunction": "rolling windows are not supported",
     "RollingFunctionBy": "rolling windows are not supported",
-    "EwmFunction": "exponentially weighted functions are not supported",
     "Explode": "explode inside an expression is not supported (LazyFrame.explode is)",
 }
 

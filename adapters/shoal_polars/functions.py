@@ -126,6 +126,10 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "rle_id": ("rle_id", ()),
     "interpolate": ("interpolate", ("method",)),
     "gather_every": ("gather_every", ("offset", "n")),
+    # exponentially weighted (Polars gives ``com``/``span``/``half_life`` as ``alpha``)
+    "EwmFunction.Mean": ("ewm_mean", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
+    "EwmFunction.Std": ("ewm_std", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
+    "EwmFunction.Var": ("ewm_var", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
     "BooleanFunction.IsUnique": ("is_unique", ()),
     "BooleanFunction.IsDuplicated": ("is_duplicated", ()),
     "BooleanFunction.IsFirstDistinct": ("is_first_distinct", ()),

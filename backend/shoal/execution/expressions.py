@@ -153,6 +153,26 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
+    "ewm_mean": lambda a, o: a[0].ewm_mean(
+        alpha=o["alpha"],
+        adjust=o["adjust"],
+        min_samples=o["min_samples"],
+        ignore_nulls=o["ignore_nulls"],
+    ),
+    "ewm_std": lambda a, o: a[0].ewm_std(
+        alpha=o["alpha"],
+        adjust=o["adjust"],
+        bias=o["bias"],
+        min_samples=o["min_samples"],
+        ignore_nulls=o["ignore_nulls"],
+    ),
+    "ewm_var": lambda a, o: a[0].ewm_var(
+        alpha=o["alpha"],
+        adjust=o["adjust"],
+        bias=o["bias"],
+        min_samples=o["min_samples"],
+        ignore_nulls=o["ignore_nulls"],
+    ),
     # ``series``: a column of literal values (dtype from the IR node: see to_polars).
     "series": lambda a, o: pl.lit(pl.Series(list(o["values"]))),
     "gather": lambda a, o: a[0].get(a[1]) if o.get("scalar") else a[0].gather(a[1]),

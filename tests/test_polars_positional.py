@@ -1,4 +1,4 @@
-"""``Expr.gather``/``Expr.get`` and bitwise ``&``, ``|``, ``^`` on integers, distributed on the
+"""``Expr.gather``/``Expr.get``, Series literals, ``ewm_*`` and bitwise ``&``, ``|``, ``^`` on integers, distributed on the
 local runner against native Polars (1, 3 and 7 partitions; 7 leaves partitions empty)."""
 
 from __future__ import annotations
@@ -30,6 +30,13 @@ QUERIES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
     "group_by-gather": lambda lf: lf.group_by("g", maintain_order=True).agg(
         pl.col("v").gather([0, -1]), pl.col("n").gather(pl.col("n") // 60).alias("by_expr")
     ),
+    "ewm": lambda lf: lf.select(
+        pl.col("v").ewm_mean(alpha=0.3),
+        pl.col("n").ewm_mean(com=2, adjust=False, ignore_nulls=True).alias("n_mean"),
+        pl.col("n").ewm_std(span=3, bias=True, min_samples=2).alias("n_std"),
+        pl.col("k").ewm_var(half_life=1.5).alias("k_var"),
+    ),
+    "ewm-over": lambda lf: lf.with_columns(e=pl.col("n").ewm_mean(alpha=0.5).over("g")),
     "series-literal": lambda lf: lf.with_columns(s=pl.Series([5, None, 7, 8, 9, 10])),
     "series-literal-filter": lambda lf: lf.filter(pl.col("n") > 15).with_columns(
         s=pl.Series(["a", "b", None, "d", "e"])
