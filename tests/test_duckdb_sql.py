@@ -535,3 +535,22 @@ def test_max_of_floats_with_nan_is_nan_as_in_duckdb() -> None:
     ):
         got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True).fetchall()
         assert str(got) == str(con.sql(query).fetchall()), query
+
+
+def test_upper_and_lower_use_duckdbs_simple_case_mapping() -> None:
+    """Regression: upper/lower used Polars' full Unicode case mapping ('ß' -> 'SS', final
+    sigma 'σας'); DuckDB maps each character to one character ('ß' -> 'ẞ', 'σασ')."""
+    con = duckdb.connect()
+    con.sql("CREATE TABLE w (i INTEGER, s VARCHAR)")
+    con.sql(
+        "INSERT INTO w VALUES (1, 'straße'), (2, 'ΣΑΣ'), (3, NULL), (4, 'İstanbul'), "
+        "(5, 'ﬁx'), (6, 'ǅemal'), (7, ''), (8, 'ABC def')"
+    )
+    config = shoal.Config(default_partitions=3, target_partition_bytes=64)
+    for query in (
+        "SELECT i, upper(s) AS u, lower(s) AS l, ucase(s) AS u2, lcase(s) AS l2 FROM w ORDER BY i",
+        "SELECT upper(s) AS u, count(*) AS n FROM w GROUP BY upper(s) ORDER BY u NULLS FIRST",
+        "SELECT i FROM w WHERE lower(s) = 'σασ' OR upper(s) = 'STRAẞE' ORDER BY i",
+    ):
+        got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True, config=config)
+        assert got.fetchall() == con.sql(query).fetchall(), query

@@ -702,9 +702,9 @@ def _str_unary(name: str) -> FunctionHandler:
 
 
 for _name in ("lower", "lcase"):
-    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_lowercase")
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_lowercase_simple")
 for _name in ("upper", "ucase"):
-    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_uppercase")
+    SCALAR_FUNCTIONS[_name] = _str_unary("str.to_uppercase_simple")
 for _name in ("length", "len", "char_length", "character_length"):
     SCALAR_FUNCTIONS[_name] = _str_unary("str.len_chars")
 for _name in ("strlen", "octet_length"):

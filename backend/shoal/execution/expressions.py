@@ -10,6 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
@@ -62,6 +64,11 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "str.len_bytes": lambda a, o: a[0].str.len_bytes(),
     "str.to_lowercase": lambda a, o: a[0].str.to_lowercase(),
     "str.to_uppercase": lambda a, o: a[0].str.to_uppercase(),
+    # Unicode *simple* (one-to-one) case mapping, as utf8proc gives it (DuckDB's upper/lower,
+    # Arrow's utf8_upper/utf8_lower): 'ß' -> 'ẞ', final sigma stays 'σ'. Polars' own
+    # to_uppercase/to_lowercase use the full mapping ('ß' -> 'SS').
+    "str.to_uppercase_simple": lambda a, o: _arrow_string_fn(a[0], "utf8_upper"),
+    "str.to_lowercase_simple": lambda a, o: _arrow_string_fn(a[0], "utf8_lower"),
     "str.strip_chars": lambda a, o: a[0].str.strip_chars(a[1]),
     "str.strip_chars_start": lambda a, o: a[0].str.strip_chars_start(a[1]),
     "str.strip_chars_end": lambda a, o: a[0].str.strip_chars_end(a[1]),
@@ -272,6 +279,16 @@ _BINARY: dict[str, Callable[[pl.Expr, pl.Expr], pl.Expr]] = {
     "or": lambda a, b: a | b,
     "xor": lambda a, b: a ^ b,
 }
+
+
+def _arrow_string_fn(arg: pl.Expr, name: str) -> pl.Expr:
+    """``arg`` (a String column) through Arrow's compute function ``name``, row by row."""
+
+    def apply(s: pl.Series) -> pl.Series:
+        out = pc.call_function(name, [s.to_arrow().cast(pa.large_string())])
+        return pl.Series(s.name, out, dtype=pl.String)
+
+    return arg.map_batches(apply, return_dtype=pl.String, is_elementwise=True)
 
 
 def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
