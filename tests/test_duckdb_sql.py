@@ -554,3 +554,39 @@ def test_upper_and_lower_use_duckdbs_simple_case_mapping() -> None:
     ):
         got = shoal.duckdb.sql(con, query, runner="local", raise_on_fail=True, config=config)
         assert got.fetchall() == con.sql(query).fetchall(), query
+
+
+def test_parquet_stand_ins_hold_proportional_samples_that_never_prune(tmp_path: Path) -> None:
+    """Each Parquet stand-in holds the first rows of its files in proportion to their row
+    counts (so that DuckDB's join order sees the real relative sizes), and the sample never
+    decides an answer: filters on values outside the sample give DuckDB's rows."""
+    from shoal_duckdb.prepare import SAMPLE_FRACTION, prepare
+
+    big, small = tmp_path / "big.parquet", tmp_path / "small.parquet"
+    pq.write_table(pa.table({"k": list(range(30_000)), "v": [i % 7 for i in range(30_000)]}), big)
+    pq.write_table(pa.table({"k": [5, 29_999, 70_000], "name": ["a", "b", "c"]}), small)
+    con = duckdb.connect()
+    query = (
+        f"SELECT s.name, count(*) AS n, sum(b.v) AS sv FROM read_parquet('{big}') b "
+        f"JOIN read_parquet('{small}') s ON b.k = s.k WHERE b.k > 29000 OR b.v = 6 "
+        "GROUP BY s.name"
+    )
+    prepared = prepare(con, query)
+    try:
+        counts = {
+            s.paths[0].rsplit("/", 1)[-1]: con.execute(
+                f'SELECT count(*) FROM "{s.name}"'
+            ).fetchone()
+            for s in prepared.standins.values()
+        }
+    finally:
+        prepared.close()
+    assert counts == {"big.parquet": (int(30_000 * SAMPLE_FRACTION),), "small.parquet": (1,)}
+    config = shoal.Config(default_partitions=3, target_partition_bytes=4096)
+    for q in (
+        query,
+        f"SELECT count(*) AS n FROM read_parquet('{big}') WHERE k >= 29990",
+        f"SELECT k FROM read_parquet('{small}') WHERE name = 'c'",
+    ):
+        got = shoal.duckdb.sql(con, q, runner="local", raise_on_fail=True, config=config)
+        assert sorted(got.fetchall()) == sorted(con.sql(q).fetchall()), q
