@@ -153,11 +153,52 @@ MERGE: dict[str, Query] = {
     "datetime_tz": lambda a, b: a.select("ts", "g").merge_sorted(b.select("ts", "g"), key="ts"),
 }
 
+#: Around the operators: empty inputs, slices Polars pushes into them, keys that are
+#: expressions or of other types (gathered or distributed), chains of them.
+COMBINED: dict[str, Query] = {
+    "empty_rolling_by": lambda a, _: (
+        a.filter(pl.col("t") < 0).rolling("t", period="2i", group_by="g").agg(*_AGGS)
+    ),
+    "empty_right_asof_by": lambda a, b: a.join_asof(b.filter(pl.col("t") < -100), on="t", by="g"),
+    "rolling_by_head": lambda a, _: a.rolling("t", period="2i", group_by="g").agg(*_AGGS).head(7),
+    "dynamic_by_slice": lambda a, _: (
+        a.group_by_dynamic("t", every="3i", group_by="g").agg(*_AGGS).slice(2, 5)
+    ),
+    "rolling_expression_key": lambda a, _: a.rolling(
+        "t", period="2i", group_by=pl.col("g").str.to_uppercase().alias("G")
+    ).agg(*_AGGS),
+    "rolling_categorical_key": lambda a, _: (
+        a.with_columns(pl.col("g").cast(pl.Categorical))
+        .rolling("t", period="2i", group_by="g")
+        .agg(*_AGGS)
+    ),
+    "dynamic_bool_and_date_keys": lambda a, _: (
+        a.with_columns(bk=pl.col("h") > 0, d=pl.col("ts").dt.date())
+        .group_by_dynamic("t", every="4i", group_by=["bk", "d"])
+        .agg(*_AGGS)
+    ),
+    "asof_two_by_then_filter": lambda a, b: a.join_asof(
+        b.with_columns(h=pl.col("t") % 3), on="t", by=["g", "h"]
+    ).filter(pl.col("w") > 3),
+    "asof_then_rolling": lambda a, b: (
+        a.join_asof(b, on="t", by="g")
+        .rolling("t", period="3i", group_by="g")
+        .agg(pl.col("w").max())
+    ),
+    "merge_sorted_then_dynamic": lambda a, b: (
+        a.select("t", "g")
+        .merge_sorted(b.select("t", "g"), key="t")
+        .group_by_dynamic("t", every="5i")
+        .agg(pl.len())
+    ),
+}
+
 QUERIES: dict[str, Query] = {
     **{f"asof_{k}": q for k, q in ASOF.items()},
     **{f"dynamic_{k}": q for k, q in DYNAMIC.items()},
     **{f"rolling_{k}": q for k, q in ROLLING.items()},
     **{f"merge_sorted_{k}": q for k, q in MERGE.items()},
+    **COMBINED,
 }
 
 
@@ -228,6 +269,7 @@ RAY_QUERIES = (
     "rolling_int_two_keys_left",
     "rolling_datetime_tz",
     "merge_sorted_int",
+    "asof_then_rolling",
 )
 
 
