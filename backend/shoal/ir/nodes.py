@@ -409,8 +409,9 @@ class RollingGroupBy(PlanNode):
 @dataclass(frozen=True)
 class MergeSorted(PlanNode):
     """Two inputs sorted ascending by ``key``, merged into one sorted output (Polars
-    ``merge_sorted``; equal keys: the left rows first). Both inputs have the node's
-    schema."""
+    ``merge_sorted``; rows with equal keys from the two sides come in the order Polars'
+    merge of the whole inputs gives them, which is not always left first). Both inputs
+    have the node's schema."""
 
     left: PlanNode
     right: PlanNode

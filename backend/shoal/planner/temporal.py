@@ -13,7 +13,10 @@
   them (a group is whole in one task, its rows in input order, as the exchange keeps the
   order of each upstream partition and reads them in order), and a gather puts the groups
   back in Polars' order (:class:`~shoal.ir.nodes.RestoreGroupOrder`).
-* :class:`~shoal.ir.nodes.MergeSorted` gathers each side and merges in one task.
+* :class:`~shoal.ir.nodes.MergeSorted` gathers each side and merges in one task. (A range
+  exchange of both sides on the key by shared boundaries would not be exact: Polars'
+  merge breaks ties between the sides differently depending on where the inputs start,
+  so a merge per range can order equal keys otherwise than the merge of the whole.)
 """
 
 from __future__ import annotations
