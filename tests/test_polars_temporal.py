@@ -47,6 +47,7 @@ def _left() -> pl.DataFrame:
     return pl.DataFrame(
         {
             "t": t,
+            "d": [dt.date(2024, 1, 1) + dt.timedelta(days=x) for x in t],
             "ts": pl.Series(ts).dt.convert_time_zone(_TZ),
             "g": [("a", "b", None, "c", "b")[i % 5] for i in range(n)],
             "h": [i % 3 for i in range(n)],
@@ -60,9 +61,11 @@ def _right() -> pl.DataFrame:
     """23 rows sorted by ``t`` and ``ts``, interleaving the left's keys."""
     n = 23
     start = dt.datetime(2024, 3, 30, 19, 50, tzinfo=dt.UTC)
+    t = [i * 3 - 2 + (i % 2) for i in range(n)]
     return pl.DataFrame(
         {
-            "t": [i * 3 - 2 + (i % 2) for i in range(n)],
+            "t": t,
+            "d": [dt.date(2024, 1, 1) + dt.timedelta(days=x) for x in t],
             "ts": pl.Series([start + dt.timedelta(minutes=55 * i) for i in range(n)]).dt.convert_time_zone(_TZ),
             "g": [("b", "a", "c", None)[i % 4] for i in range(n)],
             "w": [None if i % 5 == 2 else float(i) for i in range(n)],
@@ -184,6 +187,22 @@ COMBINED: dict[str, Query] = {
         a.join_asof(b, on="t", by="g")
         .rolling("t", period="3i", group_by="g")
         .agg(pl.col("w").max())
+    ),
+    "asof_date_tolerance_by": lambda a, b: a.join_asof(b, on="d", by="g", tolerance="2d"),
+    "asof_float_key_tolerance": lambda a, b: a.with_columns(f=pl.col("t") * 0.5).join_asof(
+        b.with_columns(f=pl.col("t") * 0.5), on="f", tolerance=0.6, check_sortedness=False
+    ),
+    "asof_by_names_expression_key": lambda a, b: a.join_asof(
+        b.rename({"g": "g2"}), left_on=pl.col("t") + 1, right_on="t", by_left="g", by_right="g2"
+    ),
+    "dynamic_date_week_by": lambda a, _: a.group_by_dynamic("d", every="1w", group_by="g").agg(
+        *_AGGS
+    ),
+    "rolling_date": lambda a, _: a.rolling("d", period="3d").agg(*_AGGS),
+    "merge_sorted_strings": lambda a, b: (
+        a.select(pl.col("g").fill_null("z"))
+        .sort("g")
+        .merge_sorted(b.select(pl.col("g").fill_null("z")).sort("g"), key="g")
     ),
     "merge_sorted_then_dynamic": lambda a, b: (
         a.select("t", "g")
