@@ -43,6 +43,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
+from shoal_polars.temporal import asof_join, temporal_group_by
 from shoal_polars.translate import NODES, NodeHandler, Translator
 
 #: Name prefix of the columns Polars' common subexpression elimination adds.
@@ -412,9 +413,6 @@ def _cache(t: Translator, node: Any, schema: Schema) -> PlanNode:
 @_register("GroupBy")
 def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     options = node.options
-    for attr, what in (("dynamic", "group_by_dynamic"), ("rolling", "rolling")):
-        if getattr(options, attr, None) is not None:
-            t.error("GroupBy", f"{what} is not supported")
     if node.apply:
         t.error("GroupBy", "map_groups (a Python function per group) is not supported")
     child = t.plan(node.input)
@@ -426,7 +424,11 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
                 f"GroupBy: aggregation {ne.name!r}",
                 "no aggregate function: Polars would return a list per group",
             )
-    out: PlanNode = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
+    out: PlanNode
+    if getattr(options, "dynamic", None) is not None or getattr(options, "rolling", None):
+        out = temporal_group_by(t, options, child, keys, aggs, schema)
+    else:
+        out = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
     return _sliced(out, getattr(options, "slice", None))
 
 
@@ -467,6 +469,8 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # moved a filter on the join's output into the join, ("IEJoin", op1, op2) for an
     # inequality join (Polars' rewrite of a cross join under a filter, and join_where).
     how_name = str(how_raw[0] if isinstance(how_raw, tuple) else how_raw)
+    if how_name == "AsOf":
+        return _sliced(asof_join(t, node, schema), slice_)
     how = _JOIN_HOW.get(how_name)
     if how is None and how_name != "IEJoin":
         t.error(f"Join(how={how_name})", "join type not supported by shoal")
@@ -714,7 +718,7 @@ def _map_function(t: Translator, node: Any, schema: Schema) -> PlanNode:
             ),
             schema,
         )
-    if name in ("rechunk", "set_sorted", "hint"):
+    if name in ("rechunk", "set_sorted", "hint", "hint_sorted"):
         return child  # no effect on the rows
     t.error(f"MapFunction({name})", "this map function is not supported")
     return t.placeholder(schema)

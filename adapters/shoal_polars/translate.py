@@ -32,7 +32,6 @@ NODES: dict[str, NodeHandler] = {}
 #: Plan node classes shoal cannot run, with the reason.
 UNSUPPORTED_NODES: dict[str, str] = {
     "PythonScan": "Python scans (register_io_source, from_*) cannot be read by shoal",
-    "MergeSorted": "merge_sorted is not supported",
     "ExtContext": "with_context is not supported",
     "Sink": "sinks are not supported; collect the result instead",
 }

@@ -32,6 +32,7 @@ from shoal.execution.task import (
     ScanPartition,
     SingleOutput,
 )
+from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -259,6 +260,8 @@ def build(
         return _unpivot(node, build(node.input, inputs, scan))
     if isinstance(node, RowIndex):
         return build(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
+    if isinstance(node, TEMPORAL_NODES):
+        return build_temporal(node, [build(c, inputs, scan) for c in node.children()])
     if isinstance(node, UdfProject):
         # The user's function runs here, on this process's instance (an actor's, for a
         # stateful or GPU UDF: the planner gives those an actor pool stage of their own).

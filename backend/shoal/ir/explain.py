@@ -4,13 +4,18 @@ from __future__ import annotations
 
 from shoal.ir.nodes import (
     Aggregate,
+    AsofJoin,
     Distinct,
+    DynamicGroupBy,
     Explode,
     Filter,
     HConcat,
     Join,
+    MergeSorted,
     PlanNode,
     Project,
+    RestoreGroupOrder,
+    RollingGroupBy,
     RowIndex,
     Scan,
     Slice,
@@ -67,6 +72,10 @@ def describe(node: PlanNode) -> str:
         return f"ROW INDEX {node.name!r} FROM {node.offset}"
     if isinstance(node, StageInput):
         return f"STAGE INPUT #{node.index}"
+    if isinstance(node, AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted):
+        return _describe_temporal(node)
+    if isinstance(node, RestoreGroupOrder):
+        return f"RESTORE GROUP ORDER OF {node.operator.upper()} BY {list(node.keys)}"
     if isinstance(node, UdfProject):
         u = node.udf
         where = "ACTOR POOL" if getattr(u, "needs_actor_pool", False) else "IN TASK"
@@ -76,6 +85,31 @@ def describe(node: PlanNode) -> str:
             f"[{where}{', ' + res if res else ''}]"
         )
     return node.label
+
+
+def _describe_temporal(node: AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted) -> str:
+    if isinstance(node, MergeSorted):
+        return f"MERGE SORTED BY {node.key}"
+    if isinstance(node, AsofJoin):
+        by = f" BY {list(node.left_by)} = {list(node.right_by)}" if node.left_by else ""
+        tol = "" if node.tolerance is None else f" TOLERANCE {node.tolerance}"
+        exact = "" if node.allow_exact_matches else " NO EXACT MATCHES"
+        return (
+            f"ASOF JOIN {node.strategy.upper()} ON {node.left_on} ~ {node.right_on}{by}{tol}{exact}"
+        )
+    keys = f" BY [{', '.join(map(str, node.keys))}]" if node.keys else ""
+    aggs = ", ".join(map(str, node.aggs))
+    if isinstance(node, RollingGroupBy):
+        return (
+            f"ROLLING {node.index_column} PERIOD {node.period} OFFSET {node.offset} "
+            f"CLOSED {node.closed}{keys} [{aggs}]"
+        )
+    return (
+        f"GROUP BY DYNAMIC {node.index_column} EVERY {node.every} PERIOD {node.period} "
+        f"OFFSET {node.offset} CLOSED {node.closed} LABEL {node.window_label} "
+        f"START BY {node.start_by}{' BOUNDARIES' if node.include_boundaries else ''}"
+        f"{keys} [{aggs}]"
+    )
 
 
 def explain(node: PlanNode, *, schema: bool = False) -> str:

@@ -18,6 +18,13 @@ from shoal.ir.types import Schema
 
 JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
 JoinOrder = Literal["none", "left", "right", "left_right", "right_left"]
+AsofStrategy = Literal["backward", "forward", "nearest"]
+ClosedWindow = Literal["left", "right", "both", "none"]
+WindowLabel = Literal["left", "right", "datapoint"]
+WindowStart = Literal[
+    "window", "datapoint", "monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
+    "sunday",
+]  # fmt: skip
 
 
 class PlanNode:
@@ -317,6 +324,113 @@ class UdfProject(PlanNode):
     udf: Any
     inputs: tuple[str, ...]
     output: str
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class AsofJoin(PlanNode):
+    """As-of join (Polars ``join_asof``): every ``left`` row, in order, with the columns of
+    the ``right`` row whose key ``right_on`` is nearest to ``left_on`` in the direction of
+    ``strategy`` (``"backward"``: the last right key <= the left key; ``"forward"``: the
+    first >=; ``"nearest"``: the closest, ties to the earlier), among the right rows whose
+    ``right_by`` columns equal the row's ``left_by`` columns; null columns where none is.
+
+    Both keys must be sorted ascending (within each by-group when ``left_by`` is set); with
+    ``check_sortedness`` and no by-columns Polars raises ``InvalidOperationError`` on an
+    unsorted key. ``tolerance`` is None, a number in the key's unit, or a duration string of
+    Polars' duration language (``"1h"``, ``"2d"``) for temporal keys: a match further away is
+    no match. Without ``allow_exact_matches`` an equal key does not match. ``suffix`` renames
+    clashing right columns; with ``coalesce`` the right key column is dropped.
+    """
+
+    left: PlanNode
+    right: PlanNode
+    left_on: Expr
+    right_on: Expr
+    left_by: tuple[str, ...]
+    right_by: tuple[str, ...]
+    strategy: AsofStrategy
+    tolerance: Any
+    allow_exact_matches: bool
+    check_sortedness: bool
+    suffix: str
+    coalesce: bool
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class DynamicGroupBy(PlanNode):
+    """Group rows into time windows of ``index_column`` (Polars ``group_by_dynamic``) and
+    compute ``aggs`` per window, separately per group of ``keys`` when there are keys.
+
+    ``every``, ``period`` and ``offset`` are durations in Polars' duration language
+    (``"1h"``, ``"1mo"``, ``"3i"`` for an integer index): a window starts every ``every``
+    (from the first index value truncated to ``every``, plus ``offset``, or as ``start_by``
+    says) and spans ``period``; ``closed`` says which window ends are inside. ``window_label`` (Polars ``label``) says
+    which index value names a window; ``include_boundaries`` adds ``_lower_boundary`` and
+    ``_upper_boundary``. The index must be sorted ascending (within each group); Polars
+    raises ``InvalidOperationError`` (``ComputeError`` with keys) otherwise. Output: keys,
+    boundaries, index, aggs; groups in Polars' order (see :class:`RestoreGroupOrder`).
+    """
+
+    input: PlanNode
+    index_column: str
+    every: str
+    period: str
+    offset: str
+    closed: ClosedWindow
+    window_label: WindowLabel
+    include_boundaries: bool
+    start_by: WindowStart
+    keys: tuple[NamedExpr, ...]
+    aggs: tuple[NamedExpr, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class RollingGroupBy(PlanNode):
+    """One window per row (Polars ``LazyFrame.rolling``): for each row, the rows of its
+    group of ``keys`` whose ``index_column`` lies in ``(t + offset, t + offset + period]``
+    (ends as ``closed`` says), aggregated by ``aggs``. Durations as in
+    :class:`DynamicGroupBy`; the index must be sorted ascending (within each group).
+    Output: keys, index, aggs; one row per input row, groups in Polars' order.
+    """
+
+    input: PlanNode
+    index_column: str
+    period: str
+    offset: str
+    closed: ClosedWindow
+    keys: tuple[NamedExpr, ...]
+    aggs: tuple[NamedExpr, ...]
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class MergeSorted(PlanNode):
+    """Two inputs sorted ascending by ``key``, merged into one sorted output (Polars
+    ``merge_sorted``; rows with equal keys from the two sides come in the order Polars'
+    merge of the whole inputs gives them, which is not always left first). Both inputs
+    have the node's schema."""
+
+    left: PlanNode
+    right: PlanNode
+    key: str
+    schema: Schema
+
+
+@dataclass(frozen=True)
+class RestoreGroupOrder(PlanNode):
+    """Physical plans only: the output of a :class:`DynamicGroupBy` or
+    :class:`RollingGroupBy` (``operator``: ``"group_by_dynamic"`` or ``"rolling"``)
+    computed per hash partition of its group columns ``keys`` and concatenated, each
+    group's rows contiguous and in order, reordered so that the groups come in the order
+    the operator gives them on the whole input (the kernel asks Polars for that order on
+    the distinct keys). Rows within a group keep their order."""
+
+    input: PlanNode
+    keys: tuple[str, ...]
+    operator: Literal["group_by_dynamic", "rolling"]
     schema: Schema
 
 

@@ -25,6 +25,7 @@ import polars as pl
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import AGG_FUNCTIONS, BINARY_OPS, Agg, BinaryOp, Col, Expr, Function, NamedExpr
 from shoal.ir.nodes import (
+    AsofJoin,
     FileSource,
     InMemorySource,
     Join,
@@ -147,7 +148,7 @@ def _node_exprs(node: PlanNode, path: str) -> Iterator[tuple[str, Expr, Schema |
         v = getattr(node, f.name)
         if isinstance(node, Scan):
             schema: Schema | None = node.schema
-        elif isinstance(node, Join):
+        elif isinstance(node, Join | AsofJoin):
             schema = node.left.schema if f.name == "left_on" else node.right.schema
         else:
             schema = kids[0].schema if len(kids) == 1 else None
@@ -329,6 +330,8 @@ def _node_rules(node: PlanNode, path: str) -> None:
                         f"join key {i} has different types: left {a} ({path}.left_on[{i}]) is "
                         f"{a.dtype}, right {b} ({path}.right_on[{i}]) is {b.dtype}",
                     )
+    if isinstance(node, AsofJoin):
+        _asof_rules(node, path)
     sort_by = getattr(node, "by", None)
     if isinstance(sort_by, tuple) and hasattr(node, "descending") and hasattr(node, "nulls_last"):
         n = len(sort_by)
@@ -366,6 +369,37 @@ def _node_rules(node: PlanNode, path: str) -> None:
                         f"column {name!r} ({path}.{f.name}[{i}]) is not in the input schema "
                         f"{kids[0].schema}",
                     )
+
+
+def _asof_rules(node: AsofJoin, path: str) -> None:
+    """By-columns exist on their side, pair up, and have one type per pair; the keys have
+    one type."""
+    if len(node.left_by) != len(node.right_by):
+        raise _fail(
+            node,
+            path,
+            f"needs as many left as right by-columns (got {list(node.left_by)} and "
+            f"{list(node.right_by)})",
+        )
+    for side, names, schema in (
+        ("left", node.left_by, node.left.schema),
+        ("right", node.right_by, node.right.schema),
+    ):
+        for i, name in enumerate(names):
+            if name not in schema:
+                raise _fail(
+                    node,
+                    path,
+                    f"by-column {name!r} ({path}.{side}_by[{i}]) is not in the {side} input "
+                    f"schema {schema}",
+                )
+    if node.left_on.dtype != node.right_on.dtype:
+        raise _fail(
+            node,
+            path,
+            f"as-of keys have different types: left {node.left_on} is {node.left_on.dtype}, "
+            f"right {node.right_on} is {node.right_on.dtype}",
+        )
 
 
 def _check_scan(node: Scan, path: str, check_sources: bool) -> None:

@@ -14,6 +14,8 @@ rows from other partitions:
   a local sort per range; a sort followed by a slice is a top-k per partition, gathered
   and cut again;
 * slice: pushed into each partition, applied again after the gather;
+* temporal and ordered operators (as-of join, dynamic and rolling group-by, merge of
+  sorted inputs): see :mod:`shoal.planner.temporal`;
 * anything else that needs all rows runs after a gather to one task;
 * a user function (:class:`~shoal.ir.nodes.UdfProject`) runs in place when it is a
   stateless CPU function, else on an actor pool stage of its own (see ``udf_project``).
@@ -60,6 +62,7 @@ from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
+from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
 #: decision (no column statistics yet; DuckDB's optimizer uses the same default).
@@ -194,6 +197,8 @@ class _Builder:
             return op.wrap(node.with_children((op.node,)))
         if isinstance(node, UdfProject):
             return self.udf_project(node)
+        if isinstance(node, TEMPORAL_NODES):
+            return plan_temporal(self, node)
         raise UnsupportedError(f"the planner cannot place plan node {node.label}")
 
     def udf_project(self, node: UdfProject) -> _Open:
