@@ -41,3 +41,9 @@ def _moved(what: str) -> str:
 
 
 _register()
+
+# shoal's facade imports this package and its ``udf`` module, which imports the translator,
+# which imports shoal: importing the facade here, once this package's names exist, leaves
+# both packages whole whichever is imported first (``from shoal_polars import to_ir`` alone
+# used to fail at the first translation with a circular import).
+import shoal  # noqa: E402, F401
