@@ -8,6 +8,7 @@ fake backend (no cluster), the answers on the local and the Ray runner.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -303,6 +304,36 @@ def _check_backpressure(tables: dict[str, pl.LazyFrame], runner: str) -> None:
 @pytest.mark.parametrize("how", JOINS)
 def test_skewed_join_local(tables, how):
     _check_skew(tables, "local", how)
+
+
+def test_split_and_bytes_held_are_traced(tables, tmp_path):
+    lf = _skewed_join(tables, "inner")
+    path = tmp_path / "skew.json"
+    with shoal.trace(path):
+        got = _dist(lf, _split_config(max_bytes_held=30_000))
+    _same(got, lf)
+    report = last_query()
+    assert report is not None and report.memory is not None
+    events = json.loads(path.read_text())["traceEvents"]
+    splits = [e["args"] for e in events if e.get("name") == "split task"]
+    assert {(a["stage"], a["partition"]): a["subtasks"] for a in splits} == report.memory.splits
+    held = sorted(
+        (e["ts"], v)
+        for e in events
+        if e["ph"] == "C" and e["name"] == "bytes"
+        for v in e["args"].values()
+    )
+    assert held[-1][1] == 0 and max(v for _, v in held) == report.memory.peak_bytes_held
+    (sid, p), k = next(iter(report.memory.splits.items()))
+    finished = [
+        e
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("args", {}).get("stage") == sid
+        and e["args"].get("partition") == p
+        and "rows_out" in e["args"]
+    ]
+    assert len(finished) == k
 
 
 def test_backpressure_local(tables):

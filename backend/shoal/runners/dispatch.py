@@ -302,9 +302,8 @@ class DispatchLoop:
                 spec.pool.close()  # its stage is done: give the actors' resources back
             if self.tracer is not None:
                 self.tracer.task_finished(spec, res.stats)
+                self.tracer.counter("bytes held", self.ledger.held)
             results.append(res)
-        if self.tracer is not None:
-            self.tracer.counter("bytes held", self.ledger.held)
         return results
 
     def _record(self, st: _StageState, spec: TaskSpec, res: TaskResult) -> None:

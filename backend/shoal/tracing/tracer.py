@@ -403,15 +403,9 @@ class QueryTracer:
         """Partition ``partition`` of ``stage`` will run as ``subtasks`` tasks (its input
         was over ``max_task_input_bytes``): the stage ends after that many more tasks."""
         self._extra_tasks[stage] = self._extra_tasks.get(stage, 0) + subtasks - 1
-        self._emit(
-            LoopSpan(
-                self.query_id,
-                "split task",
-                time.time(),
-                time.time(),
-                {"stage": stage, "partition": partition, "subtasks": subtasks},
-            )
-        )
+        now = time.time()
+        args = {"stage": stage, "partition": partition, "subtasks": subtasks}
+        self._emit(LoopSpan(self.query_id, "split task", now, now, args))
 
     def counter(self, name: str, value: float) -> None:
         """A sample of counter ``name`` now (e.g. ``bytes held``, from the dispatch loop's
