@@ -8,6 +8,7 @@ fake backend (no cluster), the answers on the local and the Ray runner.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from shoal.runners.dispatch import DispatchLoop, TaskSpec
 from shoal.runners.memory import ByteLedger, readers
 from shoal.runners.session import last_query
 from shoal.runners.skew import group_pieces, split_sides
+from shoal.tracing import progress
 from shoal_polars.engine import to_ir
 
 from .test_dispatch import FakeBackend
@@ -306,6 +308,22 @@ def test_skewed_join_local(tables, how):
     _check_skew(tables, "local", how)
 
 
+def test_a_full_join_is_not_split_and_says_why(tables, tmp_path, caplog):
+    lf = _skewed_join(tables, "full")
+    path = tmp_path / "full.json"
+    with shoal.trace(path), caplog.at_level("INFO", logger="shoal"):
+        _same(_dist(lf, _split_config()), lf)
+    report = last_query()
+    assert report is not None and report.memory is not None and report.memory.not_split
+    events = json.loads(path.read_text())["traceEvents"]
+    noted = [e["args"] for e in events if e.get("name") == "task not split"]
+    assert [(a["stage"], a["partition"]) for a in noted] == [
+        (s, p) for s, p, _ in report.memory.not_split
+    ]
+    assert all("full join" in a["reason"] and a["input_bytes"] > 6000 for a in noted)
+    assert "runs as one task: full join" in caplog.text
+
+
 def test_split_and_bytes_held_are_traced(tables, tmp_path):
     lf = _skewed_join(tables, "inner")
     path = tmp_path / "skew.json"
@@ -363,3 +381,23 @@ def test_backpressure_ray(ray_runner, tables):
     default = last_query()
     assert default is not None and default.memory is not None
     assert default.memory.max_bytes_held == int(store) // 2
+
+
+def test_progress_counts_subtasks(tables, monkeypatch):
+    out = io.StringIO()
+    real = progress.ProgressSink.__init__
+
+    def init(self, mode, stream=None):  # type: ignore[no-untyped-def]
+        real(self, mode, out)
+
+    monkeypatch.setattr(progress.ProgressSink, "__init__", init)
+    lf = _skewed_join(tables, "left")
+    _same(_dist(lf, _split_config(progress="always")), lf)
+    report = last_query()
+    assert report is not None and report.memory is not None and report.memory.splits
+    sid = next(iter(report.memory.splits))[0]
+    total = report.physical.stage(sid).num_tasks + sum(
+        k - 1 for (s, _), k in report.memory.splits.items() if s == sid
+    )
+    lines = [ln for ln in out.getvalue().splitlines() if f"stage {sid} (" in ln]
+    assert lines and f"{total}/{total}" in lines[-1]

@@ -482,6 +482,8 @@ class DispatchLoop:
 
     def _not_split(self, stage_id: int, partition: int, nbytes: int, why: str) -> None:
         self._memory.not_split.append((stage_id, partition, why))
+        if self.tracer is not None:
+            self.tracer.task_not_split(stage_id, partition, nbytes, why)
         _log.info(
             "shoal: stage %d partition %d reads %d bytes (over max_task_input_bytes) and "
             "runs as one task: %s",

@@ -407,6 +407,13 @@ class QueryTracer:
         args = {"stage": stage, "partition": partition, "subtasks": subtasks}
         self._emit(LoopSpan(self.query_id, "split task", now, now, args))
 
+    def task_not_split(self, stage: int, partition: int, nbytes: int, reason: str) -> None:
+        """Partition ``partition`` of ``stage`` reads ``nbytes`` bytes, over
+        ``max_task_input_bytes``, but runs as one task: splitting it would not be exact."""
+        now = time.time()
+        args = {"stage": stage, "partition": partition, "input_bytes": nbytes, "reason": reason}
+        self._emit(LoopSpan(self.query_id, "task not split", now, now, args))
+
     def counter(self, name: str, value: float) -> None:
         """A sample of counter ``name`` now (e.g. ``bytes held``, from the dispatch loop's
         memory ledger), unless it holds ``value`` already."""
