@@ -104,8 +104,9 @@ class MemoryReport:
     """What a query's memory controls did.
 
     ``max_bytes_held``: the backpressure limit in bytes (None: none); ``peak_bytes_held``:
-    the most bytes of task outputs held at once; ``held_back``: times a task was kept from
-    dispatch because the held bytes were over the limit; ``forced``: tasks dispatched over
+    the most bytes of task outputs held at once; ``held_back``: times the loop stopped
+    taking a stage's tasks into a dispatch batch because the held bytes (with the expected
+    outputs of the tasks in flight) were over the limit; ``forced``: tasks dispatched over
     the limit because nothing else could make progress; ``splits``: (stage id, partition)
     -> subtasks, for each task split because its input exceeded ``max_task_input_bytes``;
     ``not_split``: (stage id, partition, reason) for each oversized task that could not be
