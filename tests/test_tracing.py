@@ -176,13 +176,15 @@ def _check_trace(data: dict[str, Any], report: QueryReport, config: Config) -> N
         "CPUs free",
         "rows produced",
         "object store bytes",
+        "bytes held",
     }
     for name, samples in counters.items():
         samples.sort(key=lambda s: s[0])  # Perfetto's order: by time, stable
         assert all(v >= 0 for _, v in samples), name
         assert [t for t, _ in samples] == sorted(t for t, _ in samples)
-    for name in ("tasks in flight", "tasks running", "object store bytes"):
+    for name in ("tasks in flight", "tasks running", "object store bytes", "bytes held"):
         assert counters[name][-1][1] == 0, name
+    assert max(v for _, v in counters["bytes held"]) == report.memory.peak_bytes_held
     assert counters["rows produced"][-1][1] == sum(s.rows_out for s in report.task_stats.values())
     assert max(v for _, v in counters["tasks running"]) <= qmeta["cpus"]
     assert max(v for _, v in counters["object store bytes"]) > 0

@@ -211,6 +211,23 @@ class Config:
     max_tasks_in_flight: int = field(
         default=0, metadata=_doc("Tasks submitted and not yet finished, at most; 0: 2 per CPU.")
     )
+    max_bytes_held: int | None = field(
+        default=None,
+        metadata=_doc(
+            "Backpressure: bytes of task outputs a query may hold (produced, not yet read by "
+            "their last reader) before the dispatch loop stops starting tasks that only add "
+            "bytes (scans); tasks that release bytes still run. Unset: half the Ray object "
+            "store (Ray runner) or a quarter of physical memory (local runner); 0: no limit."
+        ),
+    )
+    max_task_input_bytes: int = field(
+        default=1024**3,
+        metadata=_doc(
+            "A hash-join task whose input (its upstream pieces, in bytes) exceeds this is "
+            "split into subtasks where that is exact (inner, left, semi, anti, right joins: "
+            "the skewed side's pieces in groups, the other side whole); 0: never split."
+        ),
+    )
     task_cpus: int = field(
         default=1,
         metadata=_doc(
@@ -273,6 +290,7 @@ class Config:
             "shuffle_partitions",
             "broadcast_join_threshold_bytes",
             "max_tasks_in_flight",
+            "max_task_input_bytes",
             "default_partitions",
             "task_max_retries",
         ):
@@ -284,6 +302,9 @@ class Config:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"shoal setting {name} must be a positive integer, got {value!r}")
+        held = self.max_bytes_held
+        if held is not None and (not isinstance(held, int) or held < 0):
+            raise ValueError(f"shoal setting max_bytes_held must be an integer >= 0, got {held!r}")
         if self.num_gpus is not None and (not isinstance(self.num_gpus, int) or self.num_gpus < 0):
             raise ValueError(
                 f"shoal setting num_gpus must be an integer >= 0, got {self.num_gpus!r}"

@@ -76,6 +76,9 @@ class TaskStats:
     sample: pa.Table | None = None
     config_digest: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: Bytes of each output table, in output order (``sum == bytes_out``): what the
+    #: dispatch loop's memory ledger counts per output partition (hash or range bucket).
+    output_bytes: tuple[int, ...] = ()
     #: Native id of the thread that ran the task (filled where the stats are built, on the
     #: worker); with ``pid`` it names the task's track in a trace.
     thread: int = field(default_factory=threading.get_native_id)
@@ -428,17 +431,19 @@ def run_fragment(
     else:
         parts = _split_range(df, output)
     tables = [p.to_arrow() for p in parts]
+    sizes = tuple(t.nbytes for t in tables)
     stats = TaskStats(
         pid=os.getpid(),
         node_id=_node_id(),
         rows_in=rows_in,
         scan_rows=scan_rows,
         rows_out=df.height,
-        bytes_out=sum(t.nbytes for t in tables),
+        bytes_out=sum(sizes),
         start=start,
         end=time.time(),
         sample=sample,
         config_digest=get_config().digest(),
+        output_bytes=sizes,
     )
     return stats, tables
 

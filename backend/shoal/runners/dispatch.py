@@ -11,12 +11,23 @@ pool, Ray, or a fake in tests):
 
 A stage is runnable when every stage it reads from has finished. Task outputs stay where
 the backend keeps them (object references on Ray); the loop only moves references.
+
+Memory (see :mod:`shoal.runners.memory` and :mod:`shoal.runners.skew`): the loop keeps a
+ledger of the bytes of task outputs the query holds, from each task's per-output sizes.
+An output is released, and the loop drops its references so that Ray can free it, when
+its last reader finishes. While the held bytes (plus an estimate for the tasks in flight)
+are over ``max_bytes_held``, the loop starts no task that only adds bytes (a scan, a task
+that reads its inputs whole); tasks that read and so release outputs still start, and when
+nothing is in flight and nothing else can run, one task starts anyway, so the query always
+makes progress. A hash-join task whose input exceeds ``max_task_input_bytes`` is split
+into subtasks where that is exact; their outputs, in order, are the partition's output.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -27,7 +38,11 @@ from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
+from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
+
+_log = logging.getLogger("shoal")
 
 
 @dataclass
@@ -46,6 +61,12 @@ class TaskSpec:
     #: The actor pool that runs this task (a stage of a stateful or GPU UDF), else None;
     #: backends send such a task to the pool instead of starting a task.
     pool: Any = None
+    #: A partition split because its input was too large runs as ``subtasks`` tasks;
+    #: this one is number ``subtask`` (0-based). Unsplit: 0 of 1.
+    subtask: int = 0
+    subtasks: int = 1
+    #: The output pieces (stage, partition, output index) this task reads, for the ledger.
+    reads: tuple[PieceKey, ...] = ()
 
     @property
     def fragment(self) -> PlanNode:
@@ -93,12 +114,19 @@ class _StageState:
     stage: Stage
     next_partition: int = 0
     done: int = 0
-    outputs: dict[int, list[Any]] = field(default_factory=dict)
+    #: Per finished partition, per output index: the references of its tables, in order
+    #: (several when the partition ran as subtasks; emptied once the output is released).
+    outputs: dict[int, list[list[Any]]] = field(default_factory=dict)
     stats: dict[int, TaskStats] = field(default_factory=dict)
     output: OutputSpec | None = None
     #: Partitions to run again (their actor died), and how often each was re-sent.
     retry: list[int] = field(default_factory=list)
     resent: dict[int, int] = field(default_factory=dict)
+    #: Split partitions: partition -> (stage input split, groups of its upstream pieces);
+    #: subtasks not yet dispatched; finished subtasks' results by partition.
+    splits: dict[int, tuple[int, list[list[int]]]] = field(default_factory=dict)
+    queued: list[tuple[int, int]] = field(default_factory=list)
+    parts: dict[int, dict[int, TaskResult]] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -106,7 +134,22 @@ class _StageState:
 
     @property
     def undispatched(self) -> int:
-        return self.stage.num_tasks - self.next_partition + len(self.retry)
+        return self.stage.num_tasks - self.next_partition + len(self.retry) + len(self.queued)
+
+    @property
+    def releases(self) -> bool:
+        """Whether each task of the stage is the last reader of its inputs (so finishing
+        it releases bytes): it reads pointwise, by bucket or concatenated, or it is the
+        single task of a gather."""
+        ins = self.stage.inputs
+        return any(i.mode != "all" for i in ins) or (bool(ins) and self.stage.num_tasks == 1)
+
+    def estimate(self) -> int:
+        """Expected output bytes of one task: the mean of its finished tasks, else the
+        planner's estimate for the stage."""
+        if self.stats:
+            return sum(s.bytes_out for s in self.stats.values()) // len(self.stats)
+        return self.stage.est_bytes // max(1, self.stage.num_tasks)
 
 
 class DispatchLoop:
@@ -124,6 +167,13 @@ class DispatchLoop:
     (``pool.capacity(backlog)``, which also starts the pool before the stage's first task
     and grows it), closes a pool as soon as its stage has finished, and closes every pool
     when the run ends, also on failure and on ``KeyboardInterrupt``.
+
+    ``max_bytes_held`` (bytes; None: no limit) is the backpressure limit on the bytes of
+    task outputs the query holds; ``max_task_input_bytes`` (bytes; None: never) the input
+    size above which a hash-join task is split into subtasks (see the module docstring).
+    ``ledger`` holds the bytes; :meth:`memory_report` says what both controls did. A split
+    partition's stats in ``task_stats`` are its subtasks' merged (``extra["subtasks"]``);
+    each subtask's own stats are in ``subtask_stats`` by (stage id, partition, subtask).
     """
 
     def __init__(
@@ -134,6 +184,8 @@ class DispatchLoop:
         config: Any = None,
         tracer: QueryTracer | None = None,
         pools: dict[int, Any] | None = None,
+        max_bytes_held: int | None = None,
+        max_task_input_bytes: int | None = None,
     ) -> None:
         self.plan = plan
         self.config_digest = config.digest() if config is not None else ""
@@ -146,6 +198,13 @@ class DispatchLoop:
         self.task_stats: dict[tuple[int, int], TaskStats] = {}
         self.tracer = tracer
         self.pools: dict[int, Any] = dict(pools or {})
+        self.ledger = ByteLedger(max_bytes_held or None)
+        self.max_task_input_bytes = max_task_input_bytes or None
+        self.readers = {s.id: readers(plan, s.id) for s in plan.stages}
+        self.subtask_stats: dict[tuple[int, int, int], TaskStats] = {}
+        self._memory = MemoryReport(self.ledger.limit, 0)
+        #: Expected output bytes of each task in flight (backpressure counts them as held).
+        self._reserved: dict[Any, int] = {}
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -153,43 +212,69 @@ class DispatchLoop:
         """Runnable tasks, up to the free slots; and whether any task remains undispatched."""
         free = self.max_in_flight - len(self.in_flight)
         batch: list[TaskSpec] = []
-        has_next = False
+        reserved = sum(self._reserved.values())
+        first_ready: _StageState | None = None
         for st in self.states:
-            if not st.undispatched:
-                continue
-            has_next = True
-            if free <= 0 or not self._ready(st):
+            if not st.undispatched or free <= 0 or not self._ready(st):
                 continue
             if st.output is None:
                 st.output = self._resolve_output(st)
+                self._plan_splits(st)
+            first_ready = first_ready or st
             room = free
             pool = self.pools.get(st.stage.id)
             if pool is not None:  # only as many tasks as the pool has free actors
                 room = min(free, pool.capacity(st.undispatched))
-            while room > 0 and st.retry:
-                batch.append(self._task(st, st.retry.pop(0)))
+            while room > 0 and st.undispatched:
+                if not st.releases and self._over(reserved):
+                    self._memory.held_back += 1  # backpressure: it would only add bytes
+                    break
+                batch.append(self._next_task(st))
+                reserved += st.estimate()
                 free -= 1
                 room -= 1
-            while room > 0 and st.next_partition < st.stage.num_tasks:
-                batch.append(self._task(st, st.next_partition))
-                st.next_partition += 1
-                free -= 1
-                room -= 1
+        if not batch and not self.in_flight and first_ready is not None:
+            # Over the limit and nothing can release bytes: one task, so the query moves.
+            self._memory.forced += 1
+            batch.append(self._next_task(first_ready))
         has_next = any(s.undispatched for s in self.states)
         return batch, has_next
+
+    def _over(self, reserved: int) -> bool:
+        """Whether the held bytes plus ``reserved`` (tasks in flight or just batched)
+        reach ``max_bytes_held``."""
+        limit = self.ledger.limit
+        return limit is not None and self.ledger.held + reserved >= limit
+
+    def _next_task(self, st: _StageState) -> TaskSpec:
+        """The stage's next task: a partition to re-send, a queued subtask, or the next
+        partition (queueing the other subtasks when it is split)."""
+        if st.retry:
+            return self._task(st, st.retry.pop(0))
+        if st.queued:
+            return self._task(st, *st.queued.pop(0))
+        p = st.next_partition
+        st.next_partition += 1
+        split = st.splits.get(p)
+        if split is not None:
+            st.queued.extend((p, k) for k in range(1, len(split[1])))
+        return self._task(st, p)
 
     def _dispatch(self, batch: list[TaskSpec]) -> None:
         tracer = self.tracer
         for task in batch:
             if tracer is not None:
                 tracer.task_dispatched(task)
-            self.in_flight[self.backend.submit(task)] = task
+            handle = self.backend.submit(task)
+            self.in_flight[handle] = task
+            self._reserved[handle] = self.states[task.stage.id].estimate()
 
     def _await_tasks(self) -> list[TaskResult]:
         done = self.backend.wait(list(self.in_flight))
         results = []
         for handle in done:
             spec = self.in_flight.pop(handle)
+            self._reserved.pop(handle, None)
             try:
                 res = self.backend.result(handle)
             except BaseException as exc:
@@ -199,6 +284,7 @@ class DispatchLoop:
                     self.tracer.task_failed(spec, exc)
                 self.backend.cancel(list(self.in_flight))
                 self.in_flight.clear()
+                self._reserved.clear()
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 retried = (
@@ -211,16 +297,48 @@ class DispatchLoop:
                     f"{spec.partition}{retried}: {type(exc).__name__}: {exc}"
                 ) from exc
             st = self.states[spec.stage.id]
-            st.outputs[spec.partition] = res.outputs
-            st.stats[spec.partition] = res.stats
-            st.done += 1
+            self._record(st, spec, res)
             if st.finished and spec.pool is not None:
                 spec.pool.close()  # its stage is done: give the actors' resources back
-            self.task_stats[(spec.stage.id, spec.partition)] = res.stats
             if self.tracer is not None:
                 self.tracer.task_finished(spec, res.stats)
+                self.tracer.counter("bytes held", self.ledger.held)
             results.append(res)
         return results
+
+    def _record(self, st: _StageState, spec: TaskSpec, res: TaskResult) -> None:
+        """Account a finished task: release the pieces it read, hold the ones it made, and
+        record its partition's outputs once the partition (all its subtasks) is done."""
+        for key in spec.reads:
+            if self.ledger.read(key):
+                s, p, o = key
+                self.states[s].outputs[p][o] = []  # drop the references: Ray may free it
+        sid, p = spec.stage.id, spec.partition
+        sizes = res.stats.output_bytes or (0,) * len(res.outputs)
+        for o, nbytes in enumerate(sizes):
+            self.ledger.produced((sid, p, o), nbytes, self.readers[sid])
+        self._memory.peak_bytes_held = self.ledger.peak
+        if spec.subtasks == 1:
+            st.outputs[p] = [[r] for r in res.outputs]
+            stats = res.stats
+        else:
+            self.subtask_stats[(sid, p, spec.subtask)] = res.stats
+            parts = st.parts.setdefault(p, {})
+            parts[spec.subtask] = res
+            if len(parts) < spec.subtasks:
+                return
+            ordered = [parts[k] for k in range(spec.subtasks)]
+            del st.parts[p]
+            st.outputs[p] = [[r.outputs[o] for r in ordered] for o in range(len(res.outputs))]
+            stats = merge_stats([r.stats for r in ordered])
+        st.stats[p] = stats
+        st.done += 1
+        self.task_stats[(sid, p)] = stats
+
+    def memory_report(self) -> MemoryReport:
+        """What backpressure and task splitting did in this run."""
+        self._memory.peak_bytes_held = self.ledger.peak
+        return self._memory
 
     # -- driving ------------------------------------------------------------------------
 
@@ -252,7 +370,7 @@ class DispatchLoop:
                     done = self._await_tasks()
                     span.set(tasks=len(done), in_flight=len(self.in_flight))
                 while emitted < root.stage.num_tasks and emitted in root.outputs:
-                    yield root.outputs[emitted][0]
+                    yield from self._hand_over(emitted)
                     emitted += 1
         except BaseException:
             if self.in_flight:
@@ -262,8 +380,19 @@ class DispatchLoop:
         finally:
             self.close_pools()
         while emitted < root.stage.num_tasks:
-            yield root.outputs[emitted][0]
+            yield from self._hand_over(emitted)
             emitted += 1
+
+    def _hand_over(self, partition: int) -> list[Any]:
+        """The root's output references of ``partition``, released from the ledger: the
+        caller holds them now."""
+        root = self.states[-1]
+        refs = root.outputs[partition][0]
+        root.outputs[partition][0] = []
+        self.ledger.read((root.stage.id, partition, 0))
+        if self.tracer is not None:
+            self.tracer.counter("bytes held", self.ledger.held)
+        return refs
 
     def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
         """When the actor that held a pool task died, the pool replaces it and the task's
@@ -303,21 +432,77 @@ class DispatchLoop:
             return RangeOutput(out.by, out.descending, out.nulls_last, out.n, bounds)
         return out
 
-    def _task(self, st: _StageState, partition: int) -> TaskSpec:
+    def _pieces(self, st: _StageState, index: int, partition: int) -> list[PieceKey]:
+        """The output pieces that input ``index`` of ``st``'s task ``partition`` reads,
+        in order."""
+        spec = st.stage.inputs[index]
+        n_up = self.states[spec.stage].stage.num_tasks
+        if spec.mode == "concat":
+            flat = [(s, p) for s in spec.stages for p in range(self.states[s].stage.num_tasks)]
+            s_id, p_id = flat[partition]
+            return [(s_id, p_id, 0)]
+        if spec.mode == "pointwise":
+            return [(spec.stage, partition, 0)]
+        if spec.mode == "bucket":
+            return [(spec.stage, i, partition) for i in range(n_up)]
+        return [(spec.stage, i, 0) for i in range(n_up)]
+
+    def _plan_splits(self, st: _StageState) -> None:
+        """Once ``st`` is runnable (its inputs' sizes known), split each of its bucket-mode
+        tasks whose input exceeds ``max_task_input_bytes`` into subtasks, where exact (see
+        :mod:`shoal.runners.skew`); report the ones that cannot be split."""
+        limit = self.max_task_input_bytes
+        if limit is None or not any(i.mode == "bucket" for i in st.stage.inputs):
+            return
+        sides: Any = None
+        sid = st.stage.id
+        for p in range(st.stage.num_tasks):
+            keys = [self._pieces(st, i, p) for i in range(len(st.stage.inputs))]
+            sizes = [[self.ledger.nbytes(k) for k in ks] for ks in keys]
+            total = sum(map(sum, sizes))
+            if total <= limit:
+                continue
+            sides = split_sides(st.stage) if sides is None else sides
+            if isinstance(sides, str):
+                self._not_split(sid, p, total, sides)
+                continue
+            side = max(sides[1], key=lambda i: sum(sizes[i]))
+            groups = group_pieces(sizes[side], limit - (total - sum(sizes[side])))
+            if len(groups) < 2:
+                self._not_split(sid, p, total, "its rows come from one upstream piece")
+                continue
+            st.splits[p] = (side, groups)
+            for i, ks in enumerate(keys):
+                if i != side:  # every subtask reads these pieces whole
+                    for k in ks:
+                        self.ledger.add_readers(k, len(groups) - 1)
+            self._memory.splits[(sid, p)] = len(groups)
+            if self.tracer is not None:
+                self.tracer.task_split(sid, p, len(groups))
+
+    def _not_split(self, stage_id: int, partition: int, nbytes: int, why: str) -> None:
+        self._memory.not_split.append((stage_id, partition, why))
+        if self.tracer is not None:
+            self.tracer.task_not_split(stage_id, partition, nbytes, why)
+        _log.info(
+            "shoal: stage %d partition %d reads %d bytes (over max_task_input_bytes) and "
+            "runs as one task: %s",
+            stage_id,
+            partition,
+            nbytes,
+            why,
+        )
+
+    def _task(self, st: _StageState, partition: int, subtask: int = 0) -> TaskSpec:
+        split = st.splits.get(partition)
         inputs: list[list[Any]] = []
-        for spec in st.stage.inputs:
-            up = self.states[spec.stage]
-            n_up = up.stage.num_tasks
-            if spec.mode == "concat":
-                flat = [(s, p) for s in spec.stages for p in range(self.states[s].stage.num_tasks)]
-                s_id, p_id = flat[partition]
-                inputs.append([self.states[s_id].outputs[p_id][0]])
-            elif spec.mode == "pointwise":
-                inputs.append([up.outputs[partition][0]])
-            elif spec.mode == "bucket":
-                inputs.append([up.outputs[i][partition] for i in range(n_up)])
-            else:
-                inputs.append([up.outputs[i][0] for i in range(n_up)])
+        reads: list[PieceKey] = []
+        for index in range(len(st.stage.inputs)):
+            keys = self._pieces(st, index, partition)
+            if split is not None and split[0] == index:
+                keys = [keys[i] for i in split[1][subtask]]
+            inputs.append([r for s, p, o in keys for r in self.states[s].outputs[p][o]])
+            reads.extend(keys)
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
         pool = self.pools.get(st.stage.id)  # an actor pool's tasks are not retried
@@ -331,4 +516,28 @@ class DispatchLoop:
             self.config_digest,
             0 if pool else self.max_retries,
             pool,
+            subtask,
+            len(split[1]) if split is not None else 1,
+            tuple(reads),
         )
+
+
+def merge_stats(parts: Sequence[TaskStats]) -> TaskStats:
+    """The stats of one partition that ran as the subtasks ``parts`` (in order): counts and
+    bytes summed, the earliest start and latest end, samples concatenated;
+    ``extra["subtasks"]`` says how many."""
+    first = parts[0]
+    samples = [p.sample for p in parts if p.sample is not None]
+    sizes = [p.output_bytes for p in parts if p.output_bytes]
+    return replace(
+        first,
+        rows_in=sum(p.rows_in for p in parts),
+        scan_rows=sum(p.scan_rows for p in parts),
+        rows_out=sum(p.rows_out for p in parts),
+        bytes_out=sum(p.bytes_out for p in parts),
+        start=min(p.start for p in parts),
+        end=max(p.end for p in parts),
+        sample=pa.concat_tables(samples) if samples else None,
+        extra={**first.extra, "subtasks": len(parts)},
+        output_bytes=tuple(map(sum, zip(*sizes, strict=True))) if sizes else (),
+    )

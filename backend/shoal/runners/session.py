@@ -19,6 +19,7 @@ from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import DispatchLoop
+from shoal.runners.memory import MemoryReport, default_max_bytes_held
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
 _lock = threading.RLock()
@@ -28,12 +29,15 @@ _owns_ray = False
 
 @dataclass
 class QueryReport:
-    """What the last query did: its physical plan and each task's stats by
-    (stage id, partition)."""
+    """What the last query did: its physical plan, each task's stats by
+    (stage id, partition) (a partition split into subtasks: their merged stats, with
+    ``extra["subtasks"]``), and what the memory controls did (``memory``: peak bytes held,
+    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`)."""
 
     physical: PhysicalPlan
     task_stats: dict[tuple[int, int], TaskStats]
     runner: str
+    memory: MemoryReport | None = None
 
 
 _last: QueryReport | None = None
@@ -134,7 +138,16 @@ def _start(
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
-    loop = DispatchLoop(physical, backend, limit, config, tracer)
+    held = config.max_bytes_held
+    loop = DispatchLoop(
+        physical,
+        backend,
+        limit,
+        config,
+        tracer,
+        max_bytes_held=default_max_bytes_held(config.runner) if held is None else held,
+        max_task_input_bytes=config.max_task_input_bytes,
+    )
     if any(pool_udf(st) for st in physical.stages):
         loop.pools = make_pools(
             physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
@@ -148,7 +161,7 @@ def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)
-    _last = QueryReport(physical, loop.task_stats, config.runner)
+    _last = QueryReport(physical, loop.task_stats, config.runner, loop.memory_report())
     return result
 
 
@@ -160,7 +173,7 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
     physical, backend, loop = _start(plan, config, None)
     for ref in loop.stream():
         yield conform(backend.fetch([ref]), plan)
-    _last = QueryReport(physical, loop.task_stats, config.runner)
+    _last = QueryReport(physical, loop.task_stats, config.runner, loop.memory_report())
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:

@@ -13,7 +13,13 @@ import sys
 import time
 from typing import Any
 
-from shoal.tracing.events import QueryFinished, QueryPlanned, QueryStarted, TaskFinished
+from shoal.tracing.events import (
+    LoopSpan,
+    QueryFinished,
+    QueryPlanned,
+    QueryStarted,
+    TaskFinished,
+)
 
 #: Seconds a query runs before ``progress="auto"`` shows its bars.
 AUTO_DELAY_S = 1.0
@@ -55,6 +61,11 @@ class ProgressSink:
             self._done[event.stage] = self._done.get(event.stage, 0) + 1
             self._rows[event.stage] = self._rows.get(event.stage, 0) + event.rows_out
             self._refresh()
+        elif isinstance(event, LoopSpan) and event.name == "split task":
+            # A partition runs as several subtasks: the stage has that many more tasks.
+            sid = event.args["stage"]
+            name, total = self._stages[sid]
+            self._stages[sid] = (name, total + event.args["subtasks"] - 1)
         elif isinstance(event, QueryFinished):
             self.close()
 

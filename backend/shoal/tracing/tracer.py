@@ -252,7 +252,9 @@ class QueryTracer:
         self._readers_left: dict[int, int] = {}
         self._stage_bytes: dict[int, int] = {}
         self._finished: dict[int, list[TaskFinished]] = {}
-        self._dispatched: dict[tuple[int, int], float] = {}
+        self._dispatched: dict[tuple[int, int, int], float] = {}
+        #: Tasks more than planned per stage: partitions split into subtasks.
+        self._extra_tasks: dict[int, int] = {}
         self._cpus = 0
         self._task_cpus = 0.0
         self._in_flight = 0
@@ -280,11 +282,13 @@ class QueryTracer:
     ) -> None:
         end = time.time()
         for sid, tasks in self._finished.items():
-            if tasks and len(tasks) < self._stages[sid].num_tasks:
+            if tasks and len(tasks) < self._stages[sid].num_tasks + self._extra_tasks.get(sid, 0):
                 self._emit(_stage_event(self.query_id, self._stages[sid], tasks, False))
         if self._store_bytes:
             self._store_bytes = 0
             self._counter(end, "object store bytes", 0)
+        if self._counters.get("bytes held"):
+            self._counter(end, "bytes held", 0)
         if self._in_flight:
             self._in_flight = 0
             self._counter(end, "tasks in flight", 0)
@@ -336,13 +340,13 @@ class QueryTracer:
                 self.query_id, now, tuple(infos), cpus, self.config.task_cpus, max_in_flight
             )
         )
-        for name in ("tasks in flight", "rows produced", "object store bytes"):
+        for name in ("tasks in flight", "rows produced", "object store bytes", "bytes held"):
             self._counter(now, name, 0)
 
     def task_dispatched(self, task: TaskSpec) -> None:
         """``task`` was handed to the backend."""
         now = time.time()
-        self._dispatched[(task.stage.id, task.partition)] = now
+        self._dispatched[(task.stage.id, task.partition, task.subtask)] = now
         self._emit(TaskDispatched(self.query_id, now, task.stage.id, task.partition))
         self._in_flight += 1
         self._counter(now, "tasks in flight", self._in_flight)
@@ -364,7 +368,7 @@ class QueryTracer:
             thread=stats.thread,
             start=stats.start,
             end=stats.end,
-            dispatched=self._dispatched.pop((sid, task.partition), stats.start),
+            dispatched=self._dispatched.pop((sid, task.partition, task.subtask), stats.start),
             collected=now,
             rows_in=stats.rows_in,
             rows_out=stats.rows_out,
@@ -384,7 +388,7 @@ class QueryTracer:
         self._counter(now, "object store bytes", self._store_bytes)
         tasks = self._finished[sid]
         tasks.append(ev)
-        if len(tasks) == info.num_tasks:
+        if len(tasks) == info.num_tasks + self._extra_tasks.get(sid, 0):
             self._emit(_stage_event(self.query_id, info, tasks, True))
             released = 0
             for up in self._inputs[sid]:
@@ -395,10 +399,30 @@ class QueryTracer:
                 self._store_bytes -= released
                 self._counter(now, "object store bytes", self._store_bytes)
 
+    def task_split(self, stage: int, partition: int, subtasks: int) -> None:
+        """Partition ``partition`` of ``stage`` will run as ``subtasks`` tasks (its input
+        was over ``max_task_input_bytes``): the stage ends after that many more tasks."""
+        self._extra_tasks[stage] = self._extra_tasks.get(stage, 0) + subtasks - 1
+        now = time.time()
+        args = {"stage": stage, "partition": partition, "subtasks": subtasks}
+        self._emit(LoopSpan(self.query_id, "split task", now, now, args))
+
+    def task_not_split(self, stage: int, partition: int, nbytes: int, reason: str) -> None:
+        """Partition ``partition`` of ``stage`` reads ``nbytes`` bytes, over
+        ``max_task_input_bytes``, but runs as one task: splitting it would not be exact."""
+        now = time.time()
+        args = {"stage": stage, "partition": partition, "input_bytes": nbytes, "reason": reason}
+        self._emit(LoopSpan(self.query_id, "task not split", now, now, args))
+
+    def counter(self, name: str, value: float) -> None:
+        """A sample of counter ``name`` now (e.g. ``bytes held``, from the dispatch loop's
+        memory ledger), unless it holds ``value`` already."""
+        self._counter(time.time(), name, value)
+
     def task_failed(self, task: TaskSpec, exc: BaseException) -> None:
         """``task`` raised ``exc``."""
         now = time.time()
-        self._dispatched.pop((task.stage.id, task.partition), None)
+        self._dispatched.pop((task.stage.id, task.partition, task.subtask), None)
         self._emit(
             TaskFailed(
                 self.query_id, now, task.stage.id, task.partition, f"{type(exc).__name__}: {exc}"
