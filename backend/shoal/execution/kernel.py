@@ -46,6 +46,7 @@ from shoal.ir.nodes import (
     Project,
     RowIndex,
     Scan,
+    Sink,
     Slice,
     Sort,
     StageInput,
@@ -265,6 +266,11 @@ def build(
         from shoal.udf import apply_project
 
         return apply_project(node, build(node.input, inputs, scan).collect()).lazy()
+    if isinstance(node, Sink):
+        # This task writes its own partition's files; its result lists them.
+        from shoal.execution.sink import write_partition
+
+        return write_partition(build(node.input, inputs, scan).collect(), node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
 

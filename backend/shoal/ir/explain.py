@@ -13,6 +13,7 @@ from shoal.ir.nodes import (
     Project,
     RowIndex,
     Scan,
+    Sink,
     Slice,
     Sort,
     StageInput,
@@ -65,6 +66,10 @@ def describe(node: PlanNode) -> str:
         return f"UNPIVOT ON {list(node.on)} INDEX {list(node.index)}"
     if isinstance(node, RowIndex):
         return f"ROW INDEX {node.name!r} FROM {node.offset}"
+    if isinstance(node, Sink):
+        return (
+            f"SINK {node.format.upper()} {node.layout.upper()} {node.path!r}{_sink_details(node)}"
+        )
     if isinstance(node, StageInput):
         return f"STAGE INPUT #{node.index}"
     if isinstance(node, UdfProject):
@@ -76,6 +81,15 @@ def describe(node: PlanNode) -> str:
             f"[{where}{', ' + res if res else ''}]"
         )
     return node.label
+
+
+def _sink_details(node: Sink) -> str:
+    out = f" BY {list(node.partition_by)}" if node.partition_by else ""
+    if node.max_rows_per_file is not None:
+        out += f" MAX ROWS {node.max_rows_per_file}"
+    if node.max_bytes_per_file is not None:
+        out += f" MAX BYTES {node.max_bytes_per_file}"
+    return out
 
 
 def explain(node: PlanNode, *, schema: bool = False) -> str:
