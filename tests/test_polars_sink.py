@@ -236,3 +236,5 @@ def test_sink_node_serialises_explains_and_validates(source: pl.LazyFrame) -> No
     bad = Sink(plan, "parquet", "/tmp/out", "hive", SINK_SCHEMA, partition_by=("nope",))
     with pytest.raises(PlanError, match="key column 'nope'"):
         from_json(to_json(bad, tables=tables), tables=tables)
+    with pytest.raises(PlanError, match="shoal.execute"):
+        next(shoal.execute_batches(sink, runner="local"))

@@ -82,8 +82,13 @@ def execute_batches(
     """Run ``plan`` and yield its result as Arrow record batches (``plan.schema``), in
     partition order, each partition's batches as soon as it and the partitions before it
     have finished. Stopping the iteration early cancels the rest of the query. Raises as
-    :func:`execute` does."""
+    :func:`execute` does, and ``PlanError`` for a :class:`~shoal.ir.nodes.Sink` plan (run
+    it with :func:`execute`, which finishes the files)."""
+    from shoal.errors import PlanError
     from shoal.runners.session import stream_plan
+
+    if isinstance(plan, Sink):
+        raise PlanError("execute_batches: a Sink plan writes files; run it with shoal.execute")
 
     for table in stream_plan(plan, _resolve(runner, config)):
         yield from table.to_batches()
