@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+import uuid
 from pathlib import Path
 
 import polars as pl
@@ -34,6 +35,15 @@ class SlowPool:
 @shoal.udf(return_dtype=pl.Int64, name="slow_in_task")
 def slow_in_task(a: pl.Series) -> pl.Series:
     """A stateless UDF: runs in ordinary tasks, slowly."""
+    time.sleep(0.4)
+    return a * 2
+
+
+@shoal.udf(return_dtype=pl.Int64, name="slow_logged")
+def slow_logged(a: pl.Series, log: pl.Series) -> pl.Series:
+    """As :func:`slow_in_task`, leaving a file in the directory ``log[0]`` per call."""
+    if len(log):
+        (Path(log[0]) / uuid.uuid4().hex).touch()
     time.sleep(0.4)
     return a * 2
 
@@ -128,19 +138,32 @@ def test_cancel_stops_every_task_and_pool_promptly(runner: str, tmp_path: Path) 
     assert small.collect(engine=engine(runner)).equals(small.collect())
 
 
-def test_cancel_of_many_ordinary_tasks(runner: str) -> None:
-    lf = frame(4000).lazy().shoal.with_udf(slow_in_task, inputs="a", output="b")
+def test_cancel_of_many_ordinary_tasks(runner: str, tmp_path: Path) -> None:
+    calls = tmp_path / "calls"
+    calls.mkdir()
+    df = frame(4000).with_columns(log=pl.lit(str(calls)))
+    lf = df.lazy().shoal.with_udf(slow_logged, inputs=["a", "log"], output="b")
     q = lf.collect(engine=engine(runner, partitions=40), background=True)  # ~8 s on 2 CPUs
-    time.sleep(1.0)
+    wait_for_any(calls)
     start = time.monotonic()
     q.cancel()
     assert time.monotonic() - start < 10
-    assert q.fetch is not None
     with pytest.raises(QueryCancelledError):
         q.fetch()
     no_task_left(runner)
+    started = len(list(calls.iterdir()))
+    assert started < 40  # cancelled before the end
+    time.sleep(1.0)
+    assert len(list(calls.iterdir())) == started  # and no task of it starts afterwards
     again = frame(200).lazy().shoal.with_udf(slow_in_task, inputs="a", output="b")
     assert again.collect(engine=engine(runner)).equals(again.collect())
+
+
+def wait_for_any(directory: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not any(directory.iterdir()):
+        assert time.monotonic() < deadline, "the query never started its UDF"
+        time.sleep(0.05)
 
 
 def test_untranslatable_query_falls_back_to_polars_background() -> None:
