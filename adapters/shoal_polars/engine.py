@@ -106,7 +106,7 @@ class DistEngine(InMemoryEngine):
         if self._should_raise():
             raise exc
         warnings.warn(
-            f"shoal: {what} on Polars' engine: {exc}",
+            f"shoal: {what} to Polars' engine: {exc}",
             ShoalFallbackWarning,
             stacklevel=_user_stacklevel(),
         )
