@@ -4,6 +4,8 @@ scheduler: completion order, the in-flight limit, stage barriers, and failures."
 from __future__ import annotations
 
 import random
+import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -12,10 +14,10 @@ import pyarrow as pa
 import pytest
 
 from shoal.config import Config
-from shoal.errors import TaskError
+from shoal.errors import QueryCancelledError, TaskError
 from shoal.execution.kernel import run_fragment
 from shoal.planner.physical import plan_physical
-from shoal.runners.dispatch import DispatchLoop, TaskResult, TaskSpec
+from shoal.runners.dispatch import CancelToken, DispatchLoop, TaskResult, TaskSpec
 
 from .irplans import agg_sort_plan, frame
 
@@ -94,3 +96,28 @@ def test_a_failed_task_names_stage_and_partition_and_cancels_the_rest():
         loop.run()
     assert not loop.in_flight
     assert backend.pending == {}
+
+
+class StuckBackend(FakeBackend):
+    """Tasks never finish until cancelled; then they are done (as a cancelled Ray task's
+    reference is)."""
+
+    def wait(self, handles: Sequence[int], timeout: float | None = None) -> list[int]:
+        assert timeout is not None, "a loop with a cancel token must wait with a timeout"
+        done = [h for h in handles if h in self.cancelled]
+        if not done:
+            time.sleep(timeout)
+        return done
+
+
+def test_a_cancel_token_set_from_another_thread_stops_the_loop():
+    plan, _ = _plan()
+    physical = plan_physical(plan, Config(runner="local", target_partition_bytes=800))
+    backend = StuckBackend(0)
+    token = CancelToken()
+    loop = DispatchLoop(physical, backend, max_in_flight=3, cancel=token)
+    threading.Timer(0.2, token.cancel).start()
+    with pytest.raises(QueryCancelledError):
+        loop.run()
+    assert sorted(backend.cancelled) == [1, 2, 3]  # every task in flight, nothing more
+    assert not loop.in_flight and backend.pending == {}

@@ -405,13 +405,21 @@ def test_raise_on_fail_explicit_wins_over_config(mem: pl.LazyFrame) -> None:
         lf.collect(engine=DistEngine(runner="local", raise_on_fail=True, config=Config()))
 
 
-def test_background_collect_is_left_to_polars(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
+def test_background_collect_of_an_untranslatable_query(
+    mem: pl.LazyFrame, right: pl.LazyFrame
+) -> None:
+    """Background collects run on shoal (tests/test_polars_background.py); one that shoal
+    cannot translate falls back to Polars' background collect, or raises."""
     lf = _unsupported(mem, right)
     with warnings.catch_warnings():
-        warnings.simplefilter("error", ShoalFallbackWarning)
         warnings.simplefilter("ignore", UserWarning)  # Polars: background mode is unstable
-        got = lf.collect(engine=DistEngine(raise_on_fail=True), background=True).fetch_blocking()
-    assert_frame_equal(got, lf.collect(engine="in-memory"))
+        warnings.simplefilter("error", ShoalFallbackWarning)
+        with pytest.raises(UnsupportedError):
+            lf.collect(engine=DistEngine(raise_on_fail=True), background=True)
+        warnings.simplefilter("always", ShoalFallbackWarning)
+        with pytest.warns(ShoalFallbackWarning, match="background collect falls back"):
+            q = lf.collect(engine=DistEngine(raise_on_fail=False), background=True)
+    assert_frame_equal(q.fetch_blocking(), lf.collect(engine="in-memory"))
 
 
 # ---------------------------------------------------------------- version gate

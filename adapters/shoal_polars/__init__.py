@@ -2,7 +2,8 @@
 
 Importing this package registers the engine name, so that ``lf.collect(engine="dist")``
 runs the query with shoal (a :class:`DistEngine` with the configured defaults). Public
-names: :class:`DistEngine`, :class:`ShoalFallbackWarning`, :func:`to_ir`.
+names: :class:`DistEngine`, :class:`DistQuery` (a background query),
+:class:`ShoalFallbackWarning`, :func:`to_ir`.
 
 Polars (2.1) accepts only auto/in-memory/streaming/gpu as engine names and keeps the
 Python-side names in the private dict ``polars.lazyframe.engine_config._ENGINE_BY_NAME``;
@@ -13,12 +14,12 @@ from __future__ import annotations
 
 import polars as pl
 
-from shoal_polars.engine import DistEngine, ShoalFallbackWarning, to_ir
+from shoal_polars.engine import DistEngine, DistQuery, ShoalFallbackWarning, to_ir
 
 #: The Polars version whose engine registry and NodeTraverser (16, 0) were tested.
 TESTED_POLARS_VERSION = "2.1.0"
 
-__all__ = ["DistEngine", "ShoalFallbackWarning", "to_ir"]
+__all__ = ["DistEngine", "DistQuery", "ShoalFallbackWarning", "to_ir"]
 
 
 def _register() -> None:

@@ -20,7 +20,8 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from polars.lazyframe.engine import InMemoryEngine
+from polars.lazyframe.engine import InMemoryEngine, StreamingEngine
+from polars.lazyframe.in_process import InProcessQuery
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
     from shoal.config import Config, RunnerKind
     from shoal.ir.nodes import PlanNode
+    from shoal.runners.background import BackgroundQuery
 
 
 class ShoalFallbackWarning(UserWarning):
@@ -56,9 +58,13 @@ class DistEngine(InMemoryEngine):
     engine with a :class:`ShoalFallbackWarning`; None (the default) takes
     ``config.raise_on_fail``. An explicit value wins over the config.
 
-    Background collection (``collect(background=True)``) and Polars' internal eager
-    operations run on Polars' engine. Errors while shoal runs the query (for example
-    :class:`shoal.TaskError`) propagate from ``collect`` unchanged.
+    ``collect(background=True)`` runs the query with shoal in a background thread and
+    returns a :class:`DistQuery` (Polars' ``InProcessQuery`` interface: ``fetch()``,
+    ``fetch_blocking()``, ``cancel()``). ``lf.sink_parquet(path, engine=...)`` runs the
+    query with shoal, each task writing its own partition's file(s) (see
+    :meth:`sink_parquet`). Polars' internal eager operations run on Polars' engine. Errors
+    while shoal runs the query (for example :class:`shoal.TaskError`) propagate from
+    ``collect`` unchanged.
     """
 
     def __init__(
@@ -94,6 +100,109 @@ class DistEngine(InMemoryEngine):
         if background or eager:
             return None
         return self._callback
+
+    def _fallback(self, exc: Exception, what: str) -> None:
+        """Raise ``exc`` (``raise_on_fail``) or warn that ``what`` runs on Polars."""
+        if self._should_raise():
+            raise exc
+        warnings.warn(
+            f"shoal: {what} to Polars' engine: {exc}",
+            ShoalFallbackWarning,
+            stacklevel=_user_stacklevel(),
+        )
+
+    def collect(  # type: ignore[override]
+        self,
+        lf: pl.LazyFrame,
+        *,
+        optimizations: pl.QueryOptFlags,
+        background: bool = False,
+        post_opt_callback: Any = None,
+    ) -> pl.DataFrame | InProcessQuery:
+        """Polars' ``Engine.collect``; with ``background`` the query runs with shoal in a
+        background thread and a :class:`DistQuery` is returned at once (falling back to
+        Polars' background collection, as ``collect`` falls back)."""
+        if not background or post_opt_callback is not None:
+            return super().collect(
+                lf,
+                optimizations=optimizations,
+                background=background,
+                post_opt_callback=post_opt_callback,
+            )
+        from shoal.api import execute_background
+        from shoal.errors import UnsupportedError
+
+        try:
+            plan, schema = optimised_plan(lf, optimizations)
+        except UnsupportedError as exc:
+            self._fallback(exc, "background collect falls back")
+            return super().collect(lf, optimizations=optimizations, background=True)
+        query = execute_background(
+            plan,
+            runner=self.runner,
+            config=self.config,
+            convert=lambda table: to_polars_frame(table, schema),
+        )
+        return DistQuery(query)
+
+    def sink_parquet(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Polars' ``Engine.sink_parquet``: run ``lf`` with shoal, each task writing its own
+        output partition's file(s), in Polars 2.1's layouts:
+
+        * a file path: one file with exactly Polars' rows in Polars' order (a gather, then
+          one writer task);
+        * ``pl.PartitionBy(base, max_rows_per_file=, approximate_bytes_per_file=)``: files
+          ``base/00000000.parquet``, ``00000001``, ... written in parallel, one or more per
+          partition, renamed into order on the driver (each has at most
+          ``max_rows_per_file`` rows; reading them in name order gives Polars' rows in
+          order);
+        * ``pl.PartitionBy(base, key=<columns>)``: hive directories ``base/<col>=<value>/``
+          written by the tasks of a hash exchange on the keys (one task per key).
+
+        ``compression``, ``compression_level``, ``statistics``, ``row_group_size``,
+        ``data_page_size``, ``metadata`` (a dict), ``sync_on_close`` and ``mkdir`` go to
+        Polars' writer in each task; ``sinked_paths_callback`` is called once on the
+        driver with every file (paths as Polars gives them). What shoal cannot honour (a
+        file-like or cloud target, storage options, ``arrow_schema``, ``encryption``,
+        ``PartitionBy`` with a ``file_path_provider`` or expression keys) and queries it
+        cannot translate fall back to Polars' streaming sink with a
+        :class:`ShoalFallbackWarning`, or raise :class:`shoal.UnsupportedError` with
+        ``raise_on_fail``. A bad target raises before any task runs, naming the path
+        (``IsADirectoryError``, ``FileNotFoundError``, ``NotADirectoryError``).
+        """
+        from shoal.errors import UnsupportedError
+        from shoal_polars.sink import sink_plan, user_path
+
+        callback = kwargs.pop("sinked_paths_callback", None)
+        optimizations = kwargs.pop("optimizations")
+        writer = {k: v for k, v in kwargs.items() if k != "maintain_order"}
+        try:
+            plan, _ = optimised_plan(lf, optimizations)
+            sink = sink_plan(plan, path, **writer)
+        except UnsupportedError as exc:
+            self._fallback(exc, "sink_parquet falls back")
+            StreamingEngine().sink_parquet(
+                lf, path, optimizations=optimizations, sinked_paths_callback=callback, **kwargs
+            )
+            return
+        written = _execute(sink, self.runner, self.config)
+        if callback is not None:
+            from polars.io.partition import SinkedPath, SinkedPathsCallbackArgs
+
+            to_user = user_path(sink, path)
+            callback(
+                SinkedPathsCallbackArgs(
+                    paths=[
+                        SinkedPath(path=to_user(p), num_rows=r, num_bytes=b)
+                        for p, r, b in zip(
+                            written["path"].to_pylist(),
+                            written["rows"].to_pylist(),
+                            written["bytes"].to_pylist(),
+                            strict=True,
+                        )
+                    ]
+                )
+            )
 
     def _callback(self, nt: Any, *args: Any) -> None:
         """Polars' post-optimisation callback: translate, then hand Polars the function
@@ -165,18 +274,56 @@ def to_polars_frame(table: pa.Table, schema: Any) -> pl.DataFrame:
     return df
 
 
+class DistQuery(InProcessQuery):
+    """A query running with shoal in the background (``collect(background=True)`` on a
+    :class:`DistEngine`), with Polars' ``InProcessQuery`` interface."""
+
+    def __init__(self, query: BackgroundQuery) -> None:
+        # Polars' InProcessQuery wraps a Rust handle; this one wraps shoal's instead.
+        self._query = query
+
+    def cancel(self) -> None:
+        """Cancel the query: every task of it is cancelled and its actor pools torn down;
+        returns once they have stopped (within seconds), leaving the runner ready for the
+        next query. ``fetch_blocking()`` then raises :class:`shoal.QueryCancelledError`."""
+        self._query.cancel()
+
+    def fetch(self) -> pl.DataFrame | None:
+        """The result if the query has finished, else None; raises the query's error if it
+        failed."""
+        if not self._query.done():
+            return None
+        return self.fetch_blocking()
+
+    def fetch_blocking(self) -> pl.DataFrame:
+        """Wait for the result; raises the query's error if it failed (for example
+        :class:`shoal.TaskError`, or :class:`shoal.QueryCancelledError` after
+        :meth:`cancel`)."""
+        out = self._query.result()
+        assert isinstance(out, pl.DataFrame)
+        return out
+
+
 def to_ir(lf: pl.LazyFrame, *, optimizations: pl.QueryOptFlags | None = None) -> PlanNode:
     """The shoal IR of ``lf`` after Polars' optimiser, without running the query.
 
     Raises :class:`shoal.UnsupportedError` (naming every unsupported part) when shoal cannot
     translate the plan.
     """
+    return optimised_plan(lf, optimizations)[0]
+
+
+def optimised_plan(
+    lf: pl.LazyFrame, optimizations: pl.QueryOptFlags | None = None
+) -> tuple[PlanNode, pl.Schema]:
+    """``lf``'s shoal IR after Polars' optimiser, and the schema Polars gives its result
+    (see :func:`to_ir`)."""
     found: dict[str, Any] = {}
 
     def record(nt: Any, *args: Any) -> None:
         from shoal_polars.translate import translate_plan
 
-        schema = nt.get_schema()
+        schema = found["schema"] = nt.get_schema()
         try:
             found["plan"] = translate_plan(nt)
         except Exception as exc:
@@ -189,4 +336,4 @@ def to_ir(lf: pl.LazyFrame, *, optimizations: pl.QueryOptFlags | None = None) ->
     )
     if "plan" not in found:  # pragma: no cover - Polars did not call the callback
         raise RuntimeError("Polars did not hand its optimised plan to shoal")
-    return found["plan"]
+    return found["plan"], pl.Schema(found["schema"])

@@ -5,7 +5,8 @@ Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain
 :func:`execute_batches`, :func:`udf`, :func:`trace`, :class:`Config`, :func:`get_config`,
 :func:`set_config`, :func:`execution_config`, :func:`shutdown` and the errors
 :class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
-:class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`.
+:class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`,
+:class:`QueryCancelledError`.
 
 Note that ``shoal.udf`` is the decorator; its module is ``sys.modules["shoal.udf"]`` (import
 names from it with ``from shoal.udf import UDF``).
@@ -19,7 +20,14 @@ from shoal import ir
 from shoal.api import execute, execute_batches, shutdown
 from shoal.api import explain as _explain
 from shoal.config import Config, execution_config, get_config, set_config
-from shoal.errors import ConfigFrozenError, PlanError, ShoalError, TaskError, UnsupportedError
+from shoal.errors import (
+    ConfigFrozenError,
+    PlanError,
+    QueryCancelledError,
+    ShoalError,
+    TaskError,
+    UnsupportedError,
+)
 from shoal.tracing import trace
 from shoal.udf import UdfError, udf
 
@@ -45,6 +53,7 @@ __all__ = [
     "ConfigFrozenError",
     "DistEngine",
     "PlanError",
+    "QueryCancelledError",
     "ShoalError",
     "TaskError",
     "UdfError",

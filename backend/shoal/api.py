@@ -3,29 +3,77 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from shoal.config import Config, RunnerKind, get_config
 from shoal.errors import UnsupportedError
-from shoal.ir.nodes import PlanNode
+from shoal.ir.nodes import PlanNode, Sink
+
+if TYPE_CHECKING:
+    from shoal.runners.background import BackgroundQuery
+    from shoal.runners.dispatch import CancelToken
 
 
 def execute(
-    plan: PlanNode, *, runner: RunnerKind | None = None, config: Config | None = None
+    plan: PlanNode,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    cancel: CancelToken | None = None,
 ) -> pa.Table:
     """Run ``plan`` distributed and return the whole result as one Arrow table.
 
     ``runner`` overrides the config's runner ("ray" or "local"); ``config`` defaults to
-    :func:`shoal.get_config`. Raises ``FileNotFoundError`` for a missing input path before
-    any task runs, and :class:`shoal.TaskError` naming the stage and partition when a task
-    fails.
+    :func:`shoal.get_config`; ``cancel`` (a :class:`shoal.runners.dispatch.CancelToken`)
+    lets another thread cancel the query. A plan whose root is a
+    :class:`~shoal.ir.nodes.Sink` writes files (each task its own partition's) and returns
+    one row per file (path, rows, bytes), in order; its target is checked first
+    (``shoal.execution.sink.check_target``). Raises ``FileNotFoundError`` for a missing
+    input path before any task runs, :class:`shoal.TaskError` naming the stage and
+    partition when a task fails, :class:`shoal.QueryCancelledError` when cancelled.
     """
     from shoal.runners.session import run_plan
 
     cfg = _resolve(runner, config)
-    return run_plan(plan, cfg)
+    if not isinstance(plan, Sink):
+        return run_plan(plan, cfg, cancel)
+    from shoal.execution import sink
+
+    sink.check_target(plan)
+    plan = sink.prepare(plan)
+    try:
+        written = run_plan(plan, cfg, cancel)
+    except BaseException:
+        sink.abort(plan)
+        raise
+    return sink.commit(plan, written)
+
+
+def execute_background(
+    plan: PlanNode,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    convert: Callable[[pa.Table], Any] | None = None,
+) -> BackgroundQuery:
+    """Start running ``plan`` (as :func:`execute`) in a background thread and return its
+    :class:`~shoal.runners.background.BackgroundQuery` handle at once (``done()``,
+    ``result()``, ``cancel()``). ``convert`` turns the Arrow result into what ``result()``
+    returns (for example a ``polars.DataFrame``). The runner starts in the calling thread
+    first, so that a runner that cannot start raises here."""
+    from shoal.runners.background import BackgroundQuery
+    from shoal.runners.session import start_runner
+
+    cfg = _resolve(runner, config)
+    start_runner(cfg)
+
+    def run(token: CancelToken) -> Any:
+        table = execute(plan, config=cfg, cancel=token)
+        return convert(table) if convert is not None else table
+
+    return BackgroundQuery(run)
 
 
 def execute_batches(
@@ -34,8 +82,13 @@ def execute_batches(
     """Run ``plan`` and yield its result as Arrow record batches (``plan.schema``), in
     partition order, each partition's batches as soon as it and the partitions before it
     have finished. Stopping the iteration early cancels the rest of the query. Raises as
-    :func:`execute` does."""
+    :func:`execute` does, and ``PlanError`` for a :class:`~shoal.ir.nodes.Sink` plan (run
+    it with :func:`execute`, which finishes the files)."""
+    from shoal.errors import PlanError
     from shoal.runners.session import stream_plan
+
+    if isinstance(plan, Sink):
+        raise PlanError("execute_batches: a Sink plan writes files; run it with shoal.execute")
 
     for table in stream_plan(plan, _resolve(runner, config)):
         yield from table.to_batches()

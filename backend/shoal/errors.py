@@ -31,3 +31,8 @@ class ConfigFrozenError(ShoalError, RuntimeError):
 
 class TaskError(ShoalError, RuntimeError):
     """A task of a distributed query failed; the message names the stage and partition."""
+
+
+class QueryCancelledError(ShoalError, RuntimeError):
+    """The query was cancelled (``cancel()`` on a background query's handle) before it
+    finished; its tasks were cancelled and its actor pools torn down."""

@@ -47,6 +47,7 @@ from shoal.ir.nodes import (
     Project,
     RowIndex,
     Scan,
+    Sink,
     Slice,
     Sort,
     StageInput,
@@ -272,6 +273,12 @@ def build(
 
         frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
         return apply_project(node, frame).lazy()
+    if isinstance(node, Sink):
+        # This task writes its own partition's files; its result lists them.
+        from shoal.execution.sink import write_partition
+
+        frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
+        return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
 

@@ -18,6 +18,7 @@ from shoal.ir.nodes import (
     RollingGroupBy,
     RowIndex,
     Scan,
+    Sink,
     Slice,
     Sort,
     StageInput,
@@ -70,6 +71,10 @@ def describe(node: PlanNode) -> str:
         return f"UNPIVOT ON {list(node.on)} INDEX {list(node.index)}"
     if isinstance(node, RowIndex):
         return f"ROW INDEX {node.name!r} FROM {node.offset}"
+    if isinstance(node, Sink):
+        return (
+            f"SINK {node.format.upper()} {node.layout.upper()} {node.path!r}{_sink_details(node)}"
+        )
     if isinstance(node, StageInput):
         return f"STAGE INPUT #{node.index}"
     if isinstance(node, AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted):
@@ -110,6 +115,15 @@ def _describe_temporal(node: AsofJoin | DynamicGroupBy | RollingGroupBy | MergeS
         f"START BY {node.start_by}{' BOUNDARIES' if node.include_boundaries else ''}"
         f"{keys} [{aggs}]"
     )
+
+
+def _sink_details(node: Sink) -> str:
+    out = f" BY {list(node.partition_by)}" if node.partition_by else ""
+    if node.max_rows_per_file is not None:
+        out += f" MAX ROWS {node.max_rows_per_file}"
+    if node.max_bytes_per_file is not None:
+        out += f" MAX BYTES {node.max_bytes_per_file}"
+    return out
 
 
 def explain(node: PlanNode, *, schema: bool = False) -> str:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from shoal.ir.expr import Expr, NamedExpr
-from shoal.ir.types import Schema
+from shoal.ir.types import INT64, STRING, Schema
 
 JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
 JoinOrder = Literal["none", "left", "right", "left_right", "right_left"]
@@ -432,6 +432,50 @@ class RestoreGroupOrder(PlanNode):
     keys: tuple[str, ...]
     operator: Literal["group_by_dynamic", "rolling"]
     schema: Schema
+
+
+SinkLayout = Literal["file", "split", "hive"]
+
+#: The rows a :class:`Sink` produces: one per file written (path, rows, bytes).
+SINK_SCHEMA = Schema.of([("path", STRING), ("rows", INT64), ("bytes", INT64)])
+
+
+@dataclass(frozen=True)
+class Sink(PlanNode):
+    """Write the rows of ``input`` to ``format`` files (only ``"parquet"`` so far) and
+    produce one row per file written: its ``path``, ``rows`` and ``bytes`` (the node's
+    ``schema`` is always :data:`SINK_SCHEMA`).
+
+    ``layout`` follows Polars' sinks (``LazyFrame.sink_parquet``):
+
+    * ``"file"``: one file at ``path``, the rows in input order;
+    * ``"split"``: files ``path/00000000.parquet``, ``00000001``, ... (Polars'
+      ``PartitionBy(path, max_rows_per_file=..., approximate_bytes_per_file=...)``), each
+      with at most ``max_rows_per_file`` rows and about ``max_bytes_per_file`` bytes (None:
+      no limit); reading them in name order gives the rows in input order. Tasks write
+      under the ``staging`` directory inside ``path``; the driver then renames the files to
+      their final names (``shoal.execution.sink.commit``);
+    * ``"hive"``: Polars' ``PartitionBy(path, key=partition_by)``: one directory per key
+      value, ``path/<col>=<value>/00000000.parquet``, each key's rows in input order (the
+      key columns are kept in the files when ``include_key``).
+
+    ``options`` are keyword arguments of Polars' Parquet writer (``compression``,
+    ``compression_level``, ``statistics``, ``row_group_size``, ``data_page_size``,
+    ``metadata``, ``sync_on_close``, ``mkdir``) as (name, value) pairs; a mapping is kept as
+    (key, value) pairs. ``path`` is absolute.
+    """
+
+    input: PlanNode
+    format: Literal["parquet"]
+    path: str
+    layout: SinkLayout
+    schema: Schema
+    partition_by: tuple[str, ...] = ()
+    include_key: bool = True
+    max_rows_per_file: int | None = None
+    max_bytes_per_file: int | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    staging: str = ""
 
 
 def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:

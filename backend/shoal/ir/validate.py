@@ -25,6 +25,7 @@ import polars as pl
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import AGG_FUNCTIONS, BINARY_OPS, Agg, BinaryOp, Col, Expr, Function, NamedExpr
 from shoal.ir.nodes import (
+    SINK_SCHEMA,
     AsofJoin,
     FileSource,
     InMemorySource,
@@ -32,6 +33,7 @@ from shoal.ir.nodes import (
     ParquetSource,
     PlanNode,
     Scan,
+    Sink,
     Slice,
     Union,
 )
@@ -89,10 +91,31 @@ def _validate_node(
     _node_rules(node, path)
     if isinstance(node, Scan):
         _check_scan(node, path, check_sources)
+    elif isinstance(node, Sink):  # never built here: building a sink writes files
+        _check_sink(node, path)
     elif _carries_code(node):
         _check_udf_schema(node, path)
     else:
         _check_node_schema(node, path)
+
+
+def _check_sink(node: Sink, path: str) -> None:
+    """A sink's schema is :data:`SINK_SCHEMA`; a hive layout names key columns of its
+    input; the format is Parquet."""
+    if node.schema != SINK_SCHEMA:
+        raise _fail(node, path, f"schema {node.schema} should be {SINK_SCHEMA}")
+    if node.format != "parquet":
+        raise _fail(node, path, f"format {node.format!r} is not supported (parquet is)")
+    if node.layout == "hive" and not node.partition_by:
+        raise _fail(node, path, "a hive layout needs at least one key column (partition_by)")
+    for i, name in enumerate(node.partition_by):
+        if name not in node.input.schema:
+            raise _fail(
+                node,
+                path,
+                f"key column {name!r} ({path}.partition_by[{i}]) is not a column of the "
+                f"input {list(node.input.schema.names)}",
+            )
 
 
 def _carries_code(node: PlanNode) -> bool:

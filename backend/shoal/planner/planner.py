@@ -17,6 +17,7 @@ rows from other partitions:
 * temporal and ordered operators (as-of join, dynamic and rolling group-by, merge of
   sorted inputs): see :mod:`shoal.planner.temporal`;
 * anything else that needs all rows runs after a gather to one task;
+* sink: each task writes its own partition's files (one file: after a gather);
 * a user function (:class:`~shoal.ir.nodes.UdfProject`) runs in place when it is a
   stateless CPU function, else on an actor pool stage of its own (see ``udf_project``).
 
@@ -50,6 +51,7 @@ from shoal.ir.nodes import (
     Project,
     RowIndex,
     Scan,
+    Sink,
     Slice,
     Sort,
     StageInput,
@@ -199,6 +201,8 @@ class _Builder:
             return self.udf_project(node)
         if isinstance(node, TEMPORAL_NODES):
             return plan_temporal(self, node)
+        if isinstance(node, Sink):
+            return self.sink(node)
         raise UnsupportedError(f"the planner cannot place plan node {node.label}")
 
     def udf_project(self, node: UdfProject) -> _Open:
@@ -223,6 +227,24 @@ class _Builder:
         pool.wrap(node.with_children((pool.node,)))
         st = self.cut(pool, SingleOutput())
         return self.read(st, "pointwise", st.num_tasks, "after-udf")
+
+    def sink(self, node: Sink) -> _Open:
+        """Each task writes its own partition's files (see ``shoal.execution.sink``): a
+        single file after a gather to one task (rows in order); a directory of numbered
+        files in place, pointwise on the input's partitions; a hive layout after a hash
+        exchange on the key columns, so that every key's rows (in order) meet in one task,
+        which writes that key's directory alone."""
+        op = self.visit(node.input)
+        if node.layout == "file":
+            op = self.gather(op, "sink")
+        elif node.layout == "hive" and op.num_tasks > 1:
+            keys = tuple(Col(c, node.input.schema[c]) for c in node.partition_by)
+            n = self.shuffle_n(op)
+            st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
+            op = self.read(st, "bucket", n, "sink")
+        else:
+            op.name = f"{op.name}+sink"
+        return op.wrap(node.with_children((op.node,)))
 
     def project(self, node: Project) -> _Open:
         op = self.visit(node.input)

@@ -26,13 +26,15 @@ into subtasks where that is exact; their outputs, in order, are the partition's 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from shoal.errors import TaskError
+from shoal.errors import QueryCancelledError, TaskError
 from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
@@ -43,6 +45,30 @@ from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
 
 _log = logging.getLogger("shoal")
+
+#: Seconds between checks of a :class:`CancelToken` while the loop waits for tasks.
+CANCEL_POLL_S = 0.05
+#: Seconds a cancelled query waits at most for its cancelled tasks to stop.
+CANCEL_SETTLE_S = 15.0
+
+
+class CancelToken:
+    """Cancels a running query from any thread: :meth:`cancel` sets it; the dispatch loop
+    that holds it notices within :data:`CANCEL_POLL_S` seconds (it then waits for tasks
+    with that timeout), cancels every task in flight, tears down the query's actor pools,
+    waits (up to :data:`CANCEL_SETTLE_S` seconds) until the cancelled tasks have stopped,
+    and raises :class:`shoal.QueryCancelledError`."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        """Ask the query to stop (idempotent; returns at once)."""
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
 
 
 @dataclass
@@ -96,8 +122,9 @@ class Backend(Protocol):
     def submit(self, task: TaskSpec) -> Any:
         """Start ``task``; return a handle."""
 
-    def wait(self, handles: Sequence[Any]) -> list[Any]:
-        """Block until at least one handle is done; return every done handle."""
+    def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
+        """Block until at least one handle is done (or ``timeout`` seconds have passed,
+        when not None: then possibly none); return every done handle."""
 
     def result(self, handle: Any) -> TaskResult:
         """The result of a done handle; raises the task's error."""
@@ -174,6 +201,8 @@ class DispatchLoop:
     ``ledger`` holds the bytes; :meth:`memory_report` says what both controls did. A split
     partition's stats in ``task_stats`` are its subtasks' merged (``extra["subtasks"]``);
     each subtask's own stats are in ``subtask_stats`` by (stage id, partition, subtask).
+    ``cancel`` is a :class:`CancelToken` that another thread may set to cancel the query
+    (None: the loop waits for tasks without a timeout, as before).
     """
 
     def __init__(
@@ -186,6 +215,7 @@ class DispatchLoop:
         pools: dict[int, Any] | None = None,
         max_bytes_held: int | None = None,
         max_task_input_bytes: int | None = None,
+        cancel: CancelToken | None = None,
     ) -> None:
         self.plan = plan
         self.config_digest = config.digest() if config is not None else ""
@@ -205,6 +235,7 @@ class DispatchLoop:
         self._memory = MemoryReport(self.ledger.limit, 0)
         #: Expected output bytes of each task in flight (backpressure counts them as held).
         self._reserved: dict[Any, int] = {}
+        self.cancel = cancel
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -269,8 +300,22 @@ class DispatchLoop:
             self.in_flight[handle] = task
             self._reserved[handle] = self.states[task.stage.id].estimate()
 
+    def _wait(self) -> list[Any]:
+        handles = list(self.in_flight)
+        if self.cancel is None:
+            return self.backend.wait(handles)
+        while True:
+            self._check_cancel()
+            done = self.backend.wait(handles, timeout=CANCEL_POLL_S)
+            if done:
+                return done
+
+    def _check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.cancelled:
+            raise QueryCancelledError("the query was cancelled")
+
     def _await_tasks(self) -> list[TaskResult]:
-        done = self.backend.wait(list(self.in_flight))
+        done = self._wait()
         results = []
         for handle in done:
             spec = self.in_flight.pop(handle)
@@ -355,6 +400,7 @@ class DispatchLoop:
         emitted = 0
         try:
             while True:
+                self._check_cancel()
                 with tracer.span("construct dispatch batch") if tracer else NO_SPAN as span:
                     batch, has_next = self._construct_dispatch_batch()
                     span.set(tasks=len(batch), has_next=has_next)
@@ -372,10 +418,15 @@ class DispatchLoop:
                 while emitted < root.stage.num_tasks and emitted in root.outputs:
                     yield from self._hand_over(emitted)
                     emitted += 1
-        except BaseException:
-            if self.in_flight:
-                self.backend.cancel(list(self.in_flight))
+        except BaseException as exc:
+            stopped = list(self.in_flight)
+            if stopped:
+                self.backend.cancel(stopped)
                 self.in_flight.clear()
+                self._reserved.clear()
+            if isinstance(exc, QueryCancelledError):
+                self.close_pools()  # ends the pools' tasks too
+                self._settle(stopped)
             raise
         finally:
             self.close_pools()
@@ -409,6 +460,16 @@ class DispatchLoop:
         st.resent[spec.partition] = st.resent.get(spec.partition, 0) + 1
         st.retry.append(spec.partition)
         return True
+
+    def _settle(self, handles: list[Any]) -> None:
+        """Wait until the cancelled ``handles`` are done (at most :data:`CANCEL_SETTLE_S`
+        seconds), so that no task of a cancelled query still runs when the loop returns."""
+        deadline = time.monotonic() + CANCEL_SETTLE_S
+        pending = handles
+        while pending and time.monotonic() < deadline:
+            done = self.backend.wait(pending, timeout=min(0.1, deadline - time.monotonic()))
+            finished = set(done)
+            pending = [h for h in pending if h not in finished]
 
     def close_pools(self) -> None:
         """Tear down every actor pool of the query (idempotent)."""

@@ -40,8 +40,10 @@ class LocalBackend:
             return task.pool.submit(task)  # type: ignore[no-any-return]
         return self._pool.submit(_run, task)
 
-    def wait(self, handles: Sequence[cf.Future[TaskResult]]) -> list[cf.Future[TaskResult]]:
-        done, _ = cf.wait(handles, return_when=cf.FIRST_COMPLETED)
+    def wait(
+        self, handles: Sequence[cf.Future[TaskResult]], timeout: float | None = None
+    ) -> list[cf.Future[TaskResult]]:
+        done, _ = cf.wait(handles, timeout=timeout, return_when=cf.FIRST_COMPLETED)
         return [h for h in handles if h in done or h.done()]
 
     def result(self, handle: cf.Future[TaskResult]) -> TaskResult:

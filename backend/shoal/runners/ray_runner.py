@@ -144,9 +144,9 @@ class RayBackend:
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
 
-    def wait(self, handles: Sequence[Any]) -> list[Any]:
-        ready, rest = self._ray.wait(list(handles), num_returns=1)
-        if rest:
+    def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
+        ready, rest = self._ray.wait(list(handles), num_returns=1, timeout=timeout)
+        if ready and rest:
             more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0.01)
             ready = ready + more
         return ready

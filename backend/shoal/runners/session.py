@@ -18,7 +18,7 @@ from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
-from shoal.runners.dispatch import DispatchLoop
+from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
@@ -112,20 +112,27 @@ def _cpus(config: Config) -> int:
     return (started.num_cpus if started else None) or os.cpu_count() or 1
 
 
-def run_plan(plan: PlanNode, config: Config) -> pa.Table:
+def run_plan(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> pa.Table:
     """Plan ``plan``, run it on the configured runner, and return the result with exactly
     ``plan.schema``. Raises ``FileNotFoundError`` for a missing input before any task runs,
-    :class:`shoal.TaskError` when a task fails. Traced when tracing is on (see
-    :mod:`shoal.tracing`)."""
+    :class:`shoal.TaskError` when a task fails, :class:`shoal.QueryCancelledError` when
+    ``cancel`` is set (from another thread) before the query ends. Traced when tracing is
+    on (see :mod:`shoal.tracing`)."""
     tracer = start_query(config)  # None unless tracing is on
     if tracer is None:
-        return _run_plan(plan, config, None)
+        return _run_plan(plan, config, None, cancel)
     with tracer:
-        return _run_plan(plan, config, tracer)
+        return _run_plan(plan, config, tracer, cancel)
+
+
+def start_runner(config: Config) -> None:
+    """Start ``config``'s runner now (in the calling thread) unless it is already up; a
+    query started later reuses it. Raises as a query would when it cannot start."""
+    _backend(config)
 
 
 def _start(
-    plan: PlanNode, config: Config, tracer: QueryTracer | None
+    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None = None
 ) -> tuple[PhysicalPlan, Any, DispatchLoop]:
     """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
     with one actor pool per stage of a stateful or GPU user function (started by the loop
@@ -147,6 +154,7 @@ def _start(
         tracer,
         max_bytes_held=default_max_bytes_held(config.runner) if held is None else held,
         max_task_input_bytes=config.max_task_input_bytes,
+        cancel=cancel,
     )
     if any(pool_udf(st) for st in physical.stages):
         loop.pools = make_pools(
@@ -155,9 +163,11 @@ def _start(
     return physical, backend, loop
 
 
-def _run_plan(plan: PlanNode, config: Config, tracer: QueryTracer | None) -> pa.Table:
+def _run_plan(
+    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None
+) -> pa.Table:
     global _last
-    physical, backend, loop = _start(plan, config, tracer)
+    physical, backend, loop = _start(plan, config, tracer, cancel)
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)
