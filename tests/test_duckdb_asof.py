@@ -209,6 +209,17 @@ def test_float_keys_with_nan_and_infinities(con: duckdb.DuckDBPyConnection, op: 
     check(con, f"SELECT fl.id, fl.x, fr.y, fr.name FROM fl ASOF LEFT JOIN fr ON fl.x {op} fr.y")
 
 
+def test_float_by_keys_nan_and_negative_zero(con: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB: NaN = NaN and -0.0 = 0.0 in the by-keys.
+    check(
+        con,
+        "SELECT l.id, r.name, r.g FROM (VALUES (0.0::DOUBLE, 1, 1), (-0.0, 2, 2), ('nan', 3, 3), "
+        "(1.5, 4, 4), (NULL, 5, 5)) l(g, ts, id) ASOF LEFT JOIN (VALUES (-0.0::DOUBLE, 1, 'p1'), "
+        "('nan', 2, 'pn'), (0.0, 3, 'p0'), (NULL, 0, 'null')) r(g, ts, name) "
+        "ON l.g = r.g AND l.ts >= r.ts",
+    )
+
+
 def test_tied_right_rows_match_the_same_key(con: duckdb.DuckDBPyConnection) -> None:
     # Several quotes per (sym, ts) with different payloads: DuckDB picks one of them, so
     # only the matched key is compared.
@@ -231,6 +242,28 @@ def test_is_not_distinct_from_is_refused(con: duckdb.DuckDBPyConnection) -> None
         warnings.simplefilter("ignore", DuckDBFallbackWarning)
         got = shoal.duckdb.sql(con, query, raise_on_fail=False, config=CONFIG).pl()
     assert_frames_match(got, con.sql(query).pl())
+
+
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [
+        (
+            "SELECT t.id, q.ts AS qts FROM trades t ASOF RIGHT JOIN quotes q "
+            "ON t.sym = q.sym AND t.ts >= q.ts",
+            r"LOGICAL_ASOF_JOIN\(RIGHT\): ASOF RIGHT joins are not supported",
+        ),
+        (
+            "SELECT t.id, q.ts AS qts FROM trades t ASOF JOIN quotes q "
+            "ON t.sym <> q.sym AND t.ts >= q.ts",
+            r"LOGICAL_ASOF_JOIN\(INNER\): a condition that is not a comparison",
+        ),
+    ],
+)
+def test_other_asof_forms_are_refused(
+    con: duckdb.DuckDBPyConnection, query: str, reason: str
+) -> None:
+    with pytest.raises(UnsupportedError, match=reason):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
 
 
 def test_asof_join_on_ray(con: duckdb.DuckDBPyConnection, ray_runner: None) -> None:
