@@ -386,6 +386,50 @@ def test_every_unsupported_part_is_reported(mem: pl.LazyFrame, right: pl.LazyFra
         assert part in msg
 
 
+def _opaque(lf: pl.LazyFrame) -> pl.LazyFrame:
+    return lf.map_batches(lambda df: df)
+
+
+@pytest.mark.parametrize(
+    ("query", "parts"),
+    [
+        # An opaque map function as the left input of an equi-join used to crash
+        # (KeyError in the join's coalescing projection) instead of being reported.
+        (lambda a, b: _opaque(a).join(b, on="k"), ["MapFunction"]),
+        (lambda a, b: _opaque(a).join(b, on="k", how="full", coalesce=True), ["MapFunction"]),
+        (lambda a, b: _opaque(a).join(b, left_on=pl.col("k") + 1, right_on="k"), ["MapFunction"]),
+        (lambda a, b: _opaque(a).join(_opaque(b), on="k", how="left"), ["MapFunction"]),
+        (lambda a, b: a.join(_opaque(b), on="k", how="right"), ["MapFunction"]),
+        (lambda a, b: _opaque(a).join_asof(b, on="k"), ["MapFunction"]),
+        (lambda a, b: _opaque(a).join_where(b, pl.col("v") < pl.col("v_right")), ["MapFunction"]),
+        (
+            lambda a, b: _opaque(a).join(b.with_columns(pl.col("v").shuffle(seed=1)), on="k"),
+            ["MapFunction", "Function(shuffle)"],
+        ),
+        (
+            lambda a, b: (
+                _opaque(a.with_columns(pl.col("v").rank("random").alias("r")))
+                .join(b, on="k")
+                .filter(pl.col("v") > pl.col("v_right"))
+            ),
+            ["MapFunction", "rank(method='random')"],
+        ),
+    ],
+)
+def test_join_with_an_untranslatable_input_reports_every_part(
+    mem: pl.LazyFrame, right: pl.LazyFrame, query: Callable[..., pl.LazyFrame], parts: list[str]
+) -> None:
+    lf = query(mem.drop_nulls("k"), right)
+    with pytest.raises(UnsupportedError) as info:
+        to_ir(lf)
+    msg = str(info.value)
+    assert f"{len(parts)} unsupported part" in msg
+    for part in parts:
+        assert part in msg
+    with pytest.raises(UnsupportedError, match="MapFunction"):
+        lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
+
+
 def test_fallback_warns_and_gives_polars_answer(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
     lf = _unsupported(mem, right)
     with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Function\(shuffle\)") as rec:

@@ -94,7 +94,6 @@ UNSUPPORTED_OPERATORS: dict[str, str] = {
     "LOGICAL_DELIM_GET": "duplicate-eliminated joins are not supported",
     "LOGICAL_RECURSIVE_CTE": "recursive CTEs are not supported",
     "LOGICAL_POSITIONAL_JOIN": "positional joins depend on row order",
-    "LOGICAL_ASOF_JOIN": "ASOF joins are not supported",
     "LOGICAL_DEPENDENT_JOIN": "dependent joins are not supported",
     "LOGICAL_INSERT": "only queries run distributed",
     "LOGICAL_DELETE": "only queries run distributed",
@@ -1383,3 +1382,6 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
 
 
 __all__ = ["OPERATORS", "Rel", "Translator", "translate"]
+
+# ASOF joins live in a module of their own, which registers into OPERATORS.
+from shoal_duckdb import asof as _asof  # noqa: E402, F401

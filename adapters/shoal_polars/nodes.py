@@ -44,7 +44,7 @@ from shoal.ir.types import BOOL, DataType, Schema
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.temporal import asof_join, temporal_group_by
-from shoal_polars.translate import NODES, NodeHandler, Translator
+from shoal_polars.translate import NODES, NodeHandler, Translator, Unsupported
 
 #: Name prefix of the columns Polars' common subexpression elimination adds.
 _CSE_PREFIX = "__POLARS_CSER_"
@@ -489,11 +489,18 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
             left_on = tuple(_ie_key(t, e.node) for e in node.left_on)
         with t.at(node.input_right):
             right_on = tuple(_ie_key(t, e.node) for e in node.right_on)
+        if _failed_join_part(t, left, right, left_on + right_on):
+            return t.placeholder(schema)
         out = _ie_join(t, how_raw, left, right, left_on, right_on, str(suffix), order, schema)
     else:
         assert how is not None
         left_on = tuple(ne.expr for ne in t.named_at(node.input_left, node.left_on, "Join"))
         right_on = tuple(ne.expr for ne in t.named_at(node.input_right, node.right_on, "Join"))
+        if _failed_join_part(t, left, right, left_on + right_on):
+            # Still translate the fused predicate, to report its errors too.
+            if node.predicate is not None:
+                t.expr(node.predicate.node, "Join")
+            return t.placeholder(schema)
         out = _equi_join(
             left,
             right,
@@ -512,6 +519,18 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
             # Inner join with a predicate: the rows of the equi-join where it holds.
             out = Filter(out, pred, schema)
     return _sliced(out, slice_)
+
+
+def _failed_join_part(
+    t: Translator, left: PlanNode, right: PlanNode, keys: tuple[Expr, ...]
+) -> bool:
+    """Whether an input or a key of a join could not be translated (its error is recorded):
+    the join is then a placeholder too, as its columns and keys are unknown."""
+    return (
+        isinstance(left, Unsupported)
+        or isinstance(right, Unsupported)
+        or any(t.failed(k) for k in keys)
+    )
 
 
 def _equi_join(

@@ -149,7 +149,13 @@ class Translator:
                 )
             else:
                 self.error(f"plan node ({exc})", "Polars does not show this node to engines")
-            return self._skip(Schema(()))
+            # The placeholder keeps the node's columns, so that the nodes above it find
+            # them and report only their own problems.
+            try:
+                schema = Schema.from_polars(self.nt.get_schema())
+            except Exception:  # the schema is only a courtesy here
+                schema = Schema(())
+            return self._skip(schema)
         name = type(view).__name__
         schema = self.schema(name)
         handler = NODES.get(name)

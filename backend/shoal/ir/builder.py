@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
+import datetime
 import glob
 import os
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +46,8 @@ from shoal.ir.expr import AGG_FUNCTIONS, Agg, BinaryOp, Cast, Col, Expr, Functio
 from shoal.ir.expr import Ternary as IRTernary
 from shoal.ir.nodes import (
     Aggregate,
+    AsofStrategy,
+    ClosedWindow,
     Distinct,
     Filter,
     InMemorySource,
@@ -57,6 +60,8 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    WindowLabel,
+    WindowStart,
 )
 from shoal.ir.nodes import Union as UnionNode
 from shoal.ir.types import BOOL, NULL, DataType, Schema
@@ -64,6 +69,7 @@ from shoal.ir.validate import check_expr, empty_frame, infer_dtypes
 
 if TYPE_CHECKING:
     from shoal.config import Config, RunnerKind
+    from shoal.ir.builder_temporal import WindowGroupBy
 
 #: What a dtype argument may be: a shoal DataType, an Arrow type or a Polars dtype.
 DTypeLike = Union[DataType, pa.DataType, pl.DataType, type[pl.DataType]]  # noqa: UP007
@@ -1013,6 +1019,116 @@ class Frame:
         if not others:
             return self
         return Frame(UnionNode(tuple(f.plan for f in frames), self.schema))
+
+    # -------------------------------------------------------- temporal and ordered
+
+    def join_asof(
+        self,
+        other: Frame,
+        *,
+        left_on: IntoExpr | None = None,
+        right_on: IntoExpr | None = None,
+        on: IntoExpr | None = None,
+        by_left: str | Sequence[str] | None = None,
+        by_right: str | Sequence[str] | None = None,
+        by: str | Sequence[str] | None = None,
+        strategy: AsofStrategy = "backward",
+        suffix: str = "_right",
+        tolerance: Any = None,
+        allow_exact_matches: bool = True,
+        check_sortedness: bool = True,
+        coalesce: bool = True,
+    ) -> Frame:
+        """As-of join with ``other`` (:class:`~shoal.ir.nodes.AsofJoin`), with Polars'
+        ``join_asof`` signature and semantics: each row of this frame, in order, with the
+        row of ``other`` whose key (``on``, or ``left_on``/``right_on``: a name or an
+        expression) is nearest in the direction of ``strategy`` (``"backward"``: last key
+        <= this row's, ``"forward"``: first >=, ``"nearest"``), among the rows with equal
+        ``by`` columns (names; ``by_left``/``by_right`` when they differ); null columns
+        when there is none. ``tolerance``: None, a number in the key's unit, or for a
+        temporal key a duration string (``"1h"``) or ``timedelta``. Both keys must be
+        sorted ascending (within each by-group): Polars raises at run time for an unsorted
+        key where it checks (``check_sortedness`` without by-columns).
+
+        Raises ``PlanError`` for a missing key or by-column, keys or by-column pairs of
+        different types, a key that is not numeric, temporal or a string, a tolerance that
+        does not fit the key, an unknown strategy or a column name clash."""
+        from shoal.ir.builder_temporal import join_asof
+
+        return join_asof(
+            self, other, left_on=left_on, right_on=right_on, on=on, by_left=by_left,
+            by_right=by_right, by=by, strategy=strategy, suffix=suffix, tolerance=tolerance,
+            allow_exact_matches=allow_exact_matches, check_sortedness=check_sortedness,
+            coalesce=coalesce,
+        )  # fmt: skip
+
+    def group_by_dynamic(
+        self,
+        index_column: str,
+        *,
+        every: str | datetime.timedelta,
+        period: str | datetime.timedelta | None = None,
+        offset: str | datetime.timedelta | None = None,
+        include_boundaries: bool = False,
+        closed: ClosedWindow = "left",
+        label: WindowLabel = "left",
+        group_by: IntoExpr | Sequence[IntoExpr] | None = None,
+        start_by: WindowStart = "window",
+    ) -> WindowGroupBy:
+        """Time windows over ``index_column`` (:class:`~shoal.ir.nodes.DynamicGroupBy`),
+        Polars' ``group_by_dynamic``: a window starts every ``every`` and spans ``period``
+        (default ``every``), shifted by ``offset`` (default 0); ``closed`` says which ends
+        are inside, ``label`` which value names the window, ``start_by`` where the first
+        window starts; ``include_boundaries`` adds ``_lower_boundary``/``_upper_boundary``;
+        separate windows per ``group_by`` group. Finish with ``.agg(...)``. Durations are
+        strings of Polars' duration language (``"1h"``, ``"1mo"``; ``"3i"`` for an integer
+        index) or ``timedelta``. The index must be sorted ascending (within each group):
+        Polars raises at run time otherwise.
+
+        Raises ``PlanError`` for a missing index column, an index that is not Int32, Int64,
+        Date or Datetime, a duration that is not one or does not fit the index (``"1h"``
+        on an integer index), an unknown ``closed``/``label``/``start_by``, a missing group
+        column, or (in ``agg``) a column read outside an aggregate function."""
+        from shoal.ir.builder_temporal import group_by_dynamic
+
+        return group_by_dynamic(
+            self, index_column, every=every, period=period, offset=offset,
+            include_boundaries=include_boundaries, closed=closed, label=label,
+            group_by=group_by, start_by=start_by,
+        )  # fmt: skip
+
+    def rolling(
+        self,
+        index_column: str,
+        *,
+        period: str | datetime.timedelta,
+        offset: str | datetime.timedelta | None = None,
+        closed: ClosedWindow = "right",
+        group_by: IntoExpr | Sequence[IntoExpr] | None = None,
+    ) -> WindowGroupBy:
+        """One window per row (:class:`~shoal.ir.nodes.RollingGroupBy`), Polars'
+        ``LazyFrame.rolling``: for the row at index ``t``, the rows of its ``group_by``
+        group with index in ``(t + offset, t + offset + period]`` (``offset`` default
+        ``-period``; ends as ``closed`` says). Finish with ``.agg(...)``. Durations and
+        sortedness as in :meth:`group_by_dynamic`; the index may also be UInt32 or UInt64.
+
+        Raises ``PlanError`` as :meth:`group_by_dynamic` does."""
+        from shoal.ir.builder_temporal import rolling
+
+        return rolling(
+            self, index_column, period=period, offset=offset, closed=closed, group_by=group_by
+        )
+
+    def merge_sorted(self, other: Frame, key: str) -> Frame:
+        """The rows of this frame and ``other``, both sorted ascending by column ``key``,
+        merged into one sorted frame (:class:`~shoal.ir.nodes.MergeSorted`, Polars'
+        ``merge_sorted``). Unsorted inputs give an unsorted result, as in Polars.
+
+        Raises ``PlanError`` when ``key`` is not a column, the two schemas differ, or the
+        key's type has no order (lists, structs, binary)."""
+        from shoal.ir.builder_temporal import merge_sorted
+
+        return merge_sorted(self, other, key)
 
     # -------------------------------------------------------- ordering and slicing
 
