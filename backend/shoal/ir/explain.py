@@ -66,7 +66,8 @@ def describe(node: PlanNode) -> str:
     if isinstance(node, RowIndex):
         return f"ROW INDEX {node.name!r} FROM {node.offset}"
     if isinstance(node, StageInput):
-        return f"STAGE INPUT #{node.index}"
+        tag = f" TAGGED {node.source_column!r}" if node.source_column else ""
+        return f"STAGE INPUT #{node.index}{tag}"
     if isinstance(node, UdfProject):
         u = node.udf
         where = "ACTOR POOL" if getattr(u, "needs_actor_pool", False) else "IN TASK"

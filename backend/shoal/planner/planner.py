@@ -58,6 +58,7 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
+from shoal.planner import windows
 from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 
@@ -165,6 +166,9 @@ class _Builder:
         if isinstance(node, Filter):
             op = self.visit(node.input)
             if not node.predicate.is_row_local():
+                windowed = self.hash_window(op, node)
+                if windowed is not None:
+                    return windowed
                 op = self.gather(op, "gather")
             op.est_bytes = int(op.est_bytes * FILTER_SELECTIVITY)
             return op.wrap(Filter(op.node, node.predicate, node.schema))
@@ -232,8 +236,18 @@ class _Builder:
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
         if not all(e.expr.is_row_local() for e in node.exprs) or not reads_cols:
+            windowed = self.hash_window(op, node) if reads_cols else None
+            if windowed is not None:
+                return windowed
             op = self.gather(op, "gather")
         return op.wrap(Project(op.node, node.exprs, node.schema))
+
+    def hash_window(self, op: _Open, node: Project | Filter) -> _Open | None:
+        """``over(partition_by)`` windows per hash bucket instead of a gather, where exact
+        (:mod:`shoal.planner.windows`); None when the node must gather."""
+        if op.num_tasks == 1:
+            return None
+        return windows.plan_hash_window(self, op, node)
 
     def aggregate(self, node: Aggregate, planned: _Open | None = None) -> _Open:
         op = planned if planned is not None else self.visit(node.input)
