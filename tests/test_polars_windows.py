@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -26,6 +27,7 @@ from shoal.ir.nodes import StageInput
 from shoal.planner.physical import PhysicalPlan
 from shoal.planner.windows import PART_TAG
 from shoal.runners.session import last_query
+from shoal.tpch.compare import assert_frames_match
 from shoal_polars import DistEngine
 
 pytestmark = pytest.mark.usefixtures("ray_runner")
@@ -261,3 +263,22 @@ def test_gather_plan_when_keys_differ(data: Path) -> None:
     lf = CASES["different-keys"][0](pl.scan_parquet(data / "*.parquet"))
     text = shoal.explain(lf, config=Config(target_partition_bytes=PARTITION_BYTES))
     assert "window-evaluate" not in text
+
+
+@pytest.mark.parametrize("runner", ["local", "ray"])
+def test_duckdb_windows_run_per_hash_bucket(runner: RunnerKind) -> None:
+    """DuckDB's PARTITION BY windows become the same IR windows: per hash bucket too."""
+    frame = pl.concat([_frame(i, 40) for i in range(3)]).with_row_index("id")  # noqa: F841
+    con = duckdb.connect()
+    con.execute("CREATE TABLE w AS SELECT * FROM frame")
+    query = (
+        "SELECT id, g, n, row_number() OVER (PARTITION BY g ORDER BY n DESC, id) AS rn, "
+        "rank() OVER (PARTITION BY g ORDER BY v) AS r, sum(n) OVER (PARTITION BY g) AS s, "
+        "lag(v) OVER (PARTITION BY g ORDER BY id) AS prev, "
+        "max(n) OVER (PARTITION BY g ORDER BY id) AS running_max FROM w"
+    )
+    config = Config(runner=runner, default_partitions=5, target_partition_bytes=256)
+    got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=config).pl()
+    assert_frames_match(got, con.sql(query).pl())
+    report = last_query()
+    assert report is not None and _uses_hash_window(report.physical)
