@@ -282,3 +282,13 @@ def test_duckdb_windows_run_per_hash_bucket(runner: RunnerKind) -> None:
     assert_frames_match(got, con.sql(query).pl())
     report = last_query()
     assert report is not None and _uses_hash_window(report.physical)
+
+
+def test_a_column_named_like_a_tag_gathers(data: Path) -> None:
+    lf = pl.scan_parquet(data / "*.parquet").with_columns(
+        pl.col("n").cum_sum().over("g").alias("__shoal_row")
+    )
+    assert_frame_equal(_run(lf, "local"), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None
+    assert not _uses_hash_window(report.physical) and _gathers(report.physical)

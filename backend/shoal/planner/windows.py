@@ -127,8 +127,8 @@ def plan_hash_window(b: _Builder, op: _Open, node: Project | Filter) -> _Open | 
         return None
     parts = op.num_tasks
     in_schema = node.input.schema
-    if any(n in in_schema.names for n in (ROW_TAG, PART_TAG)):
-        return None  # pragma: no cover - a user column named like the tags
+    if {ROW_TAG, PART_TAG} & {*in_schema.names, *node.schema.names}:
+        return None  # a user column named like a tag: gather instead
     # 1. number the rows of each partition, hash-partition on the keys.
     tagged = _with_tags(in_schema, (ROW_TAG, _ROW_TYPE))
     row_number = Function("int_range", (), (("start", 0),), _ROW_TYPE)
