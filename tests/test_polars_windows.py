@@ -292,3 +292,22 @@ def test_a_column_named_like_a_tag_gathers(data: Path) -> None:
     report = last_query()
     assert report is not None
     assert not _uses_hash_window(report.physical) and _gathers(report.physical)
+
+
+def test_consecutive_windows_over_one_key_share_one_round_trip(data: Path) -> None:
+    """A window step, a filter by a window and another window step over the same key:
+    one hash exchange and one evaluate stage for all three."""
+    lf = CASES["window-then-more"][0](pl.scan_parquet(data / "*.parquet"))
+    lf = lf.filter(pl.col("c") < pl.col("c").max().over("k"))
+    assert_frame_equal(_run(lf, "local", shuffle=3), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None
+    plan = report.physical
+    assert [st.name for st in plan.stages].count("window-evaluate") == 1
+    assert sum(isinstance(st.output, HashOutput) for st in plan.stages) == 1
+    # A window over another key after it needs its own exchange.
+    lf = lf.with_columns(pl.col("n").sum().over("g").alias("by_g"))
+    assert_frame_equal(_run(lf, "local", shuffle=3), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None
+    assert [st.name for st in report.physical.stages].count("window-evaluate") == 2

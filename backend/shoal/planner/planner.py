@@ -91,6 +91,8 @@ class _Builder:
         self.memo: dict[int, Stage] = {}
         self.cpus = config.num_cpus or os.cpu_count() or 1
         self.max_shuffle = max(2, 4 * self.cpus)
+        #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
+        self.hash_windows: dict[int, windows.HashWindow] = {}
 
     # -- stages -----------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ not qualify.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
@@ -44,9 +45,9 @@ from shoal.ir.expr import (
     Function,
     NamedExpr,
 )
-from shoal.ir.nodes import Filter, Project, Sort, StageInput
+from shoal.ir.nodes import Filter, PlanNode, Project, Sort, StageInput
 from shoal.ir.types import DataType, Schema
-from shoal.planner.physical import StageInputSpec
+from shoal.planner.physical import Stage, StageInputSpec
 
 if TYPE_CHECKING:  # the planner imports this module
     from shoal.planner.planner import _Builder, _Open
@@ -117,18 +118,34 @@ def _with_tags(schema: Schema, *tags: tuple[str, DataType]) -> Schema:
     return Schema.of([*schema.items(), *tags])
 
 
+@dataclass
+class HashWindow:
+    """A hash-window plan whose output is still the open fragment ``tail``: a following
+    window projection or filter over the same keys joins its evaluate stage (no second
+    round trip). ``keys`` are the hash keys as expressions over ``tail``'s columns."""
+
+    tail: PlanNode
+    window: Stage
+    keys: tuple[Expr, ...]
+
+
 def plan_hash_window(b: _Builder, op: _Open, node: Project | Filter) -> _Open | None:
     """Plan ``node`` (over the planned input ``op``, several partitions) as a hash-window
     plan when its windows allow it (:func:`hash_window_keys`); None otherwise, and nothing
-    is planned. The returned fragment has ``op``'s partitions, in input order."""
+    is planned. The returned fragment has ``op``'s partitions, in input order. A node right
+    above another hash-window plan whose keys are among its own windows' keys joins that
+    plan's evaluate stage."""
     exprs = [e.expr for e in node.exprs] if isinstance(node, Project) else [node.predicate]
     keys = hash_window_keys(exprs)
     if keys is None:
         return None
-    parts = op.num_tasks
     in_schema = node.input.schema
     if {ROW_TAG, PART_TAG} & {*in_schema.names, *node.schema.names}:
         return None  # a user column named like a tag: gather instead
+    fused = _join_previous(b, op, node, keys)
+    if fused is not None:
+        return fused
+    parts = op.num_tasks
     # 1. number the rows of each partition, hash-partition on the keys.
     tagged = _with_tags(in_schema, (ROW_TAG, _ROW_TYPE))
     row_number = Function("int_range", (), (("start", 0),), _ROW_TYPE)
@@ -147,29 +164,95 @@ def plan_hash_window(b: _Builder, op: _Open, node: Project | Filter) -> _Open | 
     # 2. evaluate per bucket, each row tagged with its input partition; route the rows back
     # to their partitions by a range exchange with fixed boundaries 1 .. parts-1.
     bucket_schema = _with_tags(tagged, (PART_TAG, _PART_TYPE))
-    row, part = Col(ROW_TAG, _ROW_TYPE), Col(PART_TAG, _PART_TYPE)
     source = StageInput(0, bucket_schema, source_column=PART_TAG)
-    if isinstance(node, Project):
-        out_schema = _with_tags(node.schema, (ROW_TAG, _ROW_TYPE), (PART_TAG, _PART_TYPE))
-        evaluated: Project | Filter = Project(
-            source, (*node.exprs, NamedExpr(ROW_TAG, row), NamedExpr(PART_TAG, part)), out_schema
-        )
-    else:
-        out_schema = bucket_schema
-        evaluated = Filter(source, node.predicate, out_schema)
+    evaluated = _evaluate(node, source)
     bounds = pa.table({"__k0": pa.array(range(1, parts), pa.uint32())})
-    route = RangeOutput((part,), (False,), (False,), parts, bounds)
+    route = RangeOutput((_PART,), (False,), (False,), parts, bounds)
     spec = StageInputSpec(shuffled.id, "bucket", bucket_schema)
     window = b.cut(
         _open(evaluated, n, [spec], op.est_bytes, "window"), route, name="window-evaluate"
     )
-    # 3. each input partition's rows back in input order, without the tags.
+    return _restore(b, window, evaluated, node, parts, keys)
+
+
+def _join_previous(
+    b: _Builder, op: _Open, node: Project | Filter, keys: tuple[Expr, ...]
+) -> _Open | None:
+    """``node`` added to the evaluate stage of the hash-window plan below it, when there is
+    one with only row-wise projections and filters in between (they move into the evaluate
+    stage too: a row-wise step gives the same rows in any order) and its keys, unchanged
+    by those steps, are among ``keys``. None when there is no such plan."""
+    between: list[Project | Filter] = []
+    below = op.node
+    while True:
+        found = b.hash_windows.get(id(below))
+        if found is not None and found.tail is below:
+            break
+        if not isinstance(below, Project | Filter) or not _row_wise(below):
+            return None
+        between.append(below)
+        below = below.input
+    hashed = found.keys
+    evaluated = found.window.fragment
+    for step in reversed(between):
+        hashed = _passed_through(step, hashed)
+        evaluated = _evaluate(step, evaluated)
+    if not hashed or not set(hashed) <= set(keys):
+        return None
+    return _restore(b, found.window, _evaluate(node, evaluated), node, op.num_tasks, hashed)
+
+
+def _row_wise(node: Project | Filter) -> bool:
+    """Each output row is computed from its input row alone (a projection of literals only
+    is one row, not one per input row: not row-wise)."""
+    if isinstance(node, Filter):
+        return node.predicate.is_row_local()
+    exprs = [e.expr for e in node.exprs]
+    return all(e.is_row_local() for e in exprs) and any(e.columns() for e in exprs)
+
+
+_ROW = Col(ROW_TAG, _ROW_TYPE)
+_PART = Col(PART_TAG, _PART_TYPE)
+
+
+def _evaluate(node: Project | Filter, child: PlanNode) -> Project | Filter:
+    """``node`` over ``child`` (its input's columns plus the tags), keeping the tags."""
+    if isinstance(node, Filter):
+        return Filter(child, node.predicate, child.schema)
+    schema = _with_tags(node.schema, (ROW_TAG, _ROW_TYPE), (PART_TAG, _PART_TYPE))
+    tags = (NamedExpr(ROW_TAG, _ROW), NamedExpr(PART_TAG, _PART))
+    return Project(child, (*node.exprs, *tags), schema)
+
+
+def _restore(
+    b: _Builder,
+    window: Stage,
+    evaluated: Project | Filter,
+    node: Project | Filter,
+    parts: int,
+    keys: tuple[Expr, ...],
+) -> _Open:
+    """3. each input partition's rows back in input order, without the tags: the fragment
+    that reads bucket ``p`` of the evaluate stage ``window`` (whose fragment becomes
+    ``evaluated``) and sorts it by row number. Remembers the plan for a following node."""
+    window.fragment = evaluated
     back = b.read(window, "bucket", parts, "window")
-    back.wrap(Sort(back.node, (row,), (False,), (False,), False, out_schema))
-    final = node.schema if isinstance(node, Project) else in_schema
-    return back.wrap(
-        Project(back.node, tuple(NamedExpr(c, Col(c, t)) for c, t in final.items()), final)
-    )
+    back.wrap(Sort(back.node, (_ROW,), (False,), (False,), False, evaluated.schema))
+    final = node.schema
+    back.wrap(Project(back.node, tuple(NamedExpr(c, Col(c, t)) for c, t in final.items()), final))
+    kept = _passed_through(node, keys)
+    if kept:
+        b.hash_windows[id(back.node)] = HashWindow(back.node, window, kept)
+    return back
+
+
+def _passed_through(node: Project | Filter, keys: tuple[Expr, ...]) -> tuple[Expr, ...]:
+    """``keys`` when every column they read leaves ``node`` unchanged under its name (so
+    they mean the same over ``node``'s output), else ()."""
+    if isinstance(node, Filter):
+        return keys
+    same = {e.name for e in node.exprs if isinstance(e.expr, Col) and e.expr.name == e.name}
+    return keys if all(k.columns() <= same for k in keys) else ()
 
 
 def _open(
