@@ -26,6 +26,10 @@ and ``order_by`` keys must be row-local, and a window's keys must include the ha
 ``mapping_strategy="explode"`` changes the number and order of rows (one row per value of
 each group, groups in order), so it keeps the gather, as does everything else that does
 not qualify.
+
+A window step right after another hash-window plan (with only row-wise steps in between)
+whose windows all include that plan's keys joins its evaluate stage: a chain of window
+steps over one key costs one round trip (:class:`HashWindow` remembers the open plan).
 """
 
 from __future__ import annotations
