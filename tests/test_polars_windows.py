@@ -201,10 +201,16 @@ def _uses_hash_window(plan: PhysicalPlan) -> bool:
 
 
 def _gathers(plan: PhysicalPlan) -> bool:
-    """Some stage other than the root reads every row of a multi-task stage in one task."""
+    """Some stage reads every row of a multi-task stage in one task (the row counts of
+    a row index, one row per partition, are not rows of the data)."""
     return any(
         st.num_tasks == 1
-        and any(i.mode == "all" and plan.stage(i.stage).num_tasks > 1 for i in st.inputs)
+        and any(
+            i.mode == "all"
+            and plan.stage(i.stage).num_tasks > 1
+            and plan.stage(i.stage).name != "row-count"
+            for i in st.inputs
+        )
         for st in plan.stages
     )
 
@@ -311,3 +317,52 @@ def test_consecutive_windows_over_one_key_share_one_round_trip(data: Path) -> No
     report = last_query()
     assert report is not None
     assert [st.name for st in report.physical.stages].count("window-evaluate") == 2
+
+
+# ---------------------------------------------------------------- row index by prefix offsets
+
+ROW_INDEX: dict[str, Query] = {
+    "plain": lambda lf: lf.with_row_index(),
+    "offset": lambda lf: lf.with_row_index("i", offset=1000),
+    "after-a-filter": lambda lf: lf.filter(pl.col("n") > 2).with_row_index("i"),
+    "then-a-window": lambda lf: lf.with_row_index("i").with_columns(
+        pl.col("i").rank("ordinal", descending=True).over("g").alias("r")
+    ),
+    "twice": lambda lf: lf.with_row_index("a").filter(pl.col("g") == "hot").with_row_index("b"),
+}
+
+
+@pytest.mark.parametrize("runner", ["local", "ray"])
+@pytest.mark.parametrize("name", sorted(ROW_INDEX))
+def test_row_index_matches_polars(data: Path, name: str, runner: RunnerKind) -> None:
+    lf = ROW_INDEX[name](pl.scan_parquet(data / "*.parquet"))
+    assert_frame_equal(_run(lf, runner), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None and not _gathers(report.physical)
+    assert "row-offsets" in [st.name for st in report.physical.stages]
+
+
+def test_scan_row_index_runs_by_prefix_offsets(data: Path) -> None:
+    lf = pl.scan_parquet(data / "*.parquet", row_index_name="r", row_index_offset=7)
+    lf = lf.filter(pl.col("k") == 2)
+    assert_frame_equal(_run(lf, "local", 3), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None and not _gathers(report.physical)
+
+
+def test_row_index_plan_shape(data: Path) -> None:
+    """A count per partition, one small task for the offsets, and the numbering in the
+    input's own partitions: no task reads another partition's rows."""
+    lf = ROW_INDEX["after-a-filter"](pl.scan_parquet(data / "*.parquet"))
+    _run(lf, "local")
+    report = last_query()
+    assert report is not None
+    plan = report.physical
+    scan = next(st for st in plan.stages if st.scan_partitions is not None)
+    names = [st.name for st in plan.stages]
+    assert names[1:] == ["row-count", "row-offsets", "row-index"], names
+    offsets = plan.stage(names.index("row-offsets"))
+    assert offsets.num_tasks == 1 and isinstance(offsets.output, RangeOutput)
+    assert plan.root.num_tasks == scan.num_tasks
+    assert [i.mode for i in plan.root.inputs] == ["pointwise", "bucket"]
+    assert max(report.task_stats[(plan.root.id, p)].rows_in for p in range(scan.num_tasks)) < 40

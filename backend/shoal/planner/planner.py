@@ -58,7 +58,7 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
-from shoal.planner import windows
+from shoal.planner import prefix, windows
 from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 
@@ -194,7 +194,9 @@ class _Builder:
         if isinstance(node, Explode | Unnest):
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
-        if isinstance(node, Unpivot | RowIndex):
+        if isinstance(node, RowIndex):
+            return self.row_index(node)
+        if isinstance(node, Unpivot):
             # Polars defines the output order of these by the input order: one partition.
             op = self.gather(self.visit(node.input), "gather")
             return op.wrap(node.with_children((op.node,)))
@@ -243,6 +245,14 @@ class _Builder:
                 return windowed
             op = self.gather(op, "gather")
         return op.wrap(Project(op.node, node.exprs, node.schema))
+
+    def row_index(self, node: RowIndex) -> _Open:
+        """``with_row_index``: in place on one partition, else by prefix offsets
+        (:mod:`shoal.planner.prefix`), without a gather."""
+        op = self.visit(node.input)
+        if op.num_tasks == 1:
+            return op.wrap(node.with_children((op.node,)))
+        return prefix.plan_row_index(self, op, node)
 
     def hash_window(self, op: _Open, node: Project | Filter) -> _Open | None:
         """``over(partition_by)`` windows per hash bucket instead of a gather, where exact
