@@ -201,14 +201,14 @@ def _uses_hash_window(plan: PhysicalPlan) -> bool:
 
 
 def _gathers(plan: PhysicalPlan) -> bool:
-    """Some stage reads every row of a multi-task stage in one task (the row counts of
-    a row index, one row per partition, are not rows of the data)."""
+    """Some stage reads every row of a multi-task stage in one task (the summaries of a
+    row index or cumulative function, one row per partition, are not rows of the data)."""
     return any(
         st.num_tasks == 1
         and any(
             i.mode == "all"
             and plan.stage(i.stage).num_tasks > 1
-            and plan.stage(i.stage).name != "row-count"
+            and not plan.stage(i.stage).name.endswith("-summary")
             for i in st.inputs
         )
         for st in plan.stages
@@ -339,7 +339,7 @@ def test_row_index_matches_polars(data: Path, name: str, runner: RunnerKind) -> 
     assert_frame_equal(_run(lf, runner), lf.collect(engine="in-memory"))
     report = last_query()
     assert report is not None and not _gathers(report.physical)
-    assert "row-offsets" in [st.name for st in report.physical.stages]
+    assert "row-index-carry" in [st.name for st in report.physical.stages]
 
 
 def test_scan_row_index_runs_by_prefix_offsets(data: Path) -> None:
@@ -360,9 +360,67 @@ def test_row_index_plan_shape(data: Path) -> None:
     plan = report.physical
     scan = next(st for st in plan.stages if st.scan_partitions is not None)
     names = [st.name for st in plan.stages]
-    assert names[1:] == ["row-count", "row-offsets", "row-index"], names
-    offsets = plan.stage(names.index("row-offsets"))
+    assert names[1:] == ["row-index-summary", "row-index-carry", "row-index"], names
+    offsets = plan.stage(names.index("row-index-carry"))
     assert offsets.num_tasks == 1 and isinstance(offsets.output, RangeOutput)
     assert plan.root.num_tasks == scan.num_tasks
     assert [i.mode for i in plan.root.inputs] == ["pointwise", "bucket"]
     assert max(report.task_stats[(plan.root.id, p)].rows_in for p in range(scan.num_tasks)) < 40
+
+
+# ---------------------------------------------------------------- cumulative functions by carries
+
+#: name -> (query, whether it runs by carries; otherwise it gathers).
+CUMULATIVE: dict[str, tuple[Query, bool]] = {
+    "integers": (
+        lambda lf: lf.with_columns(
+            pl.col("n").cum_sum().alias("cs"),
+            pl.col("n").cum_count().alias("cc"),
+            pl.col("k").cum_min().alias("cmin"),
+            pl.col("k").cum_max().alias("cmax"),
+            (pl.col("n") > 3).cum_sum().alias("bools"),
+            pl.col("v").cum_count().alias("float-count"),
+        ),
+        True,
+    ),
+    "wrapping": (
+        lambda lf: lf.select(
+            (pl.col("k") * 900_000_000).cum_sum().alias("i32"),
+            (pl.col("n") * 2**61).cum_sum().alias("i64"),
+            pl.col("n").cast(pl.UInt8).cum_sum().alias("u8-widened"),
+        ),
+        True,
+    ),
+    "inside-expressions": (
+        lambda lf: lf.select(
+            "n", (pl.col("n").cum_sum() * 2 - pl.col("n").cum_max()).alias("x"), pl.lit(1)
+        ),
+        True,
+    ),
+    "filter": (lambda lf: lf.filter(pl.col("n").cum_sum() % 3 == 0), True),
+    "row-index-then-running-count": (
+        lambda lf: lf.with_row_index("i").with_columns(pl.col("g").cum_count().alias("c")),
+        True,
+    ),
+    "floats-gather": (lambda lf: lf.with_columns(pl.col("v").cum_sum().alias("c")), False),
+    "reverse-gathers": (
+        lambda lf: lf.with_columns(pl.col("n").cum_sum(reverse=True).alias("c")),
+        False,
+    ),
+    "with-a-shift-gathers": (
+        lambda lf: lf.with_columns(pl.col("n").cum_sum().alias("c"), pl.col("n").shift(1)),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("runner", ["local", "ray"])
+@pytest.mark.parametrize("name", sorted(CUMULATIVE))
+def test_cumulative_matches_polars(data: Path, name: str, runner: RunnerKind) -> None:
+    query, carried = CUMULATIVE[name]
+    lf = query(pl.scan_parquet(data / "*.parquet"))
+    assert_frame_equal(_run(lf, runner), lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None
+    assert ("cumulative-carry" in [st.name for st in report.physical.stages]) == carried
+    assert _gathers(report.physical) != carried

@@ -255,11 +255,13 @@ class _Builder:
         return prefix.plan_row_index(self, op, node)
 
     def hash_window(self, op: _Open, node: Project | Filter) -> _Open | None:
-        """``over(partition_by)`` windows per hash bucket instead of a gather, where exact
-        (:mod:`shoal.planner.windows`); None when the node must gather."""
+        """``over(partition_by)`` windows per hash bucket (:mod:`shoal.planner.windows`), or
+        cumulative functions by prefix carries (:mod:`shoal.planner.prefix`), instead of a
+        gather, where exact; None when the node must gather."""
         if op.num_tasks == 1:
             return None
-        return windows.plan_hash_window(self, op, node)
+        planned = windows.plan_hash_window(self, op, node)
+        return planned if planned is not None else prefix.plan_cumulative(self, op, node)
 
     def aggregate(self, node: Aggregate, planned: _Open | None = None) -> _Open:
         op = planned if planned is not None else self.visit(node.input)
