@@ -1,4 +1,6 @@
-"""``over()`` windows distributed by a hash exchange on the window keys, against native Polars.
+"""Order-dependent work without a gather, against native Polars: ``over()`` windows by a hash
+exchange on the window keys; ``with_row_index`` and integer cumulative functions by prefix
+carries.
 
 The data: three Parquet files of 40 rows (row groups of 8 rows) plus an empty file, cut
 into many small partitions (one of them empty); keys with nulls, duplicates and one
