@@ -26,6 +26,14 @@ def tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
+@pytest.fixture(scope="session")
+def tpch_sf01_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """TPC-H scale 0.1, four files per table plus one empty file per table."""
+    root = generate(0.1, tmp_path_factory.mktemp("tpch-sf0.1"), parts=4)
+    add_empty_partition(root)
+    return root
+
+
 @pytest.fixture(scope="module")
 def ray_runner() -> Iterator[None]:
     """A local Ray instance (2 CPUs) for the module, shut down after it."""

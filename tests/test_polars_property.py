@@ -148,16 +148,34 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, right: pl.LazyFrame
             f".with_columns({code})", lambda lf: lf.with_columns([e for _, e in picked]), True
         )
     if kind == "window":
+        # One or two windows over the same key (shoal runs them per hash bucket of the key),
+        # order-dependent ones only where the order is defined, sometimes with order_by, or
+        # a filter that compares a column with its window maximum.
         by = draw(st.sampled_from(names))
-        c = draw(st.sampled_from(numeric or names))
-        f = draw(
-            st.sampled_from(["sum", "max", "count", "n_unique"] if c in numeric else ["count"])
-        )
-        name = f"w{tag}"
-        code = f".with_columns(pl.col({c!r}).{f}().over({by!r}).alias({name!r}))"
-        return Op(
-            code, lambda lf: lf.with_columns(getattr(pl.col(c), f)().over(by).alias(name)), True
-        )
+        windows: list[tuple[str, pl.Expr]] = []
+        for i in range(draw(st.integers(1, 2))):
+            c = draw(st.sampled_from(numeric or names))
+            funcs = ["sum", "max", "count", "n_unique"] if c in numeric else ["count"]
+            if ordered:
+                funcs += (
+                    ["cum_sum", "cum_max", "shift", "rank", "cum_count"] if c in numeric else []
+                )
+            f = draw(st.sampled_from(funcs))
+            order = draw(st.sampled_from([None, *names])) if ordered else None
+            name = f"w{tag}_{i}"
+            windows.append(
+                (
+                    f"pl.col({c!r}).{f}().over({by!r}, order_by={order!r}).alias({name!r})",
+                    getattr(pl.col(c), f)().over(by, order_by=order).alias(name),
+                )
+            )
+        if numeric and draw(st.booleans()):
+            c = numeric[0]
+            code = f".filter(pl.col({c!r}) == pl.col({c!r}).max().over({by!r}))"
+            pred = pl.col(c) == pl.col(c).max().over(by)
+            return Op(code, lambda lf: lf.filter(pred), True)
+        code = f".with_columns({', '.join(c for c, _ in windows)})"
+        return Op(code, lambda lf: lf.with_columns([e for _, e in windows]), True)
     if kind == "cumulative":
         c = draw(st.sampled_from(numeric or names))
         f = draw(st.sampled_from(["cum_sum", "cum_max", "shift", "rank", "cum_count"]))

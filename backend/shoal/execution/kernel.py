@@ -103,6 +103,29 @@ def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
     return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
 
 
+def _source_columns(fragment: PlanNode) -> dict[int, str]:
+    """Stage input index -> name of the column that takes each row's upstream task index
+    (:attr:`StageInput.source_column`)."""
+    return {
+        n.index: n.source_column
+        for n in fragment.walk()
+        if isinstance(n, StageInput) and n.source_column is not None
+    }
+
+
+def _tagged_from_arrow(tables: Sequence[pa.Table], schema: Schema, column: str) -> pl.DataFrame:
+    """``tables`` (one per upstream task, in partition order) concatenated, each row with
+    the index of the table it came from in ``column`` (``UInt32``, the last column)."""
+    frames = [
+        frame_of(t).with_columns(pl.lit(i, pl.UInt32).alias(column))
+        for i, t in enumerate(tables)
+        if t.num_rows > 0
+    ]
+    if not frames:
+        return _empty(schema)
+    return frames[0] if len(frames) == 1 else pl.concat(frames, how="vertical_relaxed")
+
+
 class _ScanLookup:
     """Partitions for several scans of one plan (used by :func:`run_single`)."""
 
@@ -419,7 +442,11 @@ def run_fragment(
     task's stats and ``output.num_outputs`` Arrow tables.
     """
     start = time.time()
-    frames = [_from_arrow(ts, s) for ts, s in zip(inputs, input_schemas, strict=True)]
+    tags = _source_columns(fragment)
+    frames = [
+        _tagged_from_arrow(ts, s, tags[i]) if i in tags else _from_arrow(ts, s)
+        for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
+    ]
     rows_in = sum(f.height for f in frames)
     df = build(fragment, frames, scan).collect(optimizations=collect_optimizations())
     scan_rows = 0

@@ -76,7 +76,8 @@ def describe(node: PlanNode) -> str:
             f"SINK {node.format.upper()} {node.layout.upper()} {node.path!r}{_sink_details(node)}"
         )
     if isinstance(node, StageInput):
-        return f"STAGE INPUT #{node.index}"
+        tag = f" TAGGED {node.source_column!r}" if node.source_column else ""
+        return f"STAGE INPUT #{node.index}{tag}"
     if isinstance(node, AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted):
         return _describe_temporal(node)
     if isinstance(node, RestoreGroupOrder):

@@ -301,10 +301,17 @@ class RowIndex(PlanNode):
 @dataclass(frozen=True)
 class StageInput(PlanNode):
     """Physical plans only: the leaf of a fragment that reads the output of another stage
-    (through an exchange). ``index`` is the position in the stage's input list."""
+    (through an exchange). ``index`` is the position in the stage's input list.
+
+    ``source_column``, when set, names the last column of ``schema`` (``UInt32``), which
+    the upstream tables do not have: the kernel fills it with the index of the upstream
+    task (partition) each row comes from. A ``"bucket"`` or ``"all"`` input receives one
+    table per upstream task, in partition order, so the index is known exactly (the
+    distributed window plan tags rows with it to put them back in input order)."""
 
     index: int
     schema: Schema
+    source_column: str | None = None
 
 
 @dataclass(frozen=True)

@@ -62,6 +62,7 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
+from shoal.planner import prefix, windows
 from shoal.planner.partitioning import split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
@@ -95,6 +96,8 @@ class _Builder:
         self.memo: dict[int, Stage] = {}
         self.cpus = config.num_cpus or os.cpu_count() or 1
         self.max_shuffle = max(2, 4 * self.cpus)
+        #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
+        self.hash_windows: dict[int, windows.HashWindow] = {}
 
     # -- stages -----------------------------------------------------------------------
 
@@ -170,6 +173,9 @@ class _Builder:
         if isinstance(node, Filter):
             op = self.visit(node.input)
             if not node.predicate.is_row_local():
+                windowed = self.hash_window(op, node)
+                if windowed is not None:
+                    return windowed
                 op = self.gather(op, "gather")
             op.est_bytes = int(op.est_bytes * FILTER_SELECTIVITY)
             return op.wrap(Filter(op.node, node.predicate, node.schema))
@@ -193,7 +199,9 @@ class _Builder:
         if isinstance(node, Explode | Unnest):
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
-        if isinstance(node, Unpivot | RowIndex):
+        if isinstance(node, RowIndex):
+            return self.row_index(node)
+        if isinstance(node, Unpivot):
             # Polars defines the output order of these by the input order: one partition.
             op = self.gather(self.visit(node.input), "gather")
             return op.wrap(node.with_children((op.node,)))
@@ -259,8 +267,28 @@ class _Builder:
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
         if not all(e.expr.is_row_local() for e in node.exprs) or not reads_cols:
+            windowed = self.hash_window(op, node) if reads_cols else None
+            if windowed is not None:
+                return windowed
             op = self.gather(op, "gather")
         return op.wrap(Project(op.node, node.exprs, node.schema))
+
+    def row_index(self, node: RowIndex) -> _Open:
+        """``with_row_index``: in place on one partition, else by prefix offsets
+        (:mod:`shoal.planner.prefix`), without a gather."""
+        op = self.visit(node.input)
+        if op.num_tasks == 1:
+            return op.wrap(node.with_children((op.node,)))
+        return prefix.plan_row_index(self, op, node)
+
+    def hash_window(self, op: _Open, node: Project | Filter) -> _Open | None:
+        """``over(partition_by)`` windows per hash bucket (:mod:`shoal.planner.windows`), or
+        cumulative functions by prefix carries (:mod:`shoal.planner.prefix`), instead of a
+        gather, where exact; None when the node must gather."""
+        if op.num_tasks == 1:
+            return None
+        planned = windows.plan_hash_window(self, op, node)
+        return planned if planned is not None else prefix.plan_cumulative(self, op, node)
 
     def aggregate(self, node: Aggregate, planned: _Open | None = None) -> _Open:
         op = planned if planned is not None else self.visit(node.input)
