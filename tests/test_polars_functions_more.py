@@ -12,14 +12,17 @@ from __future__ import annotations
 import datetime as dt
 
 import polars as pl
+import pyarrow as pa
 import pytest
 from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import TaskError, UnsupportedError
 from shoal.execution.task import HashOutput
+from shoal.ir import serde
 from shoal.ir.expr import AGGREGATING_FUNCTIONS, ORDER_DEPENDENT_FUNCTIONS
-from shoal.ir.nodes import Aggregate
+from shoal.ir.nodes import Aggregate, InMemorySource, PlanNode, Scan
+from shoal.ir.substrait import to_substrait
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine, to_ir
 from tests.test_polars_coverage import check, run_dist
@@ -277,3 +280,49 @@ def test_ray(frame: pl.LazyFrame, ray_runner: None) -> None:
     assert_frame_equal(_ray(agg), agg.collect(engine="in-memory"), check_row_order=False)
     with pytest.raises(TaskError, match="InvalidOperationError"):
         _ray(frame.select(pl.col("i").replace_strict({1: 10})))
+
+
+# ---------------------------------------------------------------- bad input, IR forms
+
+
+def test_list_get_out_of_bounds_raises_polars_error(frame: pl.LazyFrame) -> None:
+    """``list.get`` without ``null_on_oob``: Polars' own error, from the task."""
+    lf = frame.select(pl.col("l").list.get(2))
+    with pytest.raises(pl.exceptions.ComputeError):
+        lf.collect(engine="in-memory")
+    with pytest.raises(TaskError, match="ComputeError: get index is out of bounds"):
+        run_dist(lf, 3)
+
+
+def _plans() -> dict[str, PlanNode]:
+    lf = _frame().lazy()
+    plans = {f"select-{k}": to_ir(lf.select(e.alias("o"))) for k, e in ROW_LOCAL.items()}
+    for k, e in {**AGGREGATIONS, **MULTI_ROW}.items():
+        plans[f"group_by-{k}"] = to_ir(lf.group_by("k").agg(e.alias("o")))
+    return plans
+
+
+def _tables(plan: PlanNode) -> dict[str, pa.Table]:
+    scans = [n for n in plan.walk() if isinstance(n, Scan)]
+    assert len(scans) == 1 and isinstance(scans[0].source, InMemorySource)
+    return {"frame": scans[0].source.table}
+
+
+def test_plans_round_trip_through_json() -> None:
+    """Every new function's options (tuples of names, dtypes) serialise and come back equal."""
+    for name, plan in _plans().items():
+        tables = _tables(plan)
+        assert serde.from_json(serde.to_json(plan, tables=tables), tables=tables) == plan, name
+
+
+@pytest.mark.parametrize(
+    "expr", [pl.corr("x", "y"), pl.col("i").entropy(), pl.col("k").unique_counts()]
+)
+def test_aggregating_functions_have_no_substrait_mapping(
+    frame: pl.LazyFrame, expr: pl.Expr
+) -> None:
+    """A Substrait scalar function is evaluated row by row: exporting these would be wrong."""
+    for lf in (frame.select(expr.alias("o")), frame.group_by("k").agg(expr.alias("o"))):
+        plan = to_ir(lf)
+        with pytest.raises(UnsupportedError, match="aggregating function"):
+            to_substrait(plan, tables=_tables(plan))
