@@ -250,6 +250,11 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "RangeFunction.IntRange":
         # int_range(start, end, step, dtype): the dtype is the function's own.
         return Function("int_range", args, (("step", int(extra[0])), ("dtype", dtype)), dtype)
+    if key == "RangeFunction.IntRanges":
+        # int_ranges(start, end, step, dtype): one list per row; the dtype is its items'.
+        return Function("int_ranges", args, (("dtype", DataType(dtype.arrow.value_type)),), dtype)
+    if key == "corr":
+        return _corr(t, extra, args, dtype, where)
     if key == "rank" and extra and extra[0] == "random":
         t.error(f"{where}: expression Function(rank)", "rank(method='random') is not repeatable")
         return t.placeholder_expr(dtype)
@@ -275,7 +280,28 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
 
 
 #: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.
-_TYPED_FUNCTIONS = frozenset({"str.to_integer", "str.strptime"})
+_TYPED_FUNCTIONS = frozenset(
+    {"str.to_integer", "str.strptime", "str.json_decode", "replace_strict"}
+)
+
+#: ``function_data`` of Polars' ``corr`` (``pl.corr``, ``pl.cov``): method, then parameters.
+_CORR_PARAMS = {"pearson": (), "spearman_rank": ("propagate_nans",), "covariance": ("ddof",)}
+
+
+def _corr(
+    t: Translator, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``pl.corr(a, b, method=)`` and ``pl.cov(a, b, ddof=)`` -> IR function ``corr`` with
+    option ``method`` (``pearson``, ``spearman_rank`` or ``covariance``)."""
+    method, *params = extra
+    names = _CORR_PARAMS.get(str(method))
+    if names is None or len(params) != len(names):
+        t.error(f"{where}: expression Function(corr, {method!r})", "unknown correlation method")
+        return t.placeholder_expr(dtype)
+    return Function(
+        "corr", args, (("method", str(method)), *zip(names, params, strict=True)), dtype
+    )
+
 
 #: Polars rolling window functions shoal runs (``rolling_<name>``).
 _ROLLING = frozenset({"min", "max", "mean", "sum", "std", "var", "quantile"})
@@ -369,6 +395,28 @@ def _sort_by(t: Translator, view: Any, node: int, dtype: DataType, where: str) -
     return Function("sort_by", (translate_expr(t, view.expr, where), *by), options, dtype)
 
 
+def _struct_eval(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``struct.with_fields(...)`` -> IR function ``struct.with_fields``: the struct, then
+    one expression per new or replaced field (option ``names``). Polars does not show
+    ``pl.field`` to engines, so expressions that read the struct's own fields fall back."""
+    if str(view.variant) != "with_fields":
+        t.error(f"{where}: expression StructEval({view.variant})", "not supported by shoal")
+        return t.placeholder_expr(dtype)
+    struct = translate_expr(t, view.expr, where)
+    for e in view.evaluation:
+        try:
+            t.nt.get_dtype(e.node)
+        except pl.exceptions.InvalidOperationError:  # "`field` is not allowed in this context"
+            t.error(
+                f"{where}: expression StructEval(with_fields, {e.output_name!r})",
+                "reads the struct's fields with pl.field, which Polars does not show to engines",
+            )
+            return t.placeholder_expr(dtype)
+    fields = tuple(translate_expr(t, e.node, where) for e in view.evaluation)
+    names = tuple(str(e.output_name) for e in view.evaluation)
+    return Function("struct.with_fields", (struct, *fields), (("names", names),), dtype)
+
+
 _EXPRS: dict[str, ExprHandler] = {
     "Column": _column,
     "Literal": _literal,
@@ -385,4 +433,5 @@ _EXPRS: dict[str, ExprHandler] = {
     "Slice": _slice,
     "Sort": _sort,
     "SortBy": _sort_by,
+    "StructEval": _struct_eval,
 }

@@ -79,6 +79,16 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "StringFunction.CountMatches": ("str.count_matches", ("literal",)),
     "StringFunction.Extract": ("str.extract", ("group_index",)),
     "StringFunction.Split": ("str.split", ("inclusive",)),
+    "StringFunction.SplitExact": ("str.split_exact", ("n", "inclusive")),
+    "StringFunction.ContainsAny": ("str.contains_any", ("ascii_case_insensitive",)),
+    "StringFunction.ExtractAll": ("str.extract_all", ()),
+    "StringFunction.Find": ("str.find", ("literal", "strict")),
+    # the target dtype is the function's own; the parameter is infer_schema_length
+    "StringFunction.JsonDecode": ("str.json_decode", ("infer_schema_length",)),
+    # temporal (continued)
+    "TemporalFunction.Round": ("dt.round", ()),
+    "TemporalFunction.TimeStamp": ("dt.timestamp", ("time_unit",)),
+    "TemporalFunction.Combine": ("dt.combine", ("time_unit",)),
     # lists and structs
     "ListFunction.Length": ("list.len", ()),
     "ListFunction.Sum": ("list.sum", ()),
@@ -87,7 +97,12 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ListFunction.Mean": ("list.mean", ()),
     "ListFunction.Contains": ("list.contains", ("nulls_equal",)),
     "ListFunction.Join": ("list.join", ("ignore_nulls",)),
+    "ListFunction.Get": ("list.get", ("null_on_oob",)),
+    "ListFunction.Sort": ("list.sort", ("descending", "nulls_last")),
+    "ListFunction.Slice": ("list.slice", ()),
+    "ListFunction.Concat": ("concat_list", ()),
     "StructFunction.FieldByName": ("struct.field", ("name",)),
+    "StructFunction.RenameFields": ("struct.rename_fields", ("names",)),
     # numeric and general
     "abs": ("abs", ()),
     "negate": ("neg", ()),
@@ -109,6 +124,17 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "min_horizontal": ("min_horizontal", ()),
     "sum_horizontal": ("sum_horizontal", ("ignore_nulls",)),
     "mean_horizontal": ("mean_horizontal", ("ignore_nulls",)),
+    "round_sig_figs": ("round_sig_figs", ("digits",)),
+    # Polars' hash of one value with ``seed``: the same for one Polars version and seed
+    "hash": ("hash", ("seed",)),
+    # args: values, old, new, then default when given; unmapped values without a default
+    # raise Polars' InvalidOperationError in the task
+    "replace_strict": ("replace_strict", ()),
+    # aggregating functions (AGGREGATING_FUNCTIONS: their rows are gathered or hash-exchanged
+    # by group key and aggregated once, which is exact)
+    "entropy": ("entropy", ("base", "normalize")),
+    "value_counts": ("value_counts", ("sort", "parallel", "name", "normalize")),
+    "unique_counts": ("unique_counts", ()),
     # order-dependent: the value on a row depends on other rows (the planner gathers first)
     "cum_sum": ("cum_sum", ("reverse",)),
     "cum_prod": ("cum_prod", ("reverse",)),
@@ -144,6 +170,8 @@ UNSUPPORTED_FUNCTIONS: dict[str, str] = {
     "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",
+    "approx_n_unique": "Polars' HyperLogLog estimate is not reproduced exactly "
+    "(n_unique gives the exact count)",
 }
 
 
@@ -165,4 +193,10 @@ def lookup(key: str, extra: tuple[Any, ...]) -> tuple[str, tuple[tuple[str, Any]
             f"expected parameters {list(option_names)}, got {list(extra)!r} "
             "(a NodeTraverser change?)"
         )
-    return name, tuple(zip(option_names, extra, strict=True))
+    return name, tuple(zip(option_names, map(_frozen, extra), strict=True))
+
+
+def _frozen(value: Any) -> Any:
+    """A parameter as an IR option: lists (``rename_fields`` names) become tuples, so that
+    IR expressions stay hashable."""
+    return tuple(value) if isinstance(value, list) else value

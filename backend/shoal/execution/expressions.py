@@ -130,6 +130,21 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "str.count_matches": lambda a, o: a[0].str.count_matches(a[1], literal=o.get("literal", False)),
     "str.extract": lambda a, o: a[0].str.extract(a[1], o.get("group_index", 1)),
     "str.split": lambda a, o: a[0].str.split(a[1], inclusive=o.get("inclusive", False)),
+    "str.split_exact": lambda a, o: a[0].str.split_exact(
+        a[1], o["n"], inclusive=o.get("inclusive", False)
+    ),
+    "str.contains_any": lambda a, o: a[0].str.contains_any(
+        a[1], ascii_case_insensitive=o.get("ascii_case_insensitive", False)
+    ),
+    "str.extract_all": lambda a, o: a[0].str.extract_all(a[1]),
+    "str.find": lambda a, o: a[0].str.find(
+        a[1], literal=o.get("literal", False), strict=o.get("strict", True)
+    ),
+    "str.json_decode": lambda a, o: a[0].str.json_decode(o["dtype"].to_polars()),
+    "dt.round": lambda a, o: a[0].dt.round(a[1]),
+    "dt.timestamp": lambda a, o: a[0].dt.timestamp(o.get("time_unit", "us")),
+    # args: the dates or datetimes, then the times of day
+    "dt.combine": lambda a, o: a[0].dt.combine(a[1], o.get("time_unit", "us")),
     # lists and structs
     "list.len": lambda a, o: a[0].list.len(),
     "list.sum": lambda a, o: a[0].list.sum(),
@@ -138,9 +153,39 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "list.mean": lambda a, o: a[0].list.mean(),
     "list.contains": lambda a, o: a[0].list.contains(a[1], nulls_equal=o.get("nulls_equal", True)),
     "list.join": lambda a, o: a[0].list.join(a[1], ignore_nulls=o.get("ignore_nulls", True)),
+    "list.get": lambda a, o: a[0].list.get(a[1], null_on_oob=o.get("null_on_oob", False)),
+    "list.sort": lambda a, o: a[0].list.sort(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
+    "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
+    "concat_list": lambda a, o: pl.concat_list(a),
+    # one list per row: int_ranges(start, end, step) of the items' dtype
+    "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
+    "struct.rename_fields": lambda a, o: a[0].struct.rename_fields(list(o["names"])),
+    # args: the struct, then one expression per new or replaced field (option ``names``)
+    "struct.with_fields": lambda a, o: a[0].struct.with_fields(
+        [x.alias(n) for x, n in zip(a[1:], o["names"], strict=True)]
+    ),
     "as_struct": lambda a, o: pl.struct([x.alias(n) for x, n in zip(a, o["fields"], strict=True)]),
     "replace": lambda a, o: a[0].replace(a[1], a[2]),
+    # args: values, old, new, then default; without a default an unmapped value raises
+    # Polars' InvalidOperationError (as native Polars does)
+    "replace_strict": lambda a, o: _replace_strict(a, o),
+    "round_sig_figs": lambda a, o: a[0].round_sig_figs(o["digits"]),
+    "hash": lambda a, o: a[0].hash(o.get("seed", 0)),
+    # aggregating functions (AGGREGATING_FUNCTIONS: the planner gives them all rows of a group)
+    "corr": lambda a, o: _corr(a, o),
+    "entropy": lambda a, o: a[0].entropy(
+        o.get("base", 2.718281828459045), normalize=o["normalize"]
+    ),
+    "value_counts": lambda a, o: a[0].value_counts(
+        sort=o.get("sort", False),
+        parallel=o.get("parallel", False),
+        name=o.get("name"),
+        normalize=o.get("normalize", False),
+    ),
+    "unique_counts": lambda a, o: a[0].unique_counts(),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
     # Polars' int_range(start, end, step, dtype) when given arguments; without arguments
@@ -213,6 +258,25 @@ def _int_range(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
         return pl.int_range(a[0], a[1], o.get("step", 1), dtype=o["dtype"].to_polars())
     start = o.get("start", 0)
     return pl.int_range(start, pl.len() + start, dtype=pl.Int64)
+
+
+def _replace_strict(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``replace_strict(old, new, default=, return_dtype=)``; ``a[3]``, when present, is
+    the default."""
+    dtype = o["dtype"].to_polars()
+    if len(a) > 3:
+        return a[0].replace_strict(a[1], a[2], default=a[3], return_dtype=dtype)
+    return a[0].replace_strict(a[1], a[2], return_dtype=dtype)
+
+
+def _corr(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``pl.corr`` (Pearson, Spearman rank) or ``pl.cov``, by option ``method``."""
+    method = o.get("method", "pearson")
+    if method == "covariance":
+        return pl.cov(a[0], a[1], ddof=o.get("ddof", 1))
+    if method == "spearman_rank":
+        return pl.corr(a[0], a[1], method="spearman", propagate_nans=o.get("propagate_nans", False))
+    return pl.corr(a[0], a[1], method="pearson")
 
 
 def _rolling(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:

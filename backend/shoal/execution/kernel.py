@@ -33,6 +33,7 @@ from shoal.execution.task import (
     SingleOutput,
 )
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
+from shoal.ir.expr import Function, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -230,16 +231,19 @@ def build(
         return inputs[node.index].lazy()
     if isinstance(node, Project):
         lf = build(node.input, inputs, scan)
-        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+        out = lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+        return in_memory(out) if needs_in_memory(node.exprs) else out
     if isinstance(node, Filter):
         return build(node.input, inputs, scan).filter(to_polars(node.predicate))
     if isinstance(node, Aggregate):
         lf = build(node.input, inputs, scan)
         aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
         if not node.keys:
-            return lf.select(aggs)
-        keys = [to_polars(e.expr).alias(e.name) for e in node.keys]
-        return lf.group_by(keys, maintain_order=node.maintain_order).agg(aggs)
+            out = lf.select(aggs)
+        else:
+            keys = [to_polars(e.expr).alias(e.name) for e in node.keys]
+            out = lf.group_by(keys, maintain_order=node.maintain_order).agg(aggs)
+        return in_memory(out) if needs_in_memory(node.aggs) else out
     if isinstance(node, Join):
         left = build(node.left, inputs, scan)
         right = build(node.right, inputs, scan)
@@ -413,6 +417,27 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
         step = keys.height / rows
         keys = keys[[int(i * step) for i in range(rows)]]
     return keys.to_arrow()
+
+
+#: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
+#: differs from its in-memory engine (what ``DistEngine`` users compare with): in Polars 2.1
+#: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` and
+#: ``entropy`` of the group whose key is null.
+IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy"})
+
+
+def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
+    """Whether any of ``exprs`` uses one of :data:`IN_MEMORY_FUNCTIONS`."""
+    return any(
+        isinstance(e, Function) and e.name in IN_MEMORY_FUNCTIONS
+        for ne in exprs
+        for e in ne.expr.walk()
+    )
+
+
+def in_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
+    """``lf`` run now by Polars' in-memory engine, as a lazy frame over the result."""
+    return lf.collect(engine="in-memory", optimizations=collect_optimizations()).lazy()
 
 
 def collect_optimizations() -> pl.QueryOptFlags:

@@ -53,6 +53,14 @@ AGG_FUNCTIONS = frozenset(
     }
 )
 
+#: Functions that aggregate: like an :class:`Agg`, one reads every row of its group (the
+#: whole input in a ``select``) and gives one value per group, or, for ``value_counts``
+#: and ``unique_counts``, a new set of rows (a list per group in ``group_by().agg()``).
+#: They take several arguments (``corr``) or give several rows, so they are functions, not
+#: ``Agg`` nodes; :meth:`Expr.has_agg` counts them and the planner aggregates their input
+#: rows once (after a gather, or a hash exchange on the group keys), which is exact.
+AGGREGATING_FUNCTIONS = frozenset({"corr", "entropy", "value_counts", "unique_counts"})
+
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
 #: is exact); every other function is row-local and runs on any partition.
@@ -98,6 +106,7 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
         "rle_id",
         "interpolate",
     }
+    | AGGREGATING_FUNCTIONS
 )
 
 _SYMBOL = {
@@ -161,12 +170,15 @@ class Expr:
         return {e.name for e in self.walk() if isinstance(e, Col)}
 
     def has_agg(self) -> bool:
-        """True when this expression aggregates rows: it has an aggregate outside any
-        window (``over``), whose aggregates are computed per group and mapped back to rows."""
+        """True when this expression aggregates rows: it has an aggregate (an :class:`Agg`
+        or one of :data:`AGGREGATING_FUNCTIONS`) outside any window (``over``), whose
+        aggregates are computed per group and mapped back to rows."""
         if isinstance(self, Agg):
             return True
         if isinstance(self, Function) and self.name == "over":
             return False
+        if isinstance(self, Function) and self.name in AGGREGATING_FUNCTIONS:
+            return True
         return any(c.has_agg() for c in self.children())
 
     def is_row_local(self) -> bool:

@@ -50,6 +50,7 @@ from substrait.extensions import extensions_pb2 as ste
 
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import (
+    AGGREGATING_FUNCTIONS,
     BINARY_OPS,
     Agg,
     BinaryOp,
@@ -147,6 +148,14 @@ _JOIN_TYPES = {
 }
 _FROM_JOIN_TYPES = {v: k for k, v in _JOIN_TYPES.items()}
 _SORT = stalg.SortField
+
+
+def _aggregating_function_error(e: Function) -> UnsupportedError:
+    """The error for an IR function of ``AGGREGATING_FUNCTIONS`` (``corr``, ``entropy``,
+    ``value_counts``, ``unique_counts``): shoal maps no Substrait function to them."""
+    return UnsupportedError(
+        f"Substrait export: aggregating function {e.name!r} ({e}) has no Substrait mapping in shoal"
+    )
 
 
 def substrait_version() -> tuple[int, int, int]:
@@ -447,6 +456,9 @@ class _Exporter:
             )
         if isinstance(e, BinaryOp):
             return self.binary(e, ref)
+        if isinstance(e, Function) and e.name in AGGREGATING_FUNCTIONS:
+            # A Substrait scalar function is evaluated row by row: these read every row.
+            raise _aggregating_function_error(e)
         if isinstance(e, Function):
             return self.scalar_function(e, ref)
         if isinstance(e, Agg):
@@ -712,6 +724,10 @@ class _Exporter:
         return stalg.Rel(read=read)
 
     def aggregate(self, node: Aggregate) -> stalg.Rel:
+        for a in node.aggs:
+            for e in a.expr.walk():
+                if isinstance(e, Function) and e.name in AGGREGATING_FUNCTIONS:
+                    raise _aggregating_function_error(e)
         ref = self.refs(node.input.schema)
         extras = {"maintain_order": True} if node.maintain_order else None
         keys = [self.expr(k.expr, ref) for k in node.keys]
