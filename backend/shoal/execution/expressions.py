@@ -134,6 +134,12 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
     "as_struct": lambda a, o: pl.struct([x.alias(n) for x, n in zip(a, o["fields"], strict=True)]),
     "replace": lambda a, o: a[0].replace(a[1], a[2]),
+    # Polars' cast to Enum(categories), strict or not (a value outside the categories
+    # raises InvalidOperationError, or becomes null), carried on as a Categorical: shoal's
+    # types hold an Enum as an Arrow dictionary, which does not keep the categories
+    "cast_enum": lambda a, o: (
+        a[0].cast(pl.Enum(list(o["categories"])), strict=o.get("strict", True)).cast(pl.Categorical)
+    ),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
     # Polars' int_range(start, end, step, dtype) when given arguments; without arguments
