@@ -73,7 +73,7 @@ def start_ray(config: Config) -> bool:
         where = f"cluster at {address!r}" if address else "a local Ray instance"
         hint = (
             "; ray_dashboard (SHOAL_RAY_DASHBOARD) needs ray[default]: pip install 'ray[default]'"
-            if config.ray_dashboard and not address
+            if config.ray_dashboard and not address and "dashboard" in str(exc).lower()
             else ""
         )
         raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}{hint}") from exc
