@@ -103,6 +103,9 @@ def test_retries_running_out_names_stage_and_partition() -> None:
 def test_keyboard_interrupt_cancels_the_query_quickly() -> None:
     plan, expected = agg_sort_plan(_big_frame(6_000_000))
     cfg = Config(default_partitions=96)
+    small, small_expected = agg_sort_plan(_big_frame(10_000))
+    # Ray is up before the interrupt (when this test runs alone, too).
+    assert pl.from_arrow(shoal.execute(small, runner="ray", config=cfg)).equals(small_expected)
     sent = {}
 
     def interrupt() -> None:
@@ -122,7 +125,6 @@ def test_keyboard_interrupt_cancels_the_query_quickly() -> None:
         assert time.monotonic() < deadline, "tasks of the interrupted query still hold CPUs"
         time.sleep(0.05)
     # The runner is ready for the next query.
-    small, small_expected = agg_sort_plan(_big_frame(10_000))
     assert pl.from_arrow(shoal.execute(small, runner="ray", config=cfg)).equals(small_expected)
     del expected
 

@@ -419,7 +419,8 @@ def test_a_failed_task_is_in_the_trace(tmp_path):
     (failed,) = [e for e in data["traceEvents"] if e["name"] == "task failed"]
     assert (failed["args"]["stage"], failed["args"]["partition"]) == (0, 2)
     (q,) = data["metadata"]["shoal"]["queries"]
-    assert q["error"].startswith("TaskError: task failed in stage 0")
+    # A TaskError that is also of the task's error class (shoal.errors.task_error).
+    assert q["error"].startswith("TaskError[ValueError]: task failed in stage 0")
     assert isinstance(seen[-1], ev.QueryFinished) and seen[-1].error is not None
     final: dict[str, float] = {}
     for e in sorted((e for e in data["traceEvents"] if e["ph"] == "C"), key=lambda e: e["ts"]):

@@ -172,6 +172,16 @@ def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> E
             "unknown cast option",
         )
         return t.placeholder_expr(dtype)
+    target = t.nt.get_dtype(node)
+    if isinstance(target, pl.Enum):
+        # shoal's types carry an Enum without its categories (an Arrow dictionary): the
+        # kernel casts to the Enum itself, so that values outside it fail or become null
+        # as in Polars.
+        categories = tuple(target.categories.to_list())
+        strict_enum = strict or view.options == _CAST_WRAP
+        return Function(
+            "cast_enum", (inner,), (("categories", categories), ("strict", strict_enum)), dtype
+        )
     if view.options == _CAST_WRAP and not _widening(inner.dtype, dtype):
         return Cast(inner, dtype, strict=False, wrap=True)
     # A wrapping cast that cannot wrap (Polars adds these for supertypes) is a plain one.

@@ -41,6 +41,7 @@ RUNNER_FIELDS: frozenset[str] = frozenset(
         "ray_temp_dir",
         "object_store_bytes",
         "spill_dir",
+        "ray_dashboard",
         "ray_connect_timeout_s",
         "num_gpus",
         "gpus",
@@ -166,6 +167,14 @@ class Config:
         metadata=_doc(
             "Directory where a local Ray instance spills objects that do not fit in the object "
             "store; unset: Ray's default under its session directory."
+        ),
+    )
+    ray_dashboard: bool = field(
+        default=False,
+        metadata=_doc(
+            "Start the Ray dashboard with a local Ray instance, so that the dashboard and "
+            "Ray's state API (ray.util.state, `ray list tasks`) show shoal's tasks and actors; "
+            "needs ray[default]. A cluster started with `ray start` has its own."
         ),
     )
     ray_connect_timeout_s: float = field(
@@ -475,7 +484,7 @@ def set_config(**changes: Any) -> Config:
     """Change the global config and return it.
 
     Raises :class:`ConfigFrozenError` when a runner setting (runner, ray_address,
-    num_cpus, num_gpus, gpus, ray_temp_dir, object_store_bytes, spill_dir,
+    num_cpus, num_gpus, gpus, ray_temp_dir, object_store_bytes, spill_dir, ray_dashboard,
     ray_connect_timeout_s) changes while a runner is running, ``TypeError`` for an unknown
     setting, ``ValueError`` for an invalid value.
     """

@@ -30,7 +30,78 @@ class ConfigFrozenError(ShoalError, RuntimeError):
 
 
 class TaskError(ShoalError, RuntimeError):
-    """A task of a distributed query failed; the message names the stage and partition."""
+    """A task of a distributed query failed; the message names the stage and partition.
+
+    When the task raised an exception, what the query raises is a ``TaskError[<class>]``
+    (made by :func:`task_error`), also an instance of the exception's class: a strict cast
+    that fails in a task raises ``polars.exceptions.InvalidOperationError`` as native
+    Polars does. The task's exception is the ``__cause__``.
+    """
+
+
+_task_error_classes: dict[type[BaseException], type[TaskError]] = {}
+
+#: Causes whose class a TaskError does not take: itself, and the ones that mean something
+#: else to Python when raised (a StopIteration raised in a generator becomes RuntimeError).
+_NOT_MIXED = (TaskError, StopIteration, StopAsyncIteration)
+
+
+def task_error(message: str, cause: BaseException) -> TaskError:
+    """The :class:`TaskError` (with ``message``) for a task that raised ``cause``.
+
+    The error is also an instance of ``cause``'s class when the two combine: a class
+    ``TaskError[<cause class>]`` that derives from both. So a query that fails in a task
+    raises what the frontend raises for the same failure (``except
+    polars.exceptions.InvalidOperationError`` catches a failed strict cast on shoal as on
+    native Polars), and ``except shoal.TaskError`` still catches every task failure.
+    Attributes of ``cause`` (such as :attr:`shoal.udf.UdfError.udf_name`) are copied.
+    Plain :class:`TaskError` when ``cause`` is not an ``Exception`` (``SystemExit``), is a
+    ``StopIteration`` or already a ``TaskError``, or when its class cannot be combined (it
+    refuses subclasses, or an incompatible metaclass or instance layout).
+    """
+    base = type(cause)
+    if not isinstance(cause, Exception) or isinstance(cause, _NOT_MIXED):
+        return TaskError(message)
+    try:
+        err = _task_error_class(base)(message)
+    except Exception:
+        return TaskError(message)
+    for name, value in vars(cause).items():
+        if not name.startswith("__"):
+            try:
+                setattr(err, name, value)
+            except Exception:  # a read-only attribute: the class keeps its own
+                continue
+    return err
+
+
+def _task_error_class(base: type[BaseException]) -> type[TaskError]:
+    cls = _task_error_classes.get(base)
+    if cls is None:
+        cls = type(
+            f"TaskError[{base.__name__}]",
+            (TaskError, base),
+            {
+                "__module__": __name__,
+                "__doc__": TaskError.__doc__,
+                "__reduce__": _reduce,
+                # The message is shoal's, whatever the base class makes of its arguments.
+                "__str__": BaseException.__str__,
+                "__repr__": BaseException.__repr__,
+            },
+        )
+        _task_error_classes[base] = cls
+    return cls
+
+
+def _reduce(self: TaskError) -> tuple[object, ...]:
+    """Pickle a ``TaskError[<class>]`` as the way to make it again."""
+    base = next(c for c in type(self).__bases__ if c is not TaskError)
+    return (_rebuild, (str(self), base), dict(vars(self)))
+
+
+def _rebuild(message: str, base: type[BaseException]) -> TaskError:
+    return _task_error_class(base)(message)
 
 
 class QueryCancelledError(ShoalError, RuntimeError):

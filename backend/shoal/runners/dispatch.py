@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from shoal.errors import QueryCancelledError, TaskError
+from shoal.errors import QueryCancelledError, task_error
 from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
@@ -337,9 +337,10 @@ class DispatchLoop:
                     if spec.max_retries
                     else ""
                 )
-                raise TaskError(
+                raise task_error(
                     f"task failed in stage {spec.stage.id} [{spec.stage.name}], partition "
-                    f"{spec.partition}{retried}: {type(exc).__name__}: {exc}"
+                    f"{spec.partition}{retried}: {type(exc).__name__}: {exc}",
+                    exc,
                 ) from exc
             st = self.states[spec.stage.id]
             self._record(st, spec, res)

@@ -24,13 +24,17 @@ from shoal.runners.dispatch import TaskResult, TaskSpec
 
 _log = logging.getLogger("shoal")
 
+#: Seconds a cancelled Ray task gets to stop by itself before its worker is killed.
+CANCEL_GRACE_S = 1.0
+
 
 def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
 
     The address is ``config.ray_address`` (``SHOAL_RAY_ADDRESS``), else ``RAY_ADDRESS``
     (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs
-    and ``config.num_gpus`` GPUs.
+    and ``config.num_gpus`` GPUs, and the Ray dashboard when ``config.ray_dashboard`` (a
+    cluster's dashboard is the cluster's own: ``ray start --head`` starts it).
     Returns True when shoal started (and so owns) the instance. Raises
     :class:`shoal.ShoalError` saying why when Ray cannot start; never falls back.
     """
@@ -40,7 +44,6 @@ def start_ray(config: Config) -> bool:
         return False
     runtime_env = {"env_vars": {"POLARS_MAX_THREADS": str(config.task_cpus)}}
     kwargs: dict[str, Any] = {
-        "include_dashboard": False,
         "logging_level": logging.WARNING,
         "runtime_env": runtime_env,
     }
@@ -63,11 +66,17 @@ def start_ray(config: Config) -> bool:
                 _temp_dir=config.ray_temp_dir,
                 object_store_memory=config.object_store_bytes,
                 _system_config=system or None,
+                include_dashboard=config.ray_dashboard,
                 **kwargs,
             )
     except Exception as exc:
         where = f"cluster at {address!r}" if address else "a local Ray instance"
-        raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}") from exc
+        hint = (
+            "; ray_dashboard (SHOAL_RAY_DASHBOARD) needs ray[default]: pip install 'ray[default]'"
+            if config.ray_dashboard and not address and "dashboard" in str(exc).lower()
+            else ""
+        )
+        raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}{hint}") from exc
     return True
 
 
@@ -156,18 +165,42 @@ class RayBackend:
         try:
             stats = self._ray.get(handle)
         except self._ray.exceptions.RayTaskError as exc:
-            cause = exc.as_instanceof_cause()
-            raise cause from None
+            # The task's own exception (its class, as the local runner raises it); Ray's
+            # error, with the remote traceback, stays attached as its cause.
+            cause = exc.cause
+            if not isinstance(cause, BaseException):  # pragma: no cover - Ray kept no cause
+                raise exc.as_instanceof_cause() from None
+            raise cause from exc
         return TaskResult(task, stats, outs)
 
     def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
         return list(self._ray.get(list(refs)))
 
     def cancel(self, handles: Sequence[Any]) -> None:
+        """Cancel unfinished tasks and make sure they stop.
+
+        ``ray.cancel`` raises ``KeyboardInterrupt`` inside a running task, which takes
+        effect only when the task next runs Python bytecode: a task inside a long native
+        call (a Polars collect, a ``time.sleep``) would run on. Tasks still running
+        :data:`CANCEL_GRACE_S` seconds later are cancelled with ``force=True``, which kills
+        their worker process (Ray starts a new one when needed). Calls on a UDF actor are
+        left to the actor pool, which kills its actors when the query ends.
+        """
+        tasks = []
         for h in handles:
-            self._outputs.pop(h, None)
+            spec, _ = self._outputs.pop(h, (None, None))
             with contextlib.suppress(Exception):  # already finished
                 self._ray.cancel(h)
+                if spec is not None and spec.pool is None:
+                    tasks.append(h)
+        if not tasks:
+            return
+        _, running = self._ray.wait(
+            tasks, num_returns=len(tasks), timeout=CANCEL_GRACE_S, fetch_local=False
+        )
+        for h in running:
+            with contextlib.suppress(Exception):
+                self._ray.cancel(h, force=True)
 
     def close(self) -> None:
         self._outputs.clear()
