@@ -77,7 +77,7 @@ def test_ray_stateful_init_runs_once_per_actor(tmp_path: Path) -> None:
 
 
 def test_ray_pool_grows_from_min_to_max_while_batches_wait(tmp_path: Path) -> None:
-    growing = Counted.options(concurrency=(1, 2)).with_init(str(tmp_path), delay=0.1)
+    growing = Counted.options(concurrency=(1, 2)).with_init(str(tmp_path), delay=0.25)
     lf = frame(400).lazy().shoal.with_udf(growing, inputs="a", output="who")
     got = lf.collect(engine=_ray(30))
     assert len(list(tmp_path.glob("init-*"))) == 2  # started with 1, grew to 2

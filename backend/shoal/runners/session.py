@@ -32,12 +32,20 @@ class QueryReport:
     """What the last query did: its physical plan, each task's stats by
     (stage id, partition) (a partition split into subtasks: their merged stats, with
     ``extra["subtasks"]``), and what the memory controls did (``memory``: peak bytes held,
-    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`)."""
+    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`), and
+    ``actors_replaced``: how many actor pool members died and were replaced (their batches
+    were sent again)."""
 
     physical: PhysicalPlan
     task_stats: dict[tuple[int, int], TaskStats]
     runner: str
     memory: MemoryReport | None = None
+    actors_replaced: int = 0
+
+
+def _report(physical: PhysicalPlan, loop: DispatchLoop, config: Config) -> QueryReport:
+    replaced = sum(getattr(pool, "replaced", 0) for pool in loop.pools.values())
+    return QueryReport(physical, loop.task_stats, config.runner, loop.memory_report(), replaced)
 
 
 _last: QueryReport | None = None
@@ -171,7 +179,7 @@ def _run_plan(
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = conform(backend.fetch(refs), plan)
-    _last = QueryReport(physical, loop.task_stats, config.runner, loop.memory_report())
+    _last = _report(physical, loop, config)
     return result
 
 
@@ -183,7 +191,7 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
     physical, backend, loop = _start(plan, config, None)
     for ref in loop.stream():
         yield conform(backend.fetch([ref]), plan)
-    _last = QueryReport(physical, loop.task_stats, config.runner, loop.memory_report())
+    _last = _report(physical, loop, config)
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
