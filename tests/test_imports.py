@@ -21,6 +21,11 @@ FIRST_IMPORTS = {
     "shoal_duckdb.to_ir": "import duckdb\nfrom shoal_duckdb import to_ir\n"
     "print(type(to_ir(duckdb.connect(), 'SELECT 1 AS x')).__name__)",
     "shoal.ir": "from shoal.ir import builder\nprint('ok')",
+    "import shoal.duckdb": "import duckdb\nimport shoal.duckdb\n"
+    "print(shoal.duckdb.sql(duckdb.connect(), 'SELECT 41 + 1 AS x').fetchall()[0][0])",
+    "from shoal.duckdb import sql": "from shoal.duckdb import sql\nprint(sql.__module__)",
+    "shoal leaves duckdb unimported": "import sys\nimport shoal\n"
+    "print('shoal_duckdb' in sys.modules, 'duckdb' in sys.modules)",
     "shoal.execution.kernel": "from shoal.execution import kernel\nprint('ok')",
 }
 
@@ -30,6 +35,9 @@ EXPECTED = {
     "engine dist": "1",
     "shoal_duckdb.to_ir": "Project",
     "shoal.ir": "ok",
+    "import shoal.duckdb": "42",
+    "from shoal.duckdb import sql": "shoal_duckdb.api",
+    "shoal leaves duckdb unimported": "False False",
     "shoal.execution.kernel": "ok",
 }
 

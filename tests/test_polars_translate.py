@@ -362,7 +362,7 @@ def test_expression_udf_raises(mem: pl.LazyFrame) -> None:
         (lambda lf: lf.select(pl.col("v").top_k(2)), "Function(top_k)"),
         (
             lambda lf: lf.group_by("g").agg(pl.col("v").get(0)),
-            "no aggregate function",
+            "Expr.get (one value per group)",
         ),
         (lambda lf: lf.select(pl.col("g").mode()), "Function(mode)"),
     ],

@@ -70,3 +70,20 @@ def test_plain_task_error_when_the_classes_do_not_combine() -> None:
     assert type(task_error("m", SystemExit(1))) is TaskError
     # Already a TaskError.
     assert type(task_error("m", TaskError("inner"))) is TaskError
+
+
+def test_local_runner_errors_do_not_claim_retries() -> None:
+    """Regression: a failed task on the local runner said "(after up to 3 retries on worker
+    or object loss)", but the local runner never runs a task again (only Ray does)."""
+    import pytest
+
+    from shoal import Config, DistEngine
+
+    lf = pl.DataFrame({"s": ["1", "2", "x", "4"]}).lazy().select(pl.col("s").cast(pl.Int64))
+    engine = DistEngine(
+        runner="local", raise_on_fail=True, config=Config(default_partitions=2, task_max_retries=3)
+    )
+    with pytest.raises(pl.exceptions.InvalidOperationError) as info:
+        lf.collect(engine=engine)
+    assert isinstance(info.value, TaskError)
+    assert "task failed in stage" in str(info.value) and "retries" not in str(info.value)

@@ -420,16 +420,20 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     aggs = t.named_at(node.input, node.aggs, "GroupBy")
     for ne in aggs:
         if not ne.expr.has_agg() and not t.failed(ne.expr):
-            t.error(
-                f"GroupBy: aggregation {ne.name!r}",
-                "no aggregate function: Polars would return a list per group",
-            )
+            t.error(f"GroupBy: aggregation {ne.name!r}", _not_an_aggregate(ne.expr))
     out: PlanNode
     if getattr(options, "dynamic", None) is not None or getattr(options, "rolling", None):
         out = temporal_group_by(t, options, child, keys, aggs, schema)
     else:
         out = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
     return _sliced(out, getattr(options, "slice", None))
+
+
+def _not_an_aggregate(expr: Expr) -> str:
+    """Why a ``group_by().agg()`` item that aggregates nothing cannot run."""
+    if any(isinstance(e, Function) and e.option("scalar") for e in expr.walk()):
+        return "Expr.get (one value per group) in an aggregation is not supported yet"
+    return "no aggregate function: Polars would return a list per group"
 
 
 def _sliced(node: PlanNode, slice_: Any) -> PlanNode:

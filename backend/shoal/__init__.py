@@ -14,6 +14,10 @@ names from it with ``from shoal.udf import UDF``).
 
 from __future__ import annotations
 
+import importlib
+import importlib.abc
+import importlib.util
+import sys
 from typing import Any, Literal
 
 from shoal import ir
@@ -73,7 +77,26 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "duckdb":
-        import importlib
-
         return importlib.import_module("shoal_duckdb")
     raise AttributeError(f"module 'shoal' has no attribute {name!r}")
+
+
+class _DuckDBAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Makes ``import shoal.duckdb`` and ``from shoal.duckdb import sql`` work as
+    ``shoal.duckdb.sql`` does: the module ``shoal.duckdb`` is the adapter ``shoal_duckdb``,
+    imported only when first asked for (DuckDB is not imported with ``shoal``)."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "shoal.duckdb":
+            return None
+        return importlib.util.spec_from_loader(fullname, self)
+
+    def create_module(self, spec: Any) -> Any:
+        return importlib.import_module("shoal_duckdb")
+
+    def exec_module(self, module: Any) -> None:
+        """Nothing to run: the adapter ran when it was imported."""
+
+
+if not any(isinstance(f, _DuckDBAlias) for f in sys.meta_path):
+    sys.meta_path.append(_DuckDBAlias())

@@ -421,8 +421,8 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
 
 #: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
 #: differs from its in-memory engine (what ``DistEngine`` users compare with): in Polars 2.1
-#: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` and
-#: ``entropy`` of the group whose key is null.
+#: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` of a
+#: group where a column has no value and ``entropy`` of the group whose key is null.
 IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy"})
 
 

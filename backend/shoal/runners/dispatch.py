@@ -334,7 +334,7 @@ class DispatchLoop:
                     raise
                 retried = (
                     f" (after up to {spec.max_retries} retries on worker or object loss)"
-                    if spec.max_retries
+                    if spec.max_retries and getattr(self.backend, "retries_lost_tasks", False)
                     else ""
                 )
                 raise task_error(

@@ -24,6 +24,9 @@ class LocalBackend:
     """Runs tasks on a thread pool of ``num_threads`` threads; output references are the
     Arrow tables themselves. Polars releases the GIL while it works."""
 
+    #: Threads do not die alone and outputs are never lost: nothing is run again.
+    retries_lost_tasks = False
+
     def __init__(
         self, num_threads: int | None = None, resources: ResourceLedger | None = None
     ) -> None:

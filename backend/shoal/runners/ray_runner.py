@@ -123,6 +123,9 @@ def _ray_task_body(
 class RayBackend:
     """Submits tasks with ``ray.remote``; a handle is the stats reference of a task."""
 
+    #: Ray runs a task again when its worker dies or its output is lost (``max_retries``).
+    retries_lost_tasks = True
+
     def __init__(self, config: Config) -> None:
         import ray
 
