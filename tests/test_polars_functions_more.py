@@ -123,6 +123,11 @@ ROW_LOCAL: Query = {
     "int_ranges-dtype": pl.int_ranges(pl.col("i"), 4, dtype=pl.Int16),
     "round_sig_figs": pl.col("x").round_sig_figs(1),
     "round_sig_figs-3": (pl.col("y") * 1234.5678).round_sig_figs(3),
+    "dt.time": pl.col("t").dt.time(),
+    "dt.time-combine": pl.col("d").dt.combine(pl.col("t").dt.time()),
+    "bitwise_count_ones": pl.col("i").bitwise_count_ones(),
+    "bitwise_leading_zeros": pl.col("i").bitwise_leading_zeros(),
+    "bitwise_trailing_ones": pl.col("i").cast(pl.UInt8).bitwise_trailing_ones(),
 }
 
 
@@ -188,6 +193,9 @@ AGGREGATIONS: Query = {
     "entropy": pl.col("i").entropy(),
     "entropy-base2-raw": pl.col("y").abs().entropy(base=2, normalize=False),
     "corr-plus-sum": pl.corr("i", "y") + pl.col("i").sum(),
+    "bitwise_and": pl.col("i").bitwise_and(),
+    "bitwise_or": pl.col("i").bitwise_or(),
+    "bitwise_xor": (pl.col("i") * 3).bitwise_xor(),
 }
 
 #: Aggregating functions that give several rows in ``select`` (a list per group in ``agg``).
@@ -196,6 +204,8 @@ MULTI_ROW: Query = {
     "value_counts-sort-normalize": pl.col("k").value_counts(sort=True, normalize=True),
     "value_counts-name": pl.col("i").value_counts(name="n"),
     "unique_counts": pl.col("k").unique_counts(),
+    "drop_nulls": pl.col("i").drop_nulls(),
+    "drop_nans": pl.col("x").drop_nans(),
 }
 
 

@@ -133,6 +133,20 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # aggregating functions (AGGREGATING_FUNCTIONS: their rows are gathered or hash-exchanged
     # by group key and aggregated once, which is exact)
     "entropy": ("entropy", ("base", "normalize")),
+    # bitwise aggregations (one value per group, on the raw rows) and bit counts (per row)
+    "BitwiseFunction.And": ("bitwise_and", ()),
+    "BitwiseFunction.Or": ("bitwise_or", ()),
+    "BitwiseFunction.Xor": ("bitwise_xor", ()),
+    "BitwiseFunction.CountOnes": ("bitwise_count_ones", ()),
+    "BitwiseFunction.CountZeros": ("bitwise_count_zeros", ()),
+    "BitwiseFunction.LeadingOnes": ("bitwise_leading_ones", ()),
+    "BitwiseFunction.LeadingZeros": ("bitwise_leading_zeros", ()),
+    "BitwiseFunction.TrailingOnes": ("bitwise_trailing_ones", ()),
+    "BitwiseFunction.TrailingZeros": ("bitwise_trailing_zeros", ()),
+    # values without nulls / NaN (the column gets shorter: order-dependent)
+    "drop_nulls": ("drop_nulls", ()),
+    "drop_nans": ("drop_nans", ()),
+    "TemporalFunction.Time": ("dt.time", ()),
     "value_counts": ("value_counts", ("sort", "parallel", "name", "normalize")),
     "unique_counts": ("unique_counts", ()),
     # order-dependent: the value on a row depends on other rows (the planner gathers first)

@@ -20,6 +20,24 @@ FunctionImpl = Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]
 
 #: IR function name -> builder from (Polars argument expressions, options) to a Polars expr.
 #: Names and options follow Polars' own functions (``str.slice`` is ``Expr.str.slice``).
+#: Polars' ``Expr.bitwise_<op>`` methods: aggregations (and, or, xor) and bit counts.
+_BITWISE = (
+    "and",
+    "or",
+    "xor",
+    "count_ones",
+    "count_zeros",
+    "leading_ones",
+    "leading_zeros",
+    "trailing_ones",
+    "trailing_zeros",
+)
+
+
+def _bitwise(op: str) -> Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]:
+    return lambda a, o: getattr(a[0], f"bitwise_{op}")()
+
+
 FUNCTIONS: dict[str, FunctionImpl] = {
     # boolean and null handling
     "is_null": lambda a, o: a[0].is_null(),
@@ -176,6 +194,10 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "hash": lambda a, o: a[0].hash(o.get("seed", 0)),
     # aggregating functions (AGGREGATING_FUNCTIONS: the planner gives them all rows of a group)
     "corr": lambda a, o: _corr(a, o),
+    **{f"bitwise_{op}": _bitwise(op) for op in _BITWISE},
+    "drop_nulls": lambda a, o: a[0].drop_nulls(),
+    "drop_nans": lambda a, o: a[0].drop_nans(),
+    "dt.time": lambda a, o: a[0].dt.time(),
     "entropy": lambda a, o: a[0].entropy(
         o.get("base", 2.718281828459045), normalize=o["normalize"]
     ),

@@ -59,7 +59,9 @@ AGG_FUNCTIONS = frozenset(
 #: They take several arguments (``corr``) or give several rows, so they are functions, not
 #: ``Agg`` nodes; :meth:`Expr.has_agg` counts them and the planner aggregates their input
 #: rows once (after a gather, or a hash exchange on the group keys), which is exact.
-AGGREGATING_FUNCTIONS = frozenset({"corr", "entropy", "value_counts", "unique_counts"})
+AGGREGATING_FUNCTIONS = frozenset(
+    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor"}
+)
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
@@ -84,6 +86,8 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
         "fill_null_strategy",
         "gather_every",
         "gather",
+        "drop_nulls",
+        "drop_nans",
         "ewm_mean",
         "ewm_std",
         "ewm_var",
