@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -163,3 +164,19 @@ def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent() -> None:
     # ended depends on timing: the surviving actor may have taken the rest).
     assert report.actors_replaced >= 1
     assert ray.util.list_named_actors(all_namespaces=True) == []
+
+
+def test_a_failing_query_leaves_no_unhandled_ray_errors(caplog: pytest.LogCaptureFixture) -> None:
+    """Regression: when one task failed, the failed tasks beside it (and the failed task's
+    own outputs) were dropped unread, and Ray printed each as an "Unhandled error" with its
+    traceback after the query had already raised."""
+    import gc
+
+    lf = pl.DataFrame({"s": ["1", "x"] * 2000}).lazy().select(pl.col("s").cast(pl.Int64))
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, config=Config(default_partitions=8))
+    with caplog.at_level(logging.ERROR), pytest.raises(pl.exceptions.InvalidOperationError):
+        lf.collect(engine=engine)
+    gc.collect()
+    time.sleep(3)  # Ray reports unread errors when it frees the objects
+    gc.collect()
+    assert not [r for r in caplog.records if "Unhandled error" in r.getMessage()]

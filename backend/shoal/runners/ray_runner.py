@@ -168,6 +168,7 @@ class RayBackend:
         try:
             stats = self._ray.get(handle)
         except self._ray.exceptions.RayTaskError as exc:
+            self._read_errors(outs)
             # The task's own exception (its class, as the local runner raises it); Ray's
             # error, with the remote traceback, stays attached as its cause.
             cause = exc.cause
@@ -190,20 +191,36 @@ class RayBackend:
         left to the actor pool, which kills its actors when the query ends.
         """
         tasks = []
+        outputs: dict[Any, list[Any]] = {}
         for h in handles:
-            spec, _ = self._outputs.pop(h, (None, None))
+            spec, outs = self._outputs.pop(h, (None, None))
+            outputs[h] = outs or []
             with contextlib.suppress(Exception):  # already finished
                 self._ray.cancel(h)
                 if spec is not None and spec.pool is None:
                     tasks.append(h)
         if not tasks:
             return
-        _, running = self._ray.wait(
+        done, running = self._ray.wait(
             tasks, num_returns=len(tasks), timeout=CANCEL_GRACE_S, fetch_local=False
         )
+        for h in done:
+            # Read the error a failed task left in each of its returns (the query is failing),
+            # so that Ray does not print it as an "Unhandled error" when they are freed.
+            try:
+                self._ray.get(h, timeout=0)
+            except Exception:
+                self._read_errors(outputs[h])
         for h in running:
             with contextlib.suppress(Exception):
                 self._ray.cancel(h, force=True)
+
+    def _read_errors(self, refs: Sequence[Any]) -> None:
+        """Read the error a failed task left in each of ``refs`` (its outputs), so that Ray
+        does not print it again as an "Unhandled error" when they are freed."""
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                self._ray.get(ref, timeout=0)
 
     def close(self) -> None:
         self._outputs.clear()
