@@ -18,8 +18,18 @@ from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 
 FunctionImpl = Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]
 
+
 #: IR function name -> builder from (Polars argument expressions, options) to a Polars expr.
 #: Names and options follow Polars' own functions (``str.slice`` is ``Expr.str.slice``).
+def _ewm(name: str) -> Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]:
+    """Polars' ``Expr.<name>`` (ewm_mean/std/var) with the options Polars showed (alpha,
+    adjust, min_samples, ignore_nulls, and bias, which ewm_mean does not take)."""
+    keys: tuple[str, ...] = ("alpha", "adjust", "min_samples", "ignore_nulls")
+    if name != "ewm_mean":
+        keys += ("bias",)
+    return lambda a, o: getattr(a[0], name)(**{k: o[k] for k in keys})
+
+
 #: Polars' ``Expr.bitwise_<op>`` methods: aggregations (and, or, xor) and bit counts.
 _BITWISE = (
     "and",
@@ -233,26 +243,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
-    "ewm_mean": lambda a, o: a[0].ewm_mean(
-        alpha=o["alpha"],
-        adjust=o["adjust"],
-        min_samples=o["min_samples"],
-        ignore_nulls=o["ignore_nulls"],
-    ),
-    "ewm_std": lambda a, o: a[0].ewm_std(
-        alpha=o["alpha"],
-        adjust=o["adjust"],
-        bias=o["bias"],
-        min_samples=o["min_samples"],
-        ignore_nulls=o["ignore_nulls"],
-    ),
-    "ewm_var": lambda a, o: a[0].ewm_var(
-        alpha=o["alpha"],
-        adjust=o["adjust"],
-        bias=o["bias"],
-        min_samples=o["min_samples"],
-        ignore_nulls=o["ignore_nulls"],
-    ),
+    **{name: _ewm(name) for name in ("ewm_mean", "ewm_std", "ewm_var")},
     # ``series``: a column of literal values (dtype from the IR node: see to_polars).
     "series": lambda a, o: pl.lit(pl.Series(list(o["values"]))),
     "gather": lambda a, o: a[0].get(a[1]) if o.get("scalar") else a[0].gather(a[1]),

@@ -195,6 +195,26 @@ class Expr:
                 return False
         return True
 
+    def collect_order_dependent(
+        self, take: Callable[[Function], bool | None], out: list[Function]
+    ) -> bool:
+        """Collect into ``out`` the functions of this expression that ``take`` accepts, when
+        they are its only parts that read other rows. ``take(f)`` is True (collect ``f``,
+        not its arguments), False (refuse) or None (not of the wanted kind: the usual rule,
+        where an aggregate or another order-dependent function refuses). Returns False on a
+        refusal (``out`` is then incomplete)."""
+        if isinstance(self, Function):
+            verdict = take(self)
+            if verdict is not None:
+                if verdict:
+                    out.append(self)
+                return verdict
+            if self.name in ORDER_DEPENDENT_FUNCTIONS:
+                return False
+        if isinstance(self, Agg):
+            return False
+        return all(c.collect_order_dependent(take, out) for c in self.children())
+
 
 @dataclass(frozen=True)
 class Col(Expr):

@@ -41,7 +41,6 @@ import pyarrow as pa
 
 from shoal.execution.task import RangeOutput, SingleOutput
 from shoal.ir.expr import (
-    ORDER_DEPENDENT_FUNCTIONS,
     Agg,
     BinaryOp,
     Cast,
@@ -101,7 +100,7 @@ def plan_cumulative(b: _Builder, op: _Open, node: Project | Filter) -> _Open | N
     module docstring); None otherwise, and nothing is planned."""
     exprs = [e.expr for e in node.exprs] if isinstance(node, Project) else [node.predicate]
     found: list[Function] = []
-    if not all(_cumulative(e, found) for e in exprs) or not found:
+    if not all(e.collect_order_dependent(_carriable, found) for e in exprs) or not found:
         return None
     carries: dict[Function, Carry] = {}
     for f in dict.fromkeys(found):
@@ -122,26 +121,19 @@ def plan_cumulative(b: _Builder, op: _Open, node: Project | Filter) -> _Open | N
     return plan_carries(b, op, tuple(carries.values()), apply, "cumulative")
 
 
-def _cumulative(expr: Expr, out: list[Function]) -> bool:
-    """Collect the cumulative functions of ``expr`` that carries can run into ``out``;
-    False when another part depends on other rows."""
-    if isinstance(expr, Function) and expr.name in CUMULATIVE:
-        arg = expr.args[0] if len(expr.args) == 1 else None
-        if arg is None or expr.option("reverse", False) or not arg.is_row_local():
-            return False
-        if expr.name == "cum_sum" and not (
-            expr.dtype.is_integer and (arg.dtype.is_integer or arg.dtype == _BOOL)
-        ):
-            return False
-        if expr.name in ("cum_min", "cum_max") and not arg.dtype.is_integer:
-            return False
-        out.append(expr)
-        return True
-    if isinstance(expr, Agg):
+def _carriable(f: Function) -> bool | None:
+    """Whether carries make cumulative function ``f`` exact (None: not cumulative; see
+    ``Expr.collect_order_dependent``)."""
+    if f.name not in CUMULATIVE:
+        return None
+    arg = f.args[0] if len(f.args) == 1 else None
+    if arg is None or f.option("reverse", False) or not arg.is_row_local():
         return False
-    if isinstance(expr, Function) and expr.name in ORDER_DEPENDENT_FUNCTIONS:
+    if f.name == "cum_sum" and not (
+        f.dtype.is_integer and (arg.dtype.is_integer or arg.dtype == _BOOL)
+    ):
         return False
-    return all(_cumulative(c, out) for c in expr.children())
+    return not (f.name in ("cum_min", "cum_max") and not arg.dtype.is_integer)
 
 
 def _carry_of(f: Function, name: str) -> Carry:

@@ -42,8 +42,6 @@ import pyarrow as pa
 
 from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.expr import (
-    ORDER_DEPENDENT_FUNCTIONS,
-    Agg,
     Col,
     Expr,
     Function,
@@ -65,18 +63,9 @@ _ROW_TYPE = DataType(pa.int64())
 _PART_TYPE = DataType(pa.uint32())
 
 
-def _windows(expr: Expr, out: list[Function]) -> bool:
-    """Collect the ``over`` windows of ``expr`` into ``out``; False when a part outside
-    every window is order-dependent or aggregates rows (then the windows alone do not
-    decide where the rows may go)."""
-    if isinstance(expr, Function) and expr.name == "over":
-        out.append(expr)
-        return True
-    if isinstance(expr, Agg):
-        return False
-    if isinstance(expr, Function) and expr.name in ORDER_DEPENDENT_FUNCTIONS:
-        return False
-    return all(_windows(c, out) for c in expr.children())
+def _is_window(f: Function) -> bool | None:
+    """``over`` windows are what this plan runs (see ``Expr.collect_order_dependent``)."""
+    return True if f.name == "over" else None
 
 
 def _window_keys(window: Function) -> tuple[Expr, ...] | None:
@@ -101,7 +90,7 @@ def hash_window_keys(exprs: Sequence[Expr]) -> tuple[Expr, ...] | None:
     None when ``exprs`` have no window, a part outside the windows depends on other rows,
     a window does not qualify (see the module docstring) or the windows share no key."""
     windows: list[Function] = []
-    if not all(_windows(e, windows) for e in exprs) or not windows:
+    if not all(e.collect_order_dependent(_is_window, windows) for e in exprs) or not windows:
         return None
     common: list[Expr] | None = None
     for w in windows:
