@@ -180,3 +180,19 @@ def test_a_failing_query_leaves_no_unhandled_ray_errors(caplog: pytest.LogCaptur
     time.sleep(3)  # Ray reports unread errors when it frees the objects
     gc.collect()
     assert not [r for r in caplog.records if "Unhandled error" in r.getMessage()]
+
+
+def test_failing_queries_do_not_crash_ray() -> None:
+    """Regression: when a task failed, the loop cancelled the tasks in flight beside it, which
+    were failing the same way at that moment; in Ray 2.60 a ``ray.cancel`` racing a task's
+    completion crashes the driver ("Tried to complete task that was not pending"). It
+    crashed within 40 such queries; the backend now lets finishing tasks finish first."""
+    lf = pl.DataFrame({"s": ["1", "x"] * 4000}).lazy().select(pl.col("s").cast(pl.Int64))
+    engine = shoal.DistEngine(
+        runner="ray", raise_on_fail=True, config=Config(default_partitions=16)
+    )
+    for _ in range(40):
+        with pytest.raises(pl.exceptions.InvalidOperationError):
+            lf.collect(engine=engine)
+    ok = pl.DataFrame({"s": ["1", "2"] * 100}).lazy().select(pl.col("s").cast(pl.Int64).sum())
+    assert ok.collect(engine=engine).item() == 300

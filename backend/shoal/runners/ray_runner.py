@@ -183,22 +183,24 @@ class RayBackend:
     def cancel(self, handles: Sequence[Any]) -> None:
         """Cancel unfinished tasks and make sure they stop.
 
-        ``ray.cancel`` raises ``KeyboardInterrupt`` inside a running task, which takes
-        effect only when the task next runs Python bytecode: a task inside a long native
-        call (a Polars collect, a ``time.sleep``) would run on. Tasks still running
-        :data:`CANCEL_GRACE_S` seconds later are cancelled with ``force=True``, which kills
-        their worker process (Ray starts a new one when needed). Calls on a UDF actor are
-        left to the actor pool, which kills its actors when the query ends.
+        Tasks get :data:`CANCEL_GRACE_S` seconds to finish by themselves (most of the tasks
+        in flight when a query fails are about to finish, failing the same way); those still
+        running then are cancelled with ``force=True``, which kills their worker process
+        (Ray starts a new one when needed). A plain ``ray.cancel`` would wait until the task
+        next runs Python bytecode (a task inside a Polars collect or a ``time.sleep`` runs
+        on), and in Ray 2.60 a ``ray.cancel`` that races a task's own completion can crash
+        the driver ("Check failed: ... Tried to complete task that was not pending",
+        ray-project/ray#54846): cancelling only tasks that are still running a second later
+        makes that race rare. Calls on a UDF actor are left to the actor pool, which kills
+        its actors when the query ends.
         """
         tasks = []
         outputs: dict[Any, list[Any]] = {}
         for h in handles:
             spec, outs = self._outputs.pop(h, (None, None))
-            outputs[h] = outs or []
-            with contextlib.suppress(Exception):  # already finished
-                self._ray.cancel(h)
-                if spec is not None and spec.pool is None:
-                    tasks.append(h)
+            if spec is not None and spec.pool is None:
+                tasks.append(h)
+                outputs[h] = outs or []
         if not tasks:
             return
         done, running = self._ray.wait(
