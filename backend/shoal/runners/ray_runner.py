@@ -26,6 +26,9 @@ _log = logging.getLogger("shoal")
 
 #: Seconds a cancelled Ray task gets to stop by itself before its worker is killed.
 CANCEL_GRACE_S = 1.0
+#: Seconds to read what a finished task left (it is ready: this only bounds a busy driver;
+#: ``timeout=0`` can give up before even an inline error is read).
+READ_TIMEOUT_S = 5.0
 
 
 def start_ray(config: Config) -> bool:
@@ -210,7 +213,7 @@ class RayBackend:
             # Read the error a failed task left in each of its returns (the query is failing),
             # so that Ray does not print it as an "Unhandled error" when they are freed.
             try:
-                self._ray.get(h, timeout=0)
+                self._ray.get(h, timeout=READ_TIMEOUT_S)
             except Exception:
                 self._read_errors(outputs[h])
         for h in running:
@@ -222,7 +225,7 @@ class RayBackend:
         does not print it again as an "Unhandled error" when they are freed."""
         for ref in refs:
             with contextlib.suppress(Exception):
-                self._ray.get(ref, timeout=0)
+                self._ray.get(ref, timeout=READ_TIMEOUT_S)
 
     def close(self) -> None:
         self._outputs.clear()
