@@ -63,7 +63,11 @@ def start_ray(config: Config) -> bool:
                 system["object_spilling_config"] = json.dumps(
                     {"type": "filesystem", "params": {"directory_path": config.spill_dir}}
                 )
+            # address="local" always starts a new instance private to this process: with no
+            # address Ray would attach to any instance another program started on the
+            # machine (it reads /tmp/ray/ray_current_cluster).
             ray.init(
+                address="local",
                 num_cpus=config.num_cpus,
                 num_gpus=config.num_gpus,
                 _temp_dir=config.ray_temp_dir,
