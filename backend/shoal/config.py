@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
@@ -43,6 +44,8 @@ RUNNER_FIELDS: frozenset[str] = frozenset(
         "spill_dir",
         "ray_dashboard",
         "ray_connect_timeout_s",
+        "ray_runtime_env",
+        "ray_namespace",
         "num_gpus",
         "gpus",
     }
@@ -97,6 +100,24 @@ def _thaw(v: Any) -> Any:
 
 def _hashable(v: Any) -> Any:
     return repr(_thaw(v))
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;](?:token|password|passwd|pwd|secret|key|auth|access_key|secret_key|"
+    r"session_token|sig|signature)=)[^&;\s]*",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with credentials replaced by ``***``: the user-info part of URLs
+    (``ray://user:token@head:10001`` -> ``ray://***@head:10001``) and the values of
+    query parameters named like secrets (``token=``, ``password=``, ``signature=``, ...).
+    shoal passes every address and error message it shows (explain, traces, logs,
+    errors) through this."""
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
+    return _SECRET_QUERY.sub(lambda m: f"{m.group('key')}***", text)
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -181,6 +202,22 @@ class Config:
         default=10.0,
         metadata=_doc(
             "Seconds to wait for a Ray cluster address to answer before saying it is unreachable."
+        ),
+    )
+    ray_runtime_env: Mapping[str, Any] = field(
+        default_factory=lambda: FrozenDict({}),
+        metadata=_doc(
+            "Ray runtime_env for shoal's tasks and actors (working_dir, py_modules, pip, "
+            "env_vars, ...; JSON object in the environment), e.g. to ship the modules of "
+            "your user functions to every node. shoal adds POLARS_MAX_THREADS to env_vars "
+            "unless you set it."
+        ),
+    )
+    ray_namespace: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Ray namespace of the driver's job (named actors live there); unset: an "
+            "anonymous namespace, as ray.init gives."
         ),
     )
     task_max_retries: int = field(
@@ -334,6 +371,17 @@ class Config:
                 "shoal setting ray_connect_timeout_s must be a positive number of "
                 f"seconds, got {self.ray_connect_timeout_s!r}"
             )
+        env = self.ray_runtime_env
+        if not isinstance(env, Mapping):
+            raise ValueError(
+                f"shoal setting ray_runtime_env must be a mapping (Ray's runtime_env), got {env!r}"
+            )
+        if not isinstance(env, FrozenDict):
+            object.__setattr__(self, "ray_runtime_env", FrozenDict(env))
+        if self.ray_namespace is not None and not isinstance(self.ray_namespace, str):
+            raise ValueError(
+                f"shoal setting ray_namespace must be a string, got {self.ray_namespace!r}"
+            )
         ext = self.extensions
         if not isinstance(ext, FrozenDict):
             if not isinstance(ext, Mapping):
@@ -347,6 +395,11 @@ class Config:
                     "namespace; call shoal.config.register_extension first"
                 )
             validator(value)
+
+    def __repr__(self) -> str:
+        """Like a dataclass's, with credentials redacted (see :meth:`non_defaults`)."""
+        shown = self.non_defaults()
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes``; raises ``TypeError`` naming an unknown setting."""
@@ -363,13 +416,23 @@ class Config:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def non_defaults(self) -> dict[str, Any]:
-        """The settings that differ from the defaults, by name."""
+        """The settings that differ from the defaults, by name, for display (explain,
+        traces): credentials in ``ray_address`` and the values of ``ray_runtime_env``'s
+        ``env_vars`` are replaced by ``***`` (see :func:`redact`)."""
         base = Config()
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(base, f.name)
-        }
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(base, f.name):
+                continue
+            if f.name == "ray_address" and isinstance(value, str):
+                value = redact(value)
+            elif f.name == "ray_runtime_env":
+                value = _thaw(value)
+                if isinstance(value.get("env_vars"), dict):
+                    value["env_vars"] = dict.fromkeys(value["env_vars"], "***")
+            out[f.name] = value
+        return out
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:

@@ -105,9 +105,12 @@ def _check_same_runner(kind: str, config: Config) -> None:
     for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
         wanted = getattr(config, name)
         if wanted != getattr(defaults, name) and wanted != getattr(started, name):
+            shown = {"wanted": wanted, "running": getattr(started, name)}
+            if name == "ray_address":
+                shown = {k: _config.redact(v) if v else v for k, v in shown.items()}
             raise ConfigFrozenError(
-                f"shoal setting {name}={wanted!r} differs from the running {kind} runner's "
-                f"{getattr(started, name)!r}; call shoal.shutdown() first to start a new one"
+                f"shoal setting {name}={shown['wanted']!r} differs from the running {kind} "
+                f"runner's {shown['running']!r}; call shoal.shutdown() first to start a new one"
             )
 
 
