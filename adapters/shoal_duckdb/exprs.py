@@ -82,6 +82,17 @@ def fn(name: str, args: Sequence[Expr], dtype: DataType, **options: Any) -> Func
     return Function(name, tuple(args), tuple(sorted(options.items())), dtype)
 
 
+def struct_field(e: Expr, index: int) -> Function:
+    """Field number ``index`` (from 0) of struct ``e``, with the field's own type.
+
+    Raises :class:`Unsupported` when ``e`` is not a struct or has no such field."""
+    arrow = e.dtype.arrow
+    if not pa.types.is_struct(arrow) or not 0 <= index < arrow.num_fields:
+        raise Unsupported(f"field #{index + 1} of a value of type {e.dtype}")
+    field = arrow.field(index)
+    return Function("struct.field", (e,), (("name", field.name),), DataType(field.type))
+
+
 def binop(op: str, a: Expr, b: Expr, dtype: DataType) -> BinaryOp:
     return BinaryOp(op, a, b, dtype)
 
@@ -166,7 +177,7 @@ class ExprTranslator:
     """Translates one operator's expressions; ``cols`` are the operator input's columns in
     DuckDB's positional order (``BOUND_REF`` index ``i`` reads ``cols[i]``)."""
 
-    def __init__(self, cols: Sequence[Col], error_on_division_by_zero: bool = True) -> None:
+    def __init__(self, cols: Sequence[Expr], error_on_division_by_zero: bool = True) -> None:
         self.cols = cols
         #: DuckDB's setting of that name: integer (and ``//``) division by zero raises
         #: when true, gives NULL when false.
@@ -193,7 +204,7 @@ class ExprTranslator:
 
     # -- pieces -------------------------------------------------------------------------
 
-    def ref(self, index: int) -> Col:
+    def ref(self, index: int) -> Expr:
         if not 0 <= index < len(self.cols):
             raise Unsupported(f"column reference #{index} out of range")
         return self.cols[index]
@@ -601,8 +612,27 @@ def _unary(name: str, work: DataType | None = None) -> FunctionHandler:
     return handler
 
 
-for _name, _impl in (("abs", "abs"), ("@", "abs"), ("sign", "sign")):
+for _name, _impl in (("abs", "abs"), ("@", "abs")):
     SCALAR_FUNCTIONS[_name] = _unary(_impl)
+
+
+@_register("sign")
+def _sign(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``sign``: 1, -1, or 0 for zero, -0.0 and NaN (Polars' ``sign`` gives NaN
+    for NaN, and the TINYINT result cannot hold it); computed in the input's own type."""
+    (x,) = _args(t, e)
+    positive = compare("gt", x, lit(0, x.dtype))
+    if x.dtype.is_float:  # NaN sorts above every number in the kernel's comparisons
+        positive = and_all([positive, not_(fn("is_nan", [x], BOOL))])
+    out = Ternary(
+        positive,
+        lit(1, dtype),
+        Ternary(compare("lt", x, lit(0, x.dtype)), lit(-1, dtype), lit(0, dtype), dtype),
+        dtype,
+    )
+    return Ternary(is_null(x), lit(None, dtype), out, dtype)
+
+
 for _name, _impl in (("sqrt", "sqrt"), ("cbrt", "cbrt"), ("exp", "exp")):
     SCALAR_FUNCTIONS[_name] = _unary(_impl, FLOAT64)
 
@@ -688,6 +718,44 @@ def _isinf(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 def _isfinite(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     (x,) = _args(t, e)
     return fn("is_finite", [x], BOOL)
+
+
+# -- structs
+
+
+@_register("struct_extract", "struct_extract_at")
+def _struct_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``m.f``, ``m['f']``, ``struct_extract(m, 'f')`` (field names match without regard to
+    case, as DuckDB binds them), ``struct_extract(m, i)`` and ``struct_extract_at(m, i)``
+    (``i`` from 1)."""
+    x, key = _args(t, e)
+    which = _const(key, "the struct field")
+    arrow = x.dtype.arrow
+    if not pa.types.is_struct(arrow):
+        raise Unsupported(f"struct_extract() of {x.dtype}")
+    if isinstance(which, str):
+        names = [arrow.field(i).name.lower() for i in range(arrow.num_fields)]
+        if which.lower() not in names:
+            raise Unsupported(f"struct field {which!r} not found")
+        index = names.index(which.lower())
+    else:
+        index = int(which) - 1
+    return cast(struct_field(x, index), dtype)
+
+
+@_register("struct_pack")
+def _struct_pack(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``{'a': x, 'b': y}`` and ``struct_pack(a := x, b := y)``: the field names and types
+    are those DuckDB bound (the result type)."""
+    arrow = dtype.arrow
+    args = _args(t, e)
+    if not pa.types.is_struct(arrow) or arrow.num_fields != len(args):
+        raise Unsupported(f"struct_pack() into {dtype}")
+    fields = tuple(arrow.field(i).name for i in range(arrow.num_fields))
+    if any(not f for f in fields) or len({f.lower() for f in fields}) != len(fields):
+        raise Unsupported("a struct with unnamed or duplicate field names")
+    parts = [cast(a, DataType(arrow.field(i).type)) for i, a in enumerate(args)]
+    return fn("as_struct", parts, dtype, fields=fields)
 
 
 # -- strings

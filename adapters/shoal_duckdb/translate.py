@@ -56,6 +56,7 @@ from shoal_duckdb.exprs import (
     or_all,
     python_value,
     raise_where,
+    struct_field,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.types import dtype_of, value_of
@@ -160,7 +161,7 @@ class Translator:
 
     # -- expressions --------------------------------------------------------------------
 
-    def expr(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+    def expr(self, e: dict[str, Any], cols: Sequence[Expr], where: str) -> Expr:
         """Translate expression ``e`` over ``cols``; records the error and returns a
         placeholder when it cannot."""
         try:
@@ -169,14 +170,14 @@ class Translator:
             self.error(where, str(exc))
             return Lit(None, BOOL)
 
-    def agg(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+    def agg(self, e: dict[str, Any], cols: Sequence[Expr], where: str) -> Expr:
         try:
             return self._no_virtual(aggregate(self._exprs(cols), e), where)
         except Unsupported as exc:
             self.error(where, str(exc))
             return Lit(None, BOOL)
 
-    def _exprs(self, cols: Sequence[Col]) -> ExprTranslator:
+    def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
         return ExprTranslator(cols, self.error_on_division_by_zero)
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
@@ -385,21 +386,36 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         source = InMemorySource(arrow)
     cols_as_read = [Col(n, dt) for n, dt in schema.fields]
     by_index = dict(zip(read, cols_as_read, strict=True))
-    positional = [by_index.get(i) if i < len(names) else None for i in indexes]
+    positional: list[Expr | None] = []
+    for entry in op.get("column_indexes", []):
+        i = int(entry["index"])
+        c = by_index.get(i) if i < len(names) else None
+        positional.append(None if c is None else _extracted(t, c, entry, names[i], where))
     pred = _table_filters(t, op, positional, where)
     scan_rel = Rel(Scan(source, schema, pred), tuple(cols_as_read))
+    if isinstance(source, ParquetSource):
+        unified = _unified_parquet(t, source.paths, schema, where)
+        if unified is not None:
+            node = unified if pred is None else Filter(unified, pred, schema)
+            scan_rel = Rel(node, tuple(cols_as_read))
     proj_ids = [int(i) for i in op.get("projection_ids") or range(len(indexes))]
     out: list[tuple[str, Expr]] = []
     virtual: list[int] = []
     for k, p in enumerate(proj_ids):
-        c = positional[p]
-        if c is None:
+        got = positional[p]
+        if got is None:
             # A virtual column (rowid, a row number): any use is reported by Translator.expr.
             virtual.append(k)
             out.append(("rowid", Lit(None, INT64)))
             continue
+        entry = op["column_indexes"][p]
+        if entry.get("child_indexes"):
+            hint = str(entry.get("field") or names[indexes[p]])
+            out.append((hint, got))  # a struct field: typed by _extracted
+            continue
+        assert isinstance(got, Col)
         want = t.dtype(types[indexes[p]], where)
-        out.append((c.name, c if c.dtype == want else cast(c, want)))
+        out.append((got.name, got if got.dtype == want else cast(got, want)))
     plain = [e for _, e in out] == cols_as_read
     if plain and not any(c.name.lower() in t.names for c in cols_as_read):
         for c in cols_as_read:
@@ -419,6 +435,80 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     return rel
 
 
+def _unified_parquet(
+    t: Translator, paths: Sequence[str], schema: Schema, where: str
+) -> PlanNode | None:
+    """A scan of Parquet files that disagree on the types of the columns read, as DuckDB
+    reads them (``read_parquet`` without ``union_by_name``): the first file gives each
+    column's type, every other file's values are cast to it. One scan per run of files of
+    the same types, each cast to DuckDB's types, and their union, in file order. None
+    when the files agree (a plain scan does).
+
+    A file that lacks a column is recorded as unsupported (DuckDB itself then answers or
+    raises its own error)."""
+    import pyarrow.parquet as pq
+
+    runs: list[tuple[tuple[DataType, ...], list[str]]] = []
+    for path in paths:
+        try:
+            file_schema = pq.read_schema(path)
+        except Exception:
+            return None  # the planner names the unreadable file
+        types: list[DataType] = []
+        for name, _ in schema.fields:
+            k = file_schema.get_field_index(name)
+            if k < 0:
+                t.error(where, f"column {name!r} is not in Parquet file {path}")
+                raise _Failed()
+            types.append(DataType(file_schema.field(k).type))
+        if runs and runs[-1][0] == tuple(types):
+            runs[-1][1].append(path)
+        else:
+            runs.append((tuple(types), [path]))
+    if len(runs) == 1:
+        return None
+    branches: list[PlanNode] = []
+    for types_, group in runs:
+        read = Schema.of(list(zip(schema.names, types_, strict=True)))
+        scan = Scan(ParquetSource(tuple(group)), read)
+        exprs: list[NamedExpr] = []
+        for (name, want), have in zip(schema.fields, types_, strict=True):
+            try:
+                exprs.append(NamedExpr(name, duck_cast(Col(name, have), want)))
+            except Unsupported as exc:
+                t.error(
+                    where, f"column {name!r} ({have} in {group[0]}, {want} in {paths[0]}): {exc}"
+                )
+                raise _Failed() from None
+        branches.append(Project(scan, tuple(exprs), schema))
+    return Union(tuple(branches), schema)
+
+
+def _extracted(t: Translator, col: Col, entry: dict[str, Any], name: str, where: str) -> Expr:
+    """The value a scan's ``column_indexes`` entry reads from column ``col``: the column
+    itself, or, where DuckDB's optimizer pushed a struct field access into the scan
+    (``index_type`` ``PUSHDOWN_EXTRACT``: ``m.src``, ``m['src']``, ``struct_extract``,
+    ``unnest(m)``), the field that its ``child_indexes`` chain names (field positions in
+    the struct, nested for nested structs)."""
+    out: Expr = col
+    path = name
+    while True:
+        kids = entry.get("child_indexes") or []
+        if not kids:
+            return out
+        if entry.get("index_type", "PUSHDOWN_EXTRACT") != "PUSHDOWN_EXTRACT" or len(kids) != 1:
+            t.error(where, f"column {path}: a scan of part of a struct is not supported")
+            raise _Failed()
+        (entry,) = kids
+        k = int(entry["index"])
+        try:
+            field = struct_field(out, k)
+        except Unsupported as exc:
+            t.error(where, f"column {path}: {exc}")
+            raise _Failed() from None
+        out, path = field, f"{path}.{dict(field.options)['name']}"
+
+
 def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) -> Rel:
     named = [NamedExpr(t.fresh(hint), e) for hint, e in exprs]
     schema = Schema.of([(n.name, n.dtype) for n in named])
@@ -426,7 +516,7 @@ def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) ->
 
 
 def _table_filters(
-    t: Translator, op: dict[str, Any], cols: list[Col | None], where: str
+    t: Translator, op: dict[str, Any], cols: list[Expr | None], where: str
 ) -> Expr | None:
     tf = op.get("table_filters") or {}
     by_projection = op.get("table_filters_by_projection", True)
@@ -462,9 +552,13 @@ def _table_filters(
     return and_all(parts) if parts else None
 
 
-def _table_filter(f: dict[str, Any], col: Col) -> Expr | None:
+def _table_filter(f: dict[str, Any], col: Expr) -> Expr | None:
     """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply)."""
     kind = str(f.get("filter_type", "")).removeprefix("LEGACY_")
+    if kind == "STRUCT_EXTRACT":
+        # A filter on a field of a struct column (``WHERE m.score > 1`` reading all of m).
+        inner = struct_field(col, int(f.get("child_idx", -1)))
+        return _table_filter(f["child_filter"], inner)
     if kind == "CONSTANT_COMPARISON":
         value = lit(value_of(f["constant"]), dtype_of(f["constant"]["type"]))
         return compare(comparison_op(f["comparison_type"]), col, value)
@@ -667,9 +761,25 @@ def _per_row_constants(t: Translator, child: Rel, aggs: list[Expr]) -> tuple[Rel
     rewritten = [replace_expr(a, per_row) for a in aggs]
     if not extra or not child.node.schema.names:
         return child, aggs
-    keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in child.node.schema.fields)
-    schema = Schema.of([*child.node.schema.fields, *((x.name, x.dtype) for x in extra)])
-    return Rel(Project(child.node, (*keep, *extra), schema), child.cols), rewritten
+    return _with_columns(child, extra), rewritten
+
+
+def _constant_columns(t: Translator, rel: Rel, args: list[Expr]) -> tuple[Rel, list[Expr]]:
+    """``args`` with each constant one (no column read) replaced by a column of ``rel``
+    holding its value on every row (see :func:`_per_row_constants`)."""
+    extra = [NamedExpr(t.fresh("const"), a) for a in args if not a.columns()]
+    if not extra or not rel.node.schema.names:
+        return rel, args
+    by_arg = iter(extra)
+    out = [a if a.columns() else Col((x := next(by_arg)).name, x.dtype) for a in args]
+    return _with_columns(rel, extra), out
+
+
+def _with_columns(rel: Rel, extra: Sequence[NamedExpr]) -> Rel:
+    """``rel`` with the ``extra`` columns appended to its node (its ``cols`` unchanged)."""
+    keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in rel.node.schema.fields)
+    schema = Schema.of([*rel.node.schema.fields, *((x.name, x.dtype) for x in extra)])
+    return Rel(Project(rel.node, (*keep, *extra), schema), rel.cols)
 
 
 def _group_by(
@@ -721,15 +831,40 @@ def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
 def _sort_keys(
     t: Translator, op: dict[str, Any], cols: Sequence[Col], where: str
 ) -> tuple[tuple[Expr, ...], tuple[bool, ...], tuple[bool, ...]]:
-    by, desc, last = [], [], []
+    by: list[Expr] = []
+    desc: list[bool] = []
+    last: list[bool] = []
     for o in op.get("orders", []):
-        by.append(t.expr(o["expression"], cols, where))
-        desc.append(o.get("type") in ("DESCENDING", "ORDER_DESCENDING"))
+        e = t.expr(o["expression"], cols, where)
+        d = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
         null_order = str(o.get("null_order", "NULLS_LAST")).replace(" ", "_")
         if null_order not in ("NULLS_LAST", "NULLS_FIRST", "ORDER_NULLS_LAST", "ORDER_NULLS_FIRST"):
             t.error(where, f"null order {null_order}")
-        last.append(null_order.endswith("NULLS_LAST"))
+        for key, kd, kl in _struct_sort_keys(e, d, null_order.endswith("NULLS_LAST"), False):
+            by.append(key)
+            desc.append(kd)
+            last.append(kl)
     return tuple(by), tuple(desc), tuple(last)
+
+
+def _struct_sort_keys(
+    e: Expr, desc: bool, nulls_last: bool, nested: bool
+) -> list[tuple[Expr, bool, bool]]:
+    """Sort keys (key, descending, nulls last) that order by ``e`` as DuckDB does.
+
+    DuckDB orders a STRUCT field by field, and a NULL inside a struct (a field, or a
+    nested struct) sorts above every value: last ascending, first descending, whatever
+    NULLS FIRST/LAST says (that applies to the top-level value only). Polars orders NULL
+    fields first; so a struct key becomes one key per field (nested structs recursively),
+    after a key that places the NULL structs themselves."""
+    if not pa.types.is_struct(e.dtype.arrow):
+        return [(e, desc, nulls_last if not nested else not desc)]
+    # is_null ascending puts NULL rows last.
+    null_key_desc = desc if nested else not nulls_last
+    out = [(is_null(e), null_key_desc, False)]
+    for i in range(e.dtype.arrow.num_fields):
+        out += _struct_sort_keys(struct_field(e, i), desc, True, True)
+    return out
 
 
 @_register("LOGICAL_ORDER_BY")
@@ -896,7 +1031,7 @@ def _one_window(
         )
     if kind in _SHIFTS:
         kids = w.get("children", [])
-        x = t.expr(kids[0], cols, where)
+        rel, (x,) = _constant_columns(t, rel, [t.expr(kids[0], cols, where)])
         offset = 1
         if len(kids) > 1:
             value = ExprTranslator([]).expr(kids[1])
@@ -905,12 +1040,14 @@ def _one_window(
         step = offset if kind == "WINDOW_LAG" else -offset
         shifted = fn("shift", [cast(x, dtype), lit(step, INT64), cast(default, dtype)], dtype)
         return add(rel, "lag" if kind == "WINDOW_LAG" else "lead", _over(shifted, parts, dtype))
-    # Aggregates.
+    # Aggregates. A constant argument counts once per row in DuckDB (count(1), sum(2));
+    # in the kernel a literal is one value, so constants become columns first.
     if not keys:
-        value = t.agg(w, cols, where)
+        rel, (value,) = _per_row_constants(t, rel, [t.agg(w, cols, where)])
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
     args = [t.expr(c, cols, where) for c in w.get("children", [])]
+    rel, args = _constant_columns(t, rel, args)
     running = _running(name, args, parts, row_number, dtype)
     rel, value = add(rel, "running", running)
     if w.get("end") == "CURRENT_ROW_RANGE":
