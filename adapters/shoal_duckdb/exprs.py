@@ -389,6 +389,11 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         return duck_cast(t.expr(child), rtype(e), try_cast)
     name = str(e["qname"]["path"][-1]).lower()
     handler = SCALAR_FUNCTIONS.get(name)
+    if name == "array_extract" and (e["children"][0].get("return_type") or {}).get("id") in (
+        "STRUCT",
+        "TUPLE",
+    ):
+        handler = _struct_extract  # m['f'] binds to array_extract when the case differs
     if handler is None:
         raise Unsupported(f"function {name}() is not supported")
     return handler(t, e, rtype(e))

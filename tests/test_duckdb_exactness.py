@@ -1,0 +1,233 @@
+"""shoal.duckdb gives what DuckDB gives: the same rows, types and order, and DuckDB's
+exception classes. Each query runs through shoal (local runner, tables split into several
+partitions) and natively (``con.sql(q)``), over data with NULLs, NaN, -0.0, duplicates and
+NULL struct fields; values are compared by their ``repr`` (so -0.0 is not 0.0 and NaN
+equals NaN)."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import shoal
+from shoal_duckdb import DuckDBFallbackWarning
+
+#: Every table splits into several partitions (3, and 5 for 12 rows: one nearly empty).
+CONFIGS = {
+    "3 partitions": shoal.Config(runner="local", default_partitions=3, shuffle_partitions=3),
+    "5 partitions": shoal.Config(runner="local", default_partitions=5, shuffle_partitions=2),
+}
+
+ROWS = """
+(1, {'score': 1.5::DOUBLE, 'src': 'ads', 'n': {'a': 1, 'b': 'x'}}, 's1', 1.5::DOUBLE, 2.50::DECIMAL(6,2)),
+(2, {'score': NULL, 'src': 'web', 'n': {'a': NULL, 'b': 'y'}}, 's2', 'nan'::DOUBLE, -1.25),
+(3, NULL, 's1', NULL, NULL),
+(4, {'score': 1.5, 'src': NULL, 'n': NULL}, 's2', -0.0::DOUBLE, 0.00),
+(5, {'score': 'nan'::DOUBLE, 'src': 'ads', 'n': {'a': 2, 'b': NULL}}, NULL, 0.25, 0.25),
+(6, {'score': -0.0::DOUBLE, 'src': 'web', 'n': {'a': 1, 'b': 'x'}}, 's3', -0.5, -0.50),
+(7, {'score': NULL, 'src': NULL, 'n': {'a': NULL, 'b': NULL}}, 's1', -3.0, 3.00),
+(8, {'score': 2.0, 'src': 'ads', 'n': {'a': 1, 'b': 'x'}}, 's2', 'inf'::DOUBLE, NULL),
+(9, {'score': 1.5, 'src': 'ads', 'n': {'a': 1, 'b': 'x'}}, 's1', 1.5, 2.50),
+(10, {'score': -7.0, 'src': 'mail', 'n': {'a': 3, 'b': 'z'}}, 's3', '-inf'::DOUBLE, -9.99),
+(11, {'score': 0.0, 'src': 'mail', 'n': {'a': 0, 'b': ''}}, NULL, 0.0, 0.01),
+(12, {'score': 2.0, 'src': 'web', 'n': {'a': -1, 'b': 'w'}}, 's1', NULL, 1.00)
+"""
+
+
+@pytest.fixture(scope="module")
+def con() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    c.execute(f"CREATE TABLE t AS SELECT * FROM (VALUES {ROWS}) v(id, m, store, x, d)").fetchall()
+    yield c
+    c.close()
+
+
+def _canon(v: Any) -> Any:
+    """A value as comparable text: ``repr`` keeps -0.0 apart from 0.0, NaN equals NaN."""
+    if isinstance(v, dict):
+        return tuple((k, _canon(x)) for k, x in v.items())
+    if isinstance(v, list | tuple):
+        return tuple(_canon(x) for x in v)
+    return repr(v)
+
+
+def check(
+    con: duckdb.DuckDBPyConnection, query: str, config: shoal.Config, ordered: bool = False
+) -> None:
+    """Same column names, types and rows (in order when ``ordered``) as native DuckDB."""
+    native = con.sql(query)
+    rel = shoal.duckdb.sql(con, query, raise_on_fail=True, config=config)
+    assert rel.columns == native.columns
+    assert rel.types == native.types
+    got = [_canon(r) for r in rel.fetchall()]
+    want = [_canon(r) for r in native.fetchall()]
+    if not ordered:
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    assert got == want
+
+
+@pytest.fixture(params=list(CONFIGS), ids=list(CONFIGS))
+def config(request: pytest.FixtureRequest) -> shoal.Config:
+    return CONFIGS[request.param]
+
+
+STRUCT_ACCESS = {
+    "dot": "SELECT id, m.src FROM t",
+    "dot, DECIMAL-free double field": "SELECT id, m.score FROM t",
+    "brackets": "SELECT id, m['score'] AS s FROM t",
+    "brackets, other case": "SELECT id, m['SRC'] AS s, m FROM t",
+    "struct_extract": "SELECT id, struct_extract(m, 'score') AS s FROM t",
+    "struct_extract_at": "SELECT id, struct_extract_at(m, 2) AS s FROM t",
+    "nested field": "SELECT id, m.n.b, m.n.a FROM t",
+    "field and the struct itself": "SELECT id, m.src, m.n, m FROM t",
+    "unnest of a struct": "SELECT id, unnest(m) FROM t",
+    "star of a struct": "SELECT m.* FROM t",
+    "group by a field": "SELECT m.src, count(*) AS n, sum(m.score) AS s FROM t GROUP BY m.src",
+    "group by a nested field": "SELECT m.n.b, count(m.score) AS n FROM t GROUP BY ALL",
+    "filter on a field": "SELECT id FROM t WHERE m.score > 1",
+    "filter on a field, struct selected": "SELECT id, m FROM t WHERE m.score >= 1.5",
+    "filter on a nested field": "SELECT id, m.src FROM t WHERE m.n.a = 1",
+    "filter on a string field": "SELECT id, m.src FROM t WHERE m.src LIKE 'a%'",
+    "field IS NULL": "SELECT id FROM t WHERE m.src IS NULL",
+    "join on a field": "SELECT a.id, b.id AS id2 FROM t a JOIN t b ON a.m.src = b.m.src",
+    "struct_pack": "SELECT id, {'k': m.src, 'v': x, 'w': {'z': d}} AS s FROM t",
+    "field of a packed struct": "SELECT s.k, s.w.z FROM (SELECT {'k': m.src, 'w': {'z': d}} AS s "
+    "FROM t) q",
+    "count of a struct vs its field": "SELECT count(m) AS a, count(m.src) AS b, count(*) AS c "
+    "FROM t",
+}
+
+
+@pytest.mark.parametrize("query", list(STRUCT_ACCESS.values()), ids=list(STRUCT_ACCESS))
+def test_struct_access(con: duckdb.DuckDBPyConnection, config: shoal.Config, query: str) -> None:
+    check(con, query, config)
+
+
+STRUCT_ORDER = {
+    # DuckDB sorts a NULL inside a struct above every value, whatever NULLS FIRST says.
+    "ascending": "SELECT id, m FROM t ORDER BY m, id",
+    "descending": "SELECT id FROM t ORDER BY m DESC, id",
+    "NULLS FIRST": "SELECT id FROM t ORDER BY m NULLS FIRST, id",
+    "DESC NULLS LAST": "SELECT id FROM t ORDER BY m DESC NULLS LAST, id",
+    "nested struct": "SELECT id FROM t ORDER BY m.n, id",
+    "top-N": "SELECT id FROM t ORDER BY m DESC, id LIMIT 4",
+    "window order": "SELECT id, row_number() OVER (ORDER BY m, id) AS r FROM t ORDER BY id",
+}
+
+
+@pytest.mark.parametrize("query", list(STRUCT_ORDER.values()), ids=list(STRUCT_ORDER))
+def test_struct_ordering(con: duckdb.DuckDBPyConnection, config: shoal.Config, query: str) -> None:
+    check(con, query, config, ordered=True)
+
+
+CONSTANT_ARGUMENTS = {
+    "count(1) over a partition": "SELECT id, count(1) OVER (PARTITION BY store) AS n FROM t",
+    "count(1) over everything": "SELECT id, count(1) OVER () AS n FROM t",
+    "sum(2) over everything": "SELECT id, sum(2) OVER () AS n FROM t",
+    "count(*), count(1), count(x), count(NULL) over a partition": "SELECT id, "
+    "count(*) OVER w AS a, count(1) OVER w AS b, count(x) OVER w AS c, count(NULL) OVER w AS e "
+    "FROM t WINDOW w AS (PARTITION BY store)",
+    "the same over everything": "SELECT id, count(*) OVER () AS a, count(1) OVER () AS b, "
+    "count(x) OVER () AS c, count(NULL) OVER () AS e FROM t",
+    "running count(1) and sum(1)": "SELECT id, count(1) OVER (PARTITION BY store ORDER BY id) "
+    "AS c, sum(1) OVER (ORDER BY id ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS s FROM t",
+    "running avg, min, max of constants": "SELECT id, avg(3) OVER (ORDER BY id) AS a, "
+    "min(4) OVER (ORDER BY id) AS b, max('z') OVER () AS c, count(NULL) OVER (ORDER BY id) AS e "
+    "FROM t",
+    "lag and lead of constants": "SELECT id, lag(1) OVER (ORDER BY id) AS a, "
+    "lead('q', 2, 'd') OVER (PARTITION BY store ORDER BY id) AS b FROM t",
+    "constants in a filtered window": "SELECT id, count(1) OVER () AS n, sum(1) OVER "
+    "(PARTITION BY store) AS s FROM t WHERE id > 6",
+    "aggregates of constants": "SELECT store, count(1) AS a, count(*) AS b, count(x) AS c, "
+    "sum(2) AS s, count(NULL) AS e, avg(1) AS f FROM t GROUP BY store",
+    "aggregates of constants without groups": "SELECT count(1) AS a, sum(1) AS b, "
+    "count(NULL) AS c FROM t WHERE id > 20",
+}
+
+
+@pytest.mark.parametrize("query", list(CONSTANT_ARGUMENTS.values()), ids=list(CONSTANT_ARGUMENTS))
+def test_constant_arguments_count_rows(
+    con: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
+) -> None:
+    check(con, query, config)
+
+
+def test_sign(con: duckdb.DuckDBPyConnection, config: shoal.Config) -> None:
+    # DuckDB: sign(NaN) = 0, sign(-0.0) = 0, sign(0.25) = 1 (not a cast to TINYINT first).
+    check(
+        con,
+        "SELECT id, sign(x) AS a, sign(d) AS b, sign(id - 6) AS c, sign(m.score) FROM t",
+        config,
+    )
+
+
+@pytest.fixture(scope="module")
+def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Files that disagree on column types (and one without column ``s``)."""
+    d = tmp_path_factory.mktemp("mixed")
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int32()),
+                "v": pa.array([1.5, None, -0.0], pa.float32()),
+                "s": ["a", "b", None],
+            }
+        ),
+        d / "a.parquet",
+    )
+    pq.write_table(
+        pa.table(
+            {
+                "id": pa.array([4, 5], pa.int64()),
+                "v": pa.array([2, None], pa.int64()),
+                "s": pa.array([b"x", b"y"], pa.binary()),
+            }
+        ),
+        d / "b.parquet",
+    )
+    pq.write_table(
+        pa.table({"id": pa.array([6], pa.int16()), "v": pa.array([7.25], pa.float64())}),
+        d / "c.parquet",
+    )
+    return d
+
+
+def test_parquet_glob_with_different_types(
+    con: duckdb.DuckDBPyConnection, config: shoal.Config, parquet_dir: Path
+) -> None:
+    # DuckDB reads every file with the first file's types (INTEGER, FLOAT, VARCHAR).
+    glob = f"'{parquet_dir}/[ab].parquet'"
+    check(con, f"SELECT * FROM {glob}", config)
+    check(con, f"SELECT id, v FROM {glob} WHERE v > 1.6 OR s = 'b'", config)
+    check(con, f"SELECT s, sum(v) AS sv, max(id) AS mi FROM {glob} GROUP BY s", config)
+    both = f"read_parquet(['{parquet_dir}/b.parquet', '{parquet_dir}/a.parquet'])"
+    check(con, f"SELECT id, v, s FROM {both}", config)
+
+
+def test_parquet_file_without_an_unread_column(
+    con: duckdb.DuckDBPyConnection, config: shoal.Config, parquet_dir: Path
+) -> None:
+    # c.parquet lacks column s: DuckDB answers a query that does not read it.
+    files = f"read_parquet(['{parquet_dir}/a.parquet', '{parquet_dir}/c.parquet'])"
+    check(con, f"SELECT id, v FROM {files}", config)
+
+
+def test_parquet_file_without_a_read_column_falls_back(
+    con: duckdb.DuckDBPyConnection, parquet_dir: Path
+) -> None:
+    files = f"read_parquet(['{parquet_dir}/a.parquet', '{parquet_dir}/c.parquet'])"
+    query = f"SELECT id, s FROM {files}"
+    with pytest.raises(duckdb.InvalidInputException), con.cursor() as cur:
+        cur.sql(query).fetchall()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DuckDBFallbackWarning)
+        # Falls back to DuckDB, which raises its own error.
+        with pytest.raises(duckdb.InvalidInputException):
+            shoal.duckdb.sql(con, query, config=CONFIGS["3 partitions"]).fetchall()
