@@ -231,3 +231,80 @@ def test_parquet_file_without_a_read_column_falls_back(
         # Falls back to DuckDB, which raises its own error.
         with pytest.raises(duckdb.InvalidInputException):
             shoal.duckdb.sql(con, query, config=CONFIGS["3 partitions"]).fetchall()
+
+
+# ---------------------------------------------------------------- fallback reasons
+
+
+@pytest.fixture(scope="module")
+def odd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A table and a Parquet file with a MAP column (a type shoal does not carry), and a
+    SQL macro over a function shoal does not translate."""
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE o AS SELECT i AS id, 'a,b,' || i AS s, MAP {'k': i} AS mp FROM range(6) r(i)"
+    ).fetchall()
+    path = tmp_path_factory.mktemp("odd") / "o.parquet"
+    c.execute(f"COPY o TO '{path}'").fetchall()
+    c.execute("CREATE MACRO lev1(a) AS levenshtein(a, 'x') + 1").fetchall()
+    c.execute(f"CREATE VIEW ov AS SELECT * FROM read_parquet('{path}')").fetchall()
+    yield c
+    c.close()
+
+
+def _reason(con: duckdb.DuckDBPyConnection, query: str) -> str:
+    with pytest.raises(shoal.UnsupportedError) as info:
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+    text = str(info.value)
+    assert "LOGICAL_" not in text and "__shoal" not in text, text
+    return text
+
+
+def test_reason_quotes_the_expression_written(odd: duckdb.DuckDBPyConnection) -> None:
+    assert "SELECT: levenshtein(s, 'x'): function levenshtein() is not supported" in _reason(
+        odd, "SELECT id, levenshtein(s, 'x') AS d FROM o"
+    )
+    # A macro: DuckDB's plan has the macro's body; the reason quotes the call.
+    assert "lev1(s): not supported (DuckDB computes it with its function levenshtein()" in (
+        _reason(odd, "SELECT id, lev1(s) AS d FROM o WHERE id > 1")
+    )
+
+
+def test_reason_names_the_file_and_column(odd: duckdb.DuckDBPyConnection) -> None:
+    text = _reason(odd, "SELECT id, mp FROM ov")
+    assert "FROM read_parquet('" in text and "o.parquet')" in text
+    assert "column mp: DuckDB type MAP" in text
+    assert "FROM table o: column mp: DuckDB type MAP" in _reason(odd, "SELECT mp FROM o")
+
+
+def test_reason_for_a_filter_pushed_into_a_parquet_scan(odd: duckdb.DuckDBPyConnection) -> None:
+    text = _reason(odd, "SELECT id FROM ov WHERE levenshtein(s, 'a') < 3")
+    assert "WHERE: levenshtein(s, 'a'): function levenshtein() is not supported" in text
+
+
+def test_reason_writes_the_window_frame_in_sql(odd: duckdb.DuckDBPyConnection) -> None:
+    text = _reason(
+        odd,
+        "SELECT id, sum(id) OVER (ORDER BY id GROUPS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM o",
+    )
+    assert "sum(...) OVER (ORDER BY ...): frame GROUPS BETWEEN <n> PRECEDING AND <n> FOLLOWING" in (
+        text
+    )
+
+
+def test_explain_prints_the_reason_instead_of_raising(odd: duckdb.DuckDBPyConnection) -> None:
+    text = shoal.duckdb.explain(
+        odd, "SELECT id, lev1(s) AS d FROM ov", config=CONFIGS["3 partitions"]
+    )
+    assert "Falls back" in text and "lev1(s): not supported" in text
+    assert "__shoal" not in text
+    # A query that runs distributed still explains its plans; the caller's Arrow table is
+    # found by name as DuckDB's replacement scans would.
+    local_arrow = pa.table({"k": [1, 2, 3]})
+    text = shoal.duckdb.explain(
+        odd, "SELECT k, count(*) FROM local_arrow GROUP BY k", config=CONFIGS["3 partitions"]
+    )
+    assert "Physical plan" in text and local_arrow.num_rows == 3
+    # DuckDB's own errors for bad input still raise.
+    with pytest.raises(duckdb.CatalogException):
+        shoal.duckdb.explain(odd, "SELECT * FROM no_such_table")

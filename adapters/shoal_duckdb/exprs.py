@@ -38,7 +38,7 @@ message that cannot succeed: the kernel has no other way to raise).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -47,6 +47,9 @@ from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
 from shoal_duckdb.types import Interval, dtype_of, type_name, value_of
+
+if TYPE_CHECKING:
+    from shoal_duckdb.reasons import SourceText
 
 INT8 = DataType(pa.int8())
 INT16 = DataType(pa.int16())
@@ -57,7 +60,38 @@ IDX = DataType.from_polars(pl.get_index_type())
 
 
 class Unsupported(Exception):
-    """An expression shoal cannot translate; the message says what and why."""
+    """An expression shoal cannot translate; the message says what and why.
+
+    ``snippet`` is the user's text of the innermost expression around the problem that
+    the plan locates in the query (set while the error passes up through
+    :meth:`ExprTranslator.expr`); ``function`` the DuckDB function shoal does not know,
+    when that is the problem (it may be one the user never wrote: DuckDB's macros and
+    rewrites call functions of their own)."""
+
+    def __init__(self, message: str, *, function: str | None = None) -> None:
+        super().__init__(message)
+        self.snippet: str | None = None
+        self.function = function
+
+    def explained(self) -> str:
+        """The reason, in the words of the user's query where the plan allows."""
+        reason = str(self)
+        if self.snippet is None:
+            from shoal_duckdb.reasons import internal_function_words
+
+            words = internal_function_words(self.function or "")
+            if words is not None:
+                return (
+                    f"{words}: not supported (DuckDB computes it with its function "
+                    f"{self.function}(), which shoal does not support)"
+                )
+            return reason
+        if self.function and self.function.lower() not in self.snippet.lower():
+            return (
+                f"{self.snippet}: not supported (DuckDB computes it with its function "
+                f"{self.function}(), which shoal does not support)"
+            )
+        return f"{self.snippet}: {reason}"
 
 
 # ---------------------------------------------------------------- constructors
@@ -177,24 +211,45 @@ class ExprTranslator:
     """Translates one operator's expressions; ``cols`` are the operator input's columns in
     DuckDB's positional order (``BOUND_REF`` index ``i`` reads ``cols[i]``)."""
 
-    def __init__(self, cols: Sequence[Expr], error_on_division_by_zero: bool = True) -> None:
+    def __init__(
+        self,
+        cols: Sequence[Expr],
+        error_on_division_by_zero: bool = True,
+        source: SourceText | None = None,
+    ) -> None:
         self.cols = cols
         #: DuckDB's setting of that name: integer (and ``//``) division by zero raises
         #: when true, gives NULL when false.
         self.error_on_division_by_zero = error_on_division_by_zero
+        #: The query text, to quote the user's expression in an :class:`Unsupported`.
+        self.source = source
 
     # -- entry points ------------------------------------------------------------------
 
     def expr(self, e: dict[str, Any]) -> Expr:
         """Translate a scalar expression (raises :class:`Unsupported`)."""
-        cls = e.get("expression_class")
-        handler = _CLASSES.get(str(cls))
-        if handler is None:
-            raise Unsupported(f"expression {cls} is not supported")
-        out = handler(self, e)
-        if isinstance(out, Lit) and isinstance(out.value, Interval):
-            raise Unsupported("an INTERVAL value outside date arithmetic")
-        return out
+        try:
+            cls = e.get("expression_class")
+            handler = _CLASSES.get(str(cls))
+            if handler is None:
+                raise Unsupported(f"expression {cls} is not supported")
+            out = handler(self, e)
+            if isinstance(out, Lit) and isinstance(out.value, Interval):
+                raise Unsupported("an INTERVAL value outside date arithmetic")
+            return out
+        except Unsupported as exc:
+            self.locate(exc, e)
+            raise
+
+    def locate(self, exc: Unsupported, e: dict[str, Any]) -> None:
+        """Give ``exc`` the user's text of ``e`` when it has none yet (the innermost
+        expression that the plan locates in the query wins), or the column's name."""
+        if exc.snippet is not None:
+            return
+        if self.source is not None:
+            exc.snippet = self.source.quote(e)
+        if exc.snippet is None and e.get("expression_class") == "BOUND_REF" and e.get("alias"):
+            exc.snippet = f"column {e['alias']}"
 
     def raw(self, e: dict[str, Any]) -> Expr:
         """Like :meth:`expr` but lets an INTERVAL constant through (for date arithmetic)."""
@@ -395,7 +450,7 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     ):
         handler = _struct_extract  # m['f'] binds to array_extract when the case differs
     if handler is None:
-        raise Unsupported(f"function {name}() is not supported")
+        raise Unsupported(f"function {name}() is not supported", function=name)
     return handler(t, e, rtype(e))
 
 

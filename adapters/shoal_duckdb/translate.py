@@ -59,6 +59,7 @@ from shoal_duckdb.exprs import (
     struct_field,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
+from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
 from shoal_duckdb.types import dtype_of, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
@@ -88,14 +89,16 @@ OPERATORS: dict[str, OperatorHandler] = {}
 
 #: Operators shoal cannot run, with the reason.
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    "LOGICAL_UNNEST": "UNNEST is not supported yet",
-    "LOGICAL_PIVOT": "PIVOT is not supported",
-    "LOGICAL_SAMPLE": "sampling (USING SAMPLE) is not supported",
-    "LOGICAL_DELIM_JOIN": "duplicate-eliminated joins are not supported",
-    "LOGICAL_DELIM_GET": "duplicate-eliminated joins are not supported",
+    "LOGICAL_UNNEST": "not supported yet",
+    "LOGICAL_PIVOT": "not supported",
+    "LOGICAL_SAMPLE": "sampling is not supported",
+    "LOGICAL_DELIM_JOIN": "this form of correlated subquery (a duplicate-eliminated join) is "
+    "not supported",
+    "LOGICAL_DELIM_GET": "this form of correlated subquery (a duplicate-eliminated join) is "
+    "not supported",
     "LOGICAL_RECURSIVE_CTE": "recursive CTEs are not supported",
     "LOGICAL_POSITIONAL_JOIN": "positional joins depend on row order",
-    "LOGICAL_DEPENDENT_JOIN": "dependent joins are not supported",
+    "LOGICAL_DEPENDENT_JOIN": "this form of correlated subquery is not supported",
     "LOGICAL_INSERT": "only queries run distributed",
     "LOGICAL_DELETE": "only queries run distributed",
     "LOGICAL_UPDATE": "only queries run distributed",
@@ -119,9 +122,12 @@ class Translator:
     """The state of one translation: the connection (to read its tables), the stand-ins,
     the names in use, the CTEs and the errors found so far."""
 
-    def __init__(self, con: Any, standins: dict[str, StandIn]) -> None:
+    def __init__(
+        self, con: Any, standins: dict[str, StandIn], source: SourceText | None = None
+    ) -> None:
         self.con = con
         self.standins = standins
+        self.source = source
         self.errors: list[str] = []
         self.names: set[str] = set()
         self.ctes: dict[int, Rel] = {}
@@ -134,7 +140,10 @@ class Translator:
     # -- errors -------------------------------------------------------------------------
 
     def error(self, what: str, reason: str) -> None:
-        entry = f"{what}: {reason}"
+        """Record that ``what`` (a DuckDB operator, ``LOGICAL_GET(<table>)``, or words)
+        cannot run, for ``reason``; both are reported in the words of the user's query
+        (the clause, the table or file, never a stand-in's name)."""
+        entry = f"{where_words(what, self.standins)}: {unmask(reason, self.standins)}"
         if entry not in self.errors:
             self.errors.append(entry)
 
@@ -167,18 +176,18 @@ class Translator:
         try:
             return self._no_virtual(self._exprs(cols).expr(e), where)
         except Unsupported as exc:
-            self.error(where, str(exc))
+            self.error(where, exc.explained())
             return Lit(None, BOOL)
 
     def agg(self, e: dict[str, Any], cols: Sequence[Expr], where: str) -> Expr:
         try:
             return self._no_virtual(aggregate(self._exprs(cols), e), where)
         except Unsupported as exc:
-            self.error(where, str(exc))
+            self.error(where, exc.explained())
             return Lit(None, BOOL)
 
     def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
-        return ExprTranslator(cols, self.error_on_division_by_zero)
+        return ExprTranslator(cols, self.error_on_division_by_zero, self.source)
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
@@ -322,15 +331,20 @@ def _done(child: Rel | None) -> Rel:
 
 
 def translate(
-    con: Any, root: dict[str, Any], standins: dict[str, StandIn]
+    con: Any,
+    root: dict[str, Any],
+    standins: dict[str, StandIn],
+    source: SourceText | None = None,
 ) -> tuple[PlanNode, tuple[Col, ...]]:
     """Translate a plan's root operator; returns the IR plan (exactly the output columns,
-    in order) and its columns.
+    in order) and its columns. ``source`` is the text of the query whose plan this is, to
+    quote the user's expressions in errors.
 
-    Raises :class:`shoal.UnsupportedError` listing every unsupported part (each naming the
-    DuckDB operator or function and the reason).
+    Raises :class:`shoal.UnsupportedError` listing every unsupported part, each in the
+    words of the query (the clause, the expression as written where the plan locates it,
+    the table, file or column) and the reason.
     """
-    t = Translator(con, standins)
+    t = Translator(con, standins, source)
     try:
         rel = t.exact(t.plan(root))
         if any(c.name.lower() in t.virtual for c in rel.cols):
@@ -365,7 +379,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     # Virtual columns (rowid) have indexes past the table's columns. A scan that reads
     # none but counts rows (count(*)) still needs a real column to carry the row count.
     read = list(dict.fromkeys(i for i in indexes if i < len(names))) or [0]
-    scanned = [(names[i], t.dtype(types[i], where)) for i in read]
+    scanned: list[tuple[str, DataType]] = []
+    for i in read:
+        try:
+            scanned.append((names[i], dtype_of(types[i])))
+        except UnsupportedError as exc:
+            t.error(where, f"column {names[i]}: {exc}")
+    if len(scanned) < len(read):
+        raise _Failed()
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
         source: Any = ParquetSource(standin.paths)
@@ -534,7 +555,8 @@ def _table_filters(
         if kind != "EXPRESSION_FILTER" or any(c is None for c in used):
             t.error(where, f"multi-column table filter {kind} is not supported")
             continue
-        parts.append(t.expr(f["expr"], [c for c in used if c is not None], where))
+        # A WHERE condition DuckDB pushed into the scan: reported as the WHERE it was.
+        parts.append(t.expr(f["expr"], [c for c in used if c is not None], "LOGICAL_FILTER"))
     for f in tf.get("filters", []):
         key = int(f["key"])
         pos = position(key)
@@ -543,22 +565,23 @@ def _table_filters(
             t.error(where, f"table filter on a virtual or unknown column ({key})")
             continue
         try:
-            got = _table_filter(f["value"], col)
+            got = _table_filter(f["value"], col, t.source)
         except Unsupported as exc:
-            t.error(where, str(exc))
+            t.error("LOGICAL_FILTER", exc.explained())
             continue
         if got is not None:
             parts.append(got)
     return and_all(parts) if parts else None
 
 
-def _table_filter(f: dict[str, Any], col: Expr) -> Expr | None:
-    """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply)."""
+def _table_filter(f: dict[str, Any], col: Expr, source: SourceText | None = None) -> Expr | None:
+    """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply); ``source``
+    the query text, to quote the user's expression in an error."""
     kind = str(f.get("filter_type", "")).removeprefix("LEGACY_")
     if kind == "STRUCT_EXTRACT":
         # A filter on a field of a struct column (``WHERE m.score > 1`` reading all of m).
         inner = struct_field(col, int(f.get("child_idx", -1)))
-        return _table_filter(f["child_filter"], inner)
+        return _table_filter(f["child_filter"], inner, source)
     if kind == "CONSTANT_COMPARISON":
         value = lit(value_of(f["constant"]), dtype_of(f["constant"]["type"]))
         return compare(comparison_op(f["comparison_type"]), col, value)
@@ -567,7 +590,7 @@ def _table_filter(f: dict[str, Any], col: Expr) -> Expr | None:
     if kind == "IS_NOT_NULL":
         return is_not_null(col)
     if kind in ("CONJUNCTION_AND", "CONJUNCTION_OR"):
-        kids = [_table_filter(c, col) for c in f.get("child_filters", [])]
+        kids = [_table_filter(c, col, source) for c in f.get("child_filters", [])]
         if kind == "CONJUNCTION_AND":
             return and_all([k for k in kids if k is not None])
         if any(k is None for k in kids):
@@ -580,7 +603,7 @@ def _table_filter(f: dict[str, Any], col: Expr) -> Expr | None:
         list_type = DataType(pa.large_list(col.dtype.arrow))
         return fn("is_in", [col, lit([v for v in values if v is not None], list_type)], BOOL)
     if kind == "EXPRESSION_FILTER":
-        return ExprTranslator([col]).expr(f["expr"])
+        return ExprTranslator([col], source=source).expr(f["expr"])
     raise Unsupported(f"table filter {kind}")
 
 
@@ -629,9 +652,9 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
     rows = []
     try:
         for row in op["expressions"]:
-            rows.append([python_value(ExprTranslator([]).expr(e)) for e in row])
+            rows.append([python_value(ExprTranslator([], source=t.source).expr(e)) for e in row])
     except Unsupported as exc:
-        t.error("LOGICAL_EXPRESSION_GET", str(exc))
+        t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
 
@@ -952,7 +975,7 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
         plans.append((w, parts, list(order), desc, last))
         reason = _window_problem(w)
         if reason:
-            t.error(f"{where}({w['type']})", reason)
+            t.error(window_words(w), reason)
     rel = _done(maybe)
     if t.errors:
         raise _Failed()
@@ -967,8 +990,14 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
 
 def _window_problem(w: dict[str, Any]) -> str | None:
     kind = w["type"]
-    if w.get("filters") or w.get("ignore_nulls") or w.get("distinct") or w.get("arg_orders"):
-        return "FILTER, IGNORE NULLS, DISTINCT or ORDER BY arguments are not supported"
+    for key, words in (
+        ("filters", "FILTER (WHERE ...)"),
+        ("ignore_nulls", "IGNORE NULLS"),
+        ("distinct", "DISTINCT arguments"),
+        ("arg_orders", "ORDER BY inside the function's arguments"),
+    ):
+        if w.get(key):
+            return f"{words} is not supported in a window function"
     if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
         return "EXCLUDE is not supported"
     if kind in _RANKING:
@@ -979,7 +1008,7 @@ def _window_problem(w: dict[str, Any]) -> str | None:
             return "a lag/lead offset that is not a constant"
         return None
     if kind != "WINDOW_AGGREGATE":
-        return f"window function {kind} is not supported"
+        return "this window function is not supported"
     name = str(w["qname"]["path"][-1]).lower()
     start, end = w.get("start"), w.get("end")
     if not w.get("orders"):
@@ -987,7 +1016,7 @@ def _window_problem(w: dict[str, Any]) -> str | None:
     if name not in _RUNNING:
         return f"running {name}() is not supported"
     if start != "UNBOUNDED_PRECEDING" or end not in ("CURRENT_ROW_RANGE", "CURRENT_ROW_ROWS"):
-        return f"window frame {start} .. {end} is not supported"
+        return f"frame {frame_words(w)} is not supported"
     return None
 
 
@@ -1210,7 +1239,7 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
             try:
                 residual.append(compare(comparison_op(cmp), lx, rx))
             except Unsupported as exc:
-                t.error(where, str(exc))
+                t.error(where, exc.explained())
     if t.errors:
         raise _Failed()
     lmap = [int(i) for i in op.get("left_projection_map") or []]
@@ -1300,7 +1329,7 @@ def _equi(t: Translator, left: Rel, right: Rel, keys: list[_Key], how: JoinHow) 
             filter_right=how in ("inner", "left"),
         )
     except Unsupported as exc:
-        t.error("LOGICAL_COMPARISON_JOIN", str(exc))
+        t.error("LOGICAL_COMPARISON_JOIN", exc.explained())
         raise _Failed() from None
     schema = Schema(left.node.schema.fields + right.node.schema.fields)
     node = Join(
@@ -1398,7 +1427,7 @@ def _semi(
                 t, left, right, keys, filter_left=not anti, filter_right=True
             )
         except Unsupported as exc:  # pragma: no cover - both flags set
-            t.error(where, str(exc))
+            t.error(where, exc.explained())
             raise _Failed() from None
         node = Join(
             left2.node,
