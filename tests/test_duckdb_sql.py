@@ -297,7 +297,10 @@ def test_untranslatable_query_falls_back_with_a_warning(con: duckdb.DuckDBPyConn
 
 def test_raise_on_fail_names_the_operator(con: duckdb.DuckDBPyConnection) -> None:
     query = f"SELECT id, {SLIDING} AS s FROM t"
-    with pytest.raises(shoal.UnsupportedError, match=r"sum\(\.\.\.\) OVER \(ORDER BY \.\.\.\): frame ROWS BETWEEN <n> PRECEDING AND CURRENT ROW"):
+    with pytest.raises(
+        shoal.UnsupportedError,
+        match=r"sum\(\.\.\.\) OVER \(ORDER BY \.\.\.\): frame ROWS BETWEEN <n> PRECEDING AND CURRENT ROW",
+    ):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
     with pytest.raises(shoal.UnsupportedError, match=r"sum\(\.\.\.\) OVER"):
         shoal.duckdb.sql(con, query, config=CONFIG.replace(raise_on_fail=True))
