@@ -308,3 +308,125 @@ def test_explain_prints_the_reason_instead_of_raising(odd: duckdb.DuckDBPyConnec
     # DuckDB's own errors for bad input still raise.
     with pytest.raises(duckdb.CatalogException):
         shoal.duckdb.explain(odd, "SELECT * FROM no_such_table")
+
+
+# ---------------------------------------------------------------- DuckDB's errors
+
+
+@pytest.fixture(scope="module")
+def nums() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE n AS SELECT i::INT AS id, (i * 1000000)::INT AS big, "
+        "CASE WHEN i = 7 THEN 'abc' WHEN i = 3 THEN NULL ELSE i::VARCHAR END AS s, "
+        "9999999999999999.99::DECIMAL(18,2) AS d, i % 3 AS z, i - 4 AS neg, "
+        "(-2147483647 - 1 + (i > 8)::INT)::INT AS low, "
+        "99999999999999999999999999999999999.99::DECIMAL(37,2) AS huge FROM range(12) r(i)"
+    ).fetchall()
+    yield c
+    c.close()
+
+
+ERRORS = {
+    "INT32 multiplication overflow": (
+        "SELECT id, big * big AS p FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in multiplication of INT32 \(\d+ \* \d+\)!",
+    ),
+    "INT32 addition overflow": (
+        "SELECT big + 2147483000 AS p FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in addition of INT32",
+    ),
+    "DECIMAL multiplication overflow": (
+        "SELECT sum(d * 100) AS s FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in multiplication of DECIMAL\(18\)",
+    ),
+    "DECIMAL sum overflow": (
+        "SELECT sum(huge) AS s FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in (SUM of DECIMAL|HUGEINT addition)",
+    ),
+    "negation of the smallest INT32": (
+        "SELECT -low AS m FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in negation of numeric value!",
+    ),
+    "abs of the smallest INT32": (
+        "SELECT abs(low) AS m FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow on abs\(-2147483648\)",
+    ),
+    "smallest INT32 // -1": (
+        "SELECT low // -1 AS m FROM n",
+        duckdb.OutOfRangeException,
+        r"^Out of Range Error: Overflow in division of -2147483648 / -1",
+    ),
+    "bad string to INTEGER": (
+        "SELECT s::INT AS v FROM n",
+        duckdb.ConversionException,
+        r"^Conversion Error: Could not convert string 'abc' to INT32 when casting from source "
+        r"column s",
+    ),
+    "bad string to DECIMAL": (
+        "SELECT CAST(s AS DECIMAL(5,2)) AS v FROM n",
+        duckdb.ConversionException,
+        r'^Conversion Error: Could not convert string "abc" to DECIMAL\(5,2\)',
+    ),
+    "INTEGER out of SMALLINT's range": (
+        "SELECT big::SMALLINT AS v FROM n",
+        duckdb.ConversionException,
+        r"^Conversion Error: Type INT32 with value \d+ can't be cast because the value is out "
+        r"of range for the destination type INT16",
+    ),
+    "DECIMAL out of a narrower DECIMAL's range": (
+        "SELECT d::DECIMAL(5,2) AS v FROM n",
+        duckdb.ConversionException,
+        r'^Conversion Error: Casting value "9999999999999999.99" to type DECIMAL\(5,2\) failed',
+    ),
+    "integer division by zero": (
+        "SELECT id // z AS q FROM n",
+        duckdb.InvalidInputException,
+        r"^Invalid Input Error: Division by zero in expression",
+    ),
+    "modulo by zero": (
+        "SELECT id % z AS q FROM n",
+        duckdb.InvalidInputException,
+        r"^Invalid Input Error: Division by zero in expression",
+    ),
+    "scalar subquery with several rows": (
+        "SELECT (SELECT id FROM n WHERE z = 1) AS q",
+        duckdb.InvalidInputException,
+        r"^Invalid Input Error: More than one row returned by a subquery",
+    ),
+}
+
+
+@pytest.mark.parametrize(("query", "cls", "message"), list(ERRORS.values()), ids=list(ERRORS))
+def test_errors_are_duckdbs(
+    nums: duckdb.DuckDBPyConnection, query: str, cls: type[Exception], message: str
+) -> None:
+    with pytest.raises(cls, match=message):
+        nums.sql(query).fetchall()
+    with pytest.raises(cls, match=message) as info:
+        shoal.duckdb.sql(nums, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+    assert isinstance(info.value, shoal.TaskError)
+
+
+CHECKED_BUT_FINE = {
+    "TRY_CAST": "SELECT id, TRY_CAST(s AS INT) AS a, TRY_CAST(big AS SMALLINT) AS b FROM n",
+    "casts that fit": "SELECT id, s::INT AS a, big::BIGINT AS b, (id * 1000)::SMALLINT AS c, "
+    "d::DECIMAL(20,1) AS e FROM n WHERE id <> 7",
+    "truncating division and remainder": "SELECT id, neg // 3 AS a, neg % 3 AS b, "
+    "neg // -3 AS c, neg % -3 AS e, (-id) // (z + 1) AS f, low // 3 AS g, low % 7 AS h FROM n",
+    "arithmetic near the limits": "SELECT id, big * 1000 AS a, low + 2147483647 AS b, "
+    "-neg AS c, abs(neg) AS e, d + 1 AS f FROM n WHERE id < 3",
+}
+
+
+@pytest.mark.parametrize("query", list(CHECKED_BUT_FINE.values()), ids=list(CHECKED_BUT_FINE))
+def test_checks_do_not_change_answers(
+    nums: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
+) -> None:
+    check(nums, query, config)

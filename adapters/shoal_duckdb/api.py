@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from shoal.errors import UnsupportedError
+from shoal.errors import TaskError, UnsupportedError
+from shoal_duckdb.errors import duckdb_error
 from shoal_duckdb.prepare import (
     lookup,
     parse_tree,
@@ -255,7 +256,10 @@ def sql(
 
     Errors: a syntax error raises DuckDB's ``ParserException``; a missing table or column
     DuckDB's ``CatalogException``/``BinderException``; both before anything runs on the
-    cluster. Errors while shoal runs the query (``shoal.TaskError``) propagate.
+    cluster. Where DuckDB raises while it runs the query (a failed cast, an overflow, a
+    division by zero), shoal raises a ``shoal.TaskError`` that is also DuckDB's class
+    (``duckdb.ConversionException``, ``OutOfRangeException``, ``InvalidInputException``)
+    with DuckDB's message first; other task errors (``shoal.TaskError``) propagate.
     """
     reason = _check_statement(con, query)
     if reason is not None:
@@ -270,7 +274,13 @@ def sql(
                 # The relation reads objects registered only for this call: keep its rows.
                 return _result_relation(con, rel.to_arrow_table(), bound)
             return rel
-        table = _execute(plan, runner, config)
+        try:
+            table = _execute(plan, runner, config)
+        except TaskError as exc:
+            mapped = duckdb_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         return _result_relation(con, table, bound)
 
 

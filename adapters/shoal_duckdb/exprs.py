@@ -37,6 +37,7 @@ message that cannot succeed: the kernel has no other way to raise).
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -175,30 +176,83 @@ def round_half_away(e: Expr, decimals: int, dtype: DataType) -> Expr:
     return fn("round", [e], dtype, decimals=decimals, mode="half_away_from_zero")
 
 
-def duck_cast(e: Expr, target: DataType, try_cast: bool = False) -> Expr:
+def duck_cast(
+    e: Expr, target: DataType, try_cast: bool = False, source_column: str | None = None
+) -> Expr:
     """A DuckDB cast of ``e`` to ``target``, rounding as DuckDB does: floating point to an
     integer half to even, to a DECIMAL half away from zero; DECIMAL to an integer or to a
     smaller scale half away from zero (Polars would truncate).
+
+    A value that does not convert fails the query with DuckDB's ``ConversionException``
+    and message (``source_column``, the column the value comes from, is named in it as
+    DuckDB does); ``TRY_CAST`` gives NULL instead.
 
     Raises :class:`Unsupported` for casts whose text form differs between DuckDB and the
     kernel (floating point to VARCHAR)."""
     src = e.dtype
     if src == target:
         return e
-    strict = not try_cast
-    if target.is_integer and src.is_float:  # C's nearbyint: half to even
-        return cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, strict)
-    if target.is_integer and src.is_decimal:
-        return cast(round_half_away(e, 0, src), target, strict)
-    if target.is_decimal and src.is_float:
-        return cast(round_half_away(e, _scale(target), src), target, strict)
-    if target.is_decimal and src.is_decimal and _scale(target) < _scale(src):
-        return cast(round_half_away(e, _scale(target), src), target, strict)
     if target.is_string and src.is_float:
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
-    return cast(e, target, strict)
+    value = e  # what DuckDB's message shows
+    if target.is_integer and src.is_float:  # C's nearbyint: half to even
+        out = cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, False)
+    elif target.is_integer and src.is_decimal:
+        value = round_half_away(e, 0, src)
+        out = cast(value, target, False)
+    elif (target.is_decimal and src.is_float) or (
+        target.is_decimal and src.is_decimal and _scale(target) < _scale(src)
+    ):
+        out = cast(round_half_away(e, _scale(target), src), target, False)
+    else:
+        out = cast(e, target, False)
+    if try_cast or not _cast_can_fail(src, target):
+        return out
+    failed = and_all([is_null(out), is_not_null(e)])
+    parts = ["Conversion Error: ", *_cast_message(src, target, value)]
+    if source_column:
+        parts.append(f" when casting from source column {source_column}")
+    return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _cast_can_fail(src: DataType, target: DataType) -> bool:
+    """Whether a cast from ``src`` to ``target`` can meet a value it cannot convert."""
+    if target.is_string:
+        return False
+    if src.is_string:
+        return True
+    if target.is_decimal:
+        return src.is_numeric
+    if target.is_integer:
+        if src.is_float or src.is_decimal:
+            return True
+        if src.is_integer:
+            lo, hi = _integer_range(src)
+            tlo, thi = _integer_range(target)
+            return lo < tlo or hi > thi
+    return False
+
+
+def _cast_message(src: DataType, target: DataType, value: Expr) -> list[Expr | str]:
+    """DuckDB's words for a value of ``src`` that does not convert to ``target``."""
+    name = physical_name(target)
+    if src.is_string:
+        if target.is_decimal:
+            return ['Could not convert string "', value, f'" to {name}']
+        return ["Could not convert string '", value, f"' to {name}"]
+    if target.is_integer and src.is_decimal:
+        return ["Failed to cast decimal value ", value, f" to type {name}"]
+    if target.is_integer:
+        return [
+            f"Type {physical_name(src)} with value ",
+            value,
+            f" can't be cast because the value is out of range for the destination type {name}",
+        ]
+    if target.is_decimal and src.is_decimal:
+        return ['Casting value "', value, f'" to type {name} failed: value is out of range!']
+    return ["Could not cast value ", value, f" to {name}"]
 
 
 # ---------------------------------------------------------------- translation
@@ -324,7 +378,11 @@ def _error_message(t: ExprTranslator, e: dict[str, Any]) -> Expr | None:
         return None
     if str(e.get("qname", {}).get("path", [""])[-1]).lower() != "error":
         return None
-    return cast(t.expr(e["children"][0]), STRING)
+    # DuckDB's error() raises an InvalidInputException.
+    text = cast(t.expr(e["children"][0]), STRING)
+    return fn(
+        "str.concat", [lit("Invalid Input Error: ", STRING), text], STRING, ignore_nulls=False
+    )
 
 
 def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
@@ -336,6 +394,56 @@ def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
     return Cast(Cast(masked, INT64, strict=True), dtype, strict=False)
 
 
+#: The error kinds DuckDB's messages start with -> DuckDB's exception class names.
+DUCKDB_ERRORS: dict[str, str] = {
+    "Conversion Error": "ConversionException",
+    "Out of Range Error": "OutOfRangeException",
+    "Invalid Input Error": "InvalidInputException",
+}
+
+
+def fail_where(condition: Expr, parts: Sequence[Expr | str], dtype: DataType) -> Expr:
+    """:func:`raise_where` with DuckDB's message made of ``parts`` (text, and values
+    written as text). The message must start with one of :data:`DUCKDB_ERRORS`: the
+    DuckDB adapter raises the matching DuckDB exception class when the query fails
+    (:func:`shoal_duckdb.errors.duckdb_error`)."""
+    assert isinstance(parts[0], str) and parts[0].split(":")[0] in DUCKDB_ERRORS
+    pieces = [lit(p, STRING) if isinstance(p, str) else _as_text(p) for p in parts]
+    message = fn("str.concat", pieces, STRING, ignore_nulls=False)
+    return raise_where(condition, message, dtype)
+
+
+def _as_text(x: Expr) -> Expr:
+    """A value as text for an error message (``NULL`` for NULL)."""
+    if x.dtype.is_string:
+        text = x
+    elif pa.types.is_floating(x.dtype.arrow):
+        text = cast(cast(x, FLOAT64), STRING, strict=False)
+    else:
+        text = cast(x, STRING, strict=False)
+    return fn("coalesce", [text, lit("NULL", STRING)], STRING)
+
+
+def physical_name(dtype: DataType) -> str:
+    """DuckDB's name of a type in its error messages (``INT32``, ``DOUBLE``,
+    ``DECIMAL(18,2)``)."""
+    arrow = dtype.arrow
+    if dtype.is_decimal and dtype == HUGEINT:
+        return "INT128"
+    if dtype.is_decimal:
+        return f"DECIMAL({arrow.precision},{arrow.scale})"
+    if pa.types.is_integer(arrow):
+        sign = "INT" if pa.types.is_signed_integer(arrow) else "UINT"
+        return f"{sign}{arrow.bit_width}"
+    if pa.types.is_float32(arrow):
+        return "FLOAT"
+    if pa.types.is_float64(arrow):
+        return "DOUBLE"
+    if pa.types.is_boolean(arrow):
+        return "BOOL"
+    return str(arrow).upper()
+
+
 def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     x = t.expr(e["input"])
     lo = t.expr(e["lower"])
@@ -345,9 +453,18 @@ def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     return and_all([lower, upper])
 
 
+def _source_column(child: dict[str, Any]) -> str | None:
+    """The column a cast reads, as DuckDB names it in a conversion error."""
+    if child.get("expression_class") in ("BOUND_REF", "BOUND_COLUMN_REF"):
+        alias = child.get("alias")
+        return str(alias) if alias else None
+    return None
+
+
 def _cast_expr(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     child = e.get("child") or e["children"][0]
-    return duck_cast(t.expr(child), rtype(e), bool(e.get("try_cast", False)))
+    try_cast = bool(e.get("try_cast", False))
+    return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
 
 
 _COMPARISONS = {
@@ -441,7 +558,7 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if kind == "OPERATOR_CAST":
         child = e["children"][0]
         try_cast = bool((e.get("function_data") or {}).get("try_cast", False))
-        return duck_cast(t.expr(child), rtype(e), try_cast)
+        return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
     name = str(e["qname"]["path"][-1]).lower()
     handler = SCALAR_FUNCTIONS.get(name)
     if name == "array_extract" and (e["children"][0].get("return_type") or {}).get("id") in (
@@ -530,17 +647,65 @@ def _checked_width(dtype: DataType) -> DataType:
     return HUGEINT
 
 
+_OP_WORDS = {"add": ("addition", "+"), "sub": ("subtraction", "-"), "mul": ("multiplication", "*")}
+
+
+def _integer_range(dtype: DataType) -> tuple[int, int]:
+    bits = dtype.arrow.bit_width
+    if pa.types.is_signed_integer(dtype.arrow):
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
 def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """``a op b`` in ``dtype``, computed exactly in a wider type; where the result does
+    not fit, the query fails with DuckDB's ``OutOfRangeException`` and message."""
     if dtype.is_decimal:
         # Exact at the result's scale: Polars rounds products to the larger input scale,
         # so both sides are widened to the result scale first.
         wide = _decimal(38, _scale(dtype))
-        return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
+        exact = binop(op, cast(a, wide), cast(b, wide), wide)
+        digits = int(dtype.arrow.precision) - _scale(dtype)
+        if digits >= 38 - _scale(dtype):
+            return cast(exact, dtype)
+        bound = lit(decimal.Decimal(10) ** digits, wide)
+        over = compare("ge", fn("abs", [exact], wide), bound)
+        word, sym = _OP_WORDS[op]
+        width = int(dtype.arrow.precision)
+        fail = fail_where(
+            over,
+            [
+                f"Out of Range Error: Overflow in {word} of DECIMAL({width}) (",
+                a,
+                f" {sym} ",
+                b,
+                "). You might want to add an explicit cast to a bigger decimal.",
+            ],
+            dtype,
+        )
+        return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     if dtype.is_integer:
-        # DuckDB raises on overflow: compute exactly in a wider type, then a strict cast
-        # back fails (the task fails) where the result does not fit.
         wide = _checked_width(dtype)
-        return Cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype, strict=True)
+        exact = binop(op, cast(a, wide), cast(b, wide), wide)
+        lo, hi = _integer_range(dtype)
+        if wide == HUGEINT and dtype.arrow.bit_width >= 64:
+            lo_lit, hi_lit = lit(decimal.Decimal(lo), wide), lit(decimal.Decimal(hi), wide)
+        else:
+            lo_lit, hi_lit = lit(lo, wide), lit(hi, wide)
+        over = or_all([compare("lt", exact, lo_lit), compare("gt", exact, hi_lit)])
+        word, sym = _OP_WORDS[op]
+        fail = fail_where(
+            over,
+            [
+                f"Out of Range Error: Overflow in {word} of {physical_name(dtype)} (",
+                a,
+                f" {sym} ",
+                b,
+                ")!",
+            ],
+            dtype,
+        )
+        return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     return binop(op, cast(a, dtype), cast(b, dtype), dtype)
 
 
@@ -573,7 +738,15 @@ def _minus(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         x = kids[0]
         if dtype.is_decimal:
             return cast(fn("neg", [x], x.dtype), dtype)
-        return fn("neg", [cast(x, dtype)], dtype)
+        x = cast(x, dtype)
+        if pa.types.is_signed_integer(dtype.arrow):
+            # -(smallest value) does not fit: DuckDB raises.
+            over = compare("eq", x, lit(_integer_range(dtype)[0], dtype))
+            fail = fail_where(
+                over, ["Out of Range Error: Overflow in negation of numeric value!"], dtype
+            )
+            return Ternary(over, fail, fn("neg", [x], dtype), dtype)
+        return fn("neg", [x], dtype)
     a, b = kids
     iv = _interval(b)
     if iv is not None:
@@ -596,13 +769,24 @@ def _times(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 
 
 def trunc_div(a: Expr, b: Expr, dtype: DataType) -> Expr:
-    """Integer division truncating toward zero (DuckDB's ``//`` on integers)."""
+    """Integer division truncating toward zero (DuckDB's ``//`` on integers): Polars'
+    floor division, plus one where the remainder is not zero and the signs differ. The
+    one quotient that does not fit (the smallest value divided by -1) fails the query
+    with DuckDB's ``OutOfRangeException``."""
     a, b = cast(a, dtype), cast(b, dtype)
-    q = binop("floordiv", fn("abs", [a], dtype), fn("abs", [b], dtype), dtype)
+    q = binop("floordiv", a, b, dtype)
+    r = binop("mod", a, b, dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return q
     signs_differ = binop(
         "xor", compare("lt", a, lit(0, dtype)), compare("lt", b, lit(0, dtype)), BOOL
     )
-    return Ternary(signs_differ, fn("neg", [q], dtype), q, dtype)
+    inexact = and_all([signs_differ, compare("ne", r, lit(0, dtype))])
+    out = Ternary(inexact, binop("add", q, lit(1, dtype), dtype), q, dtype)
+    lo, _ = _integer_range(dtype)
+    over = and_all([compare("eq", a, lit(lo, dtype)), compare("eq", b, lit(-1, dtype))])
+    fail = fail_where(over, ["Out of Range Error: Overflow in division of ", a, " / ", b], dtype)
+    return Ternary(over, fail, out, dtype)
 
 
 def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
@@ -610,13 +794,22 @@ def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
     if dtype.is_decimal:
         wide = _decimal(38, _scale(dtype))
         a, b = cast(a, wide), cast(b, wide)
-        work = wide
-    else:
-        a, b = cast(a, dtype), cast(b, dtype)
-        work = dtype
-    r = binop("mod", fn("abs", [a], work), fn("abs", [b], work), work)
-    out = Ternary(compare("lt", a, lit(0, work)), fn("neg", [r], work), r, work)
-    return cast(out, dtype)
+        r = binop("mod", fn("abs", [a], wide), fn("abs", [b], wide), wide)
+        out = Ternary(compare("lt", a, lit(0, wide)), fn("neg", [r], wide), r, wide)
+        return cast(out, dtype)
+    a, b = cast(a, dtype), cast(b, dtype)
+    if not dtype.is_integer:
+        r = binop("mod", fn("abs", [a], dtype), fn("abs", [b], dtype), dtype)
+        return Ternary(compare("lt", a, lit(0, dtype)), fn("neg", [r], dtype), r, dtype)
+    # Polars' remainder has the sign of the divisor: take b back where the signs differ.
+    r = binop("mod", a, b, dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return r
+    signs_differ = binop(
+        "xor", compare("lt", a, lit(0, dtype)), compare("lt", b, lit(0, dtype)), BOOL
+    )
+    inexact = and_all([signs_differ, compare("ne", r, lit(0, dtype))])
+    return Ternary(inexact, binop("sub", r, b, dtype), r, dtype)
 
 
 def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op: str) -> Expr:
@@ -624,8 +817,20 @@ def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op:
     DuckDB's rule: an error, or NULL with ``error_on_division_by_zero`` off."""
     zero = and_all([compare("eq", b, lit(0, b.dtype)), is_not_null(a)])
     if t.error_on_division_by_zero:
-        message = lit(f"Division by zero in expression (x {op} 0)", STRING)
-        return Ternary(zero, raise_where(zero, message, dtype), out, dtype)
+        # DuckDB writes the expression; shoal the values (its expressions have no text).
+        fail = fail_where(
+            zero,
+            [
+                "Invalid Input Error: Division by zero in expression (",
+                a,
+                f" {op} ",
+                b,
+                "). Use TRY(...) to return NULL for this expression, or SET "
+                "error_on_division_by_zero=false to return NULL for all divisions by zero.",
+            ],
+            dtype,
+        )
+        return Ternary(zero, fail, out, dtype)
     return Ternary(zero, lit(None, dtype), out, dtype)
 
 
@@ -672,8 +877,18 @@ def _unary(name: str, work: DataType | None = None) -> FunctionHandler:
     return handler
 
 
-for _name, _impl in (("abs", "abs"), ("@", "abs")):
-    SCALAR_FUNCTIONS[_name] = _unary(_impl)
+@_register("abs", "@")
+def _abs(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``abs``; of the smallest value of a signed integer type, DuckDB's
+    ``OutOfRangeException`` (Polars would give the value back unchanged)."""
+    (x,) = _args(t, e)
+    x = cast(x, dtype)
+    out = fn("abs", [x], dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return out
+    over = compare("eq", x, lit(_integer_range(dtype)[0], dtype))
+    fail = fail_where(over, ["Out of Range Error: Overflow on abs(", x, ")"], dtype)
+    return Ternary(over, fail, out, dtype)
 
 
 @_register("sign")
