@@ -430,3 +430,93 @@ def test_checks_do_not_change_answers(
     nums: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
 ) -> None:
     check(nums, query, config)
+
+
+# ---------------------------------------------------------------- found by DuckDB's suite
+
+SUITE = {
+    # any_value is the first non-NULL value in input order, arbitrary the first value.
+    # (Not of a struct holding -0.0: DuckDB's any_value of a struct gives 0.0 there.)
+    "any_value and arbitrary": "SELECT store, any_value(x) AS a, arbitrary(x) AS b, "
+    "any_value(m.n) AS c FROM t GROUP BY store",
+    "any_value without groups": "SELECT any_value(x) AS a, arbitrary(d) AS b, any_value(m) AS c "
+    "FROM t",
+    # A ROWS frame without ORDER BY runs in input order; a RANGE frame covers the partition.
+    "ROWS frame without ORDER BY": "SELECT id, count(*) OVER (ROWS BETWEEN UNBOUNDED PRECEDING "
+    "AND CURRENT ROW) AS c, sum(id) OVER (PARTITION BY store ROWS BETWEEN UNBOUNDED PRECEDING "
+    "AND CURRENT ROW) AS s FROM t",
+    "UNBOUNDED FOLLOWING with ORDER BY": "SELECT id, sum(id) OVER (ORDER BY id ROWS BETWEEN "
+    "UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS s FROM t",
+    "rank without ORDER BY": "SELECT id, rank() OVER () AS r, dense_rank() OVER "
+    "(PARTITION BY store) AS d FROM t",
+    # A projection of literals (or whole-input aggregates) alone keeps the input's rows.
+    "count(*) OVER () alone": "SELECT count(*) OVER () AS n FROM t",
+    "row_number() OVER () alone": "SELECT row_number() OVER () AS a, row_number() OVER () AS b "
+    "FROM t",
+    "constant subqueries per row": "SELECT exists(SELECT 1) AS e, (SELECT 42) AS f FROM t",
+    "cross product with a table function": "SELECT count(*) AS n FROM t, range(5) r",
+    "fdiv and fmod": "SELECT id, fdiv(x, 2) AS a, fmod(x, 2) AS b, fmod(-x, 3) AS c, "
+    "fmod(x, -3) AS e FROM t",
+}
+
+
+@pytest.mark.parametrize("query", list(SUITE.values()), ids=list(SUITE))
+def test_found_by_duckdbs_suite(
+    con: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
+) -> None:
+    check(con, query, config)
+
+
+IEEE_OFF = {
+    "ln(0)": (
+        "SELECT ln(x) FROM f WHERE x >= 0",
+        r"^Out of Range Error: cannot take logarithm of zero",
+    ),
+    "log10 of a negative": (
+        "SELECT log10(x) FROM f WHERE x <> 0",
+        r"^Out of Range Error: cannot take logarithm of a negative number",
+    ),
+    "log(1, x)": (
+        "SELECT log(1, x) FROM f WHERE x > 0",
+        r"^Out of Range Error: division by zero in based logarithm",
+    ),
+    "sqrt of a negative": (
+        "SELECT sqrt(x) FROM f",
+        r"^Out of Range Error: cannot take square root of a negative number",
+    ),
+    "zero to a negative power": (
+        "SELECT power(x, -1) FROM f",
+        r"^Out of Range Error: zero raised to a negative power is undefined",
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def strict_math() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    c.execute("SET ieee_floating_point_ops = false").fetchall()
+    c.execute(
+        "CREATE TABLE f AS SELECT * FROM (VALUES (64.0::DOUBLE), (0.0), (-1.0), (NULL), "
+        "('nan'::DOUBLE), (2.5), (-0.0::DOUBLE)) v(x)"
+    ).fetchall()
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(("query", "message"), list(IEEE_OFF.values()), ids=list(IEEE_OFF))
+def test_math_errors_without_ieee_semantics(
+    strict_math: duckdb.DuckDBPyConnection, query: str, message: str
+) -> None:
+    with pytest.raises(duckdb.OutOfRangeException, match=message):
+        strict_math.sql(query).fetchall()
+    with pytest.raises(duckdb.OutOfRangeException, match=message):
+        shoal.duckdb.sql(strict_math, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+
+
+def test_math_without_ieee_semantics_where_defined(strict_math: duckdb.DuckDBPyConnection) -> None:
+    q = "SELECT x, ln(x) AS a, sqrt(x) AS b, log(2, x) AS c, x / 2 AS e FROM f WHERE x > 0"
+    check(strict_math, q, CONFIGS["3 partitions"])
+    with pytest.raises(duckdb.InvalidInputException, match="Division by zero"):
+        shoal.duckdb.sql(
+            strict_math, "SELECT x / 0 FROM f", raise_on_fail=True, config=CONFIGS["3 partitions"]
+        )

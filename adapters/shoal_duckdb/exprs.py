@@ -270,8 +270,13 @@ class ExprTranslator:
         cols: Sequence[Expr],
         error_on_division_by_zero: bool = True,
         source: SourceText | None = None,
+        ieee_floating_point_ops: bool = True,
     ) -> None:
         self.cols = cols
+        #: DuckDB's setting of that name: when false, floating-point division by zero,
+        #: logarithms of zero or negative numbers, square roots of negative numbers and
+        #: zero to a negative power raise instead of giving inf or NaN.
+        self.ieee = ieee_floating_point_ops
         #: DuckDB's setting of that name: integer (and ``//``) division by zero raises
         #: when true, gives NULL when false.
         self.error_on_division_by_zero = error_on_division_by_zero
@@ -838,13 +843,48 @@ def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op:
 def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_float:
-        return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        out = cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
     if dtype.is_integer:  # SET integer_division = true
         return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "/")
     raise Unsupported(f"/ with result type {dtype}")
 
 
-@_register("//", "fdiv")
+@_register("fdiv")
+def _fdiv(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``fdiv(a, b)``: ``floor(a / b)`` in DOUBLE (``//`` divides instead)."""
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = cast(fn("floor", [binop("truediv", a, b, FLOAT64)], FLOAT64), dtype)
+    return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
+
+
+@_register("fmod")
+def _fmod(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``fmod(a, b)``: ``a - floor(a / b) * b`` in DOUBLE, with the sign of
+    ``b`` (Polars' ``%`` on floats; ``%`` in DuckDB takes the dividend's sign)."""
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = cast(binop("mod", a, b, FLOAT64), dtype)
+    if t.ieee:
+        return out
+    zero = and_all([compare("eq", b, lit(0.0, FLOAT64)), is_not_null(a)])
+    if not t.error_on_division_by_zero:
+        return Ternary(zero, lit(None, dtype), out, dtype)
+    fail = fail_where(
+        zero,
+        [
+            "Invalid Input Error: Division by zero in expression fmod(",
+            a,
+            ", ",
+            b,
+            "). Use TRY(...) to return NULL for this expression, or SET "
+            "error_on_division_by_zero=false to return NULL for all divisions by zero.",
+        ],
+        dtype,
+    )
+    return Ternary(zero, fail, out, dtype)
+
+
+@_register("//")
 def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_integer:
@@ -855,12 +895,12 @@ def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     raise Unsupported(f"// with result type {dtype}")
 
 
-@_register("%", "mod", "fmod")
+@_register("%", "mod")
 def _modulo(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if not dtype.is_numeric:
         raise Unsupported(f"% with result type {dtype}")
-    if dtype.is_float:  # x % 0.0 is NaN
+    if dtype.is_float and t.ieee:  # x % 0.0 is NaN
         return c_mod(a, b, dtype)
     return by_zero(t, a, b, c_mod(a, b, dtype), dtype, "%")
 
@@ -908,8 +948,36 @@ def _sign(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     return Ternary(is_null(x), lit(None, dtype), out, dtype)
 
 
-for _name, _impl in (("sqrt", "sqrt"), ("cbrt", "cbrt"), ("exp", "exp")):
+for _name, _impl in (("cbrt", "cbrt"), ("exp", "exp")):
     SCALAR_FUNCTIONS[_name] = _unary(_impl, FLOAT64)
+
+
+def _domain(t: ExprTranslator, out: Expr, checks: list[tuple[Expr, str]]) -> Expr:
+    """``out``, failing with DuckDB's ``OutOfRangeException`` where a condition of
+    ``checks`` holds (the first that holds gives the message), when the connection has
+    ``ieee_floating_point_ops`` off; ``out`` itself (inf or NaN there) when it is on."""
+    if t.ieee:
+        return out
+    for condition, message in reversed(checks):
+        fail = fail_where(condition, [f"Out of Range Error: {message}"], out.dtype)
+        out = Ternary(condition, fail, out, out.dtype)
+    return out
+
+
+def _log_checks(x: Expr) -> list[tuple[Expr, str]]:
+    return [
+        (compare("eq", x, lit(0.0, FLOAT64)), "cannot take logarithm of zero"),
+        (compare("lt", x, lit(0.0, FLOAT64)), "cannot take logarithm of a negative number"),
+    ]
+
+
+@_register("sqrt")
+def _sqrt(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    x = cast(x, FLOAT64)
+    negative = compare("lt", x, lit(0.0, FLOAT64))
+    out = cast(fn("sqrt", [x], FLOAT64), dtype)
+    return _domain(t, out, [(negative, "cannot take square root of a negative number")])
 
 
 @_register("floor", "ceil", "ceiling")
@@ -940,7 +1008,9 @@ def _round(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 @_register("ln")
 def _ln(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     (x,) = _args(t, e)
-    return fn("log", [cast(x, FLOAT64), lit(2.718281828459045, FLOAT64)], dtype)
+    x = cast(x, FLOAT64)
+    out = fn("log", [x, lit(2.718281828459045, FLOAT64)], dtype)
+    return _domain(t, out, _log_checks(x))
 
 
 @_register("log10", "log", "log2")
@@ -948,16 +1018,28 @@ def _log(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     name = e["qname"]["path"][-1].lower()
     args = _args(t, e)
     if name == "log" and len(args) == 2:  # log(b, x)
-        base, x = args
-        return fn("log", [cast(x, FLOAT64), cast(base, FLOAT64)], dtype)
+        base, x = cast(args[0], FLOAT64), cast(args[1], FLOAT64)
+        out = fn("log", [x, base], dtype)
+        one = compare("eq", base, lit(1.0, FLOAT64))
+        return _domain(
+            t,
+            out,
+            [*_log_checks(base), *_log_checks(x), (one, "division by zero in based logarithm")],
+        )
     base_value = 2.0 if name == "log2" else 10.0  # DuckDB's log(x) is log10
-    return fn("log", [cast(args[0], FLOAT64), lit(base_value, FLOAT64)], dtype)
+    x = cast(args[0], FLOAT64)
+    out = fn("log", [x, lit(base_value, FLOAT64)], dtype)
+    return _domain(t, out, _log_checks(x))
 
 
 @_register("pow", "power", "**", "^")
 def _pow(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
-    a, b = _args(t, e)
-    return fn("pow", [cast(a, FLOAT64), cast(b, FLOAT64)], dtype)
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = fn("pow", [a, b], dtype)
+    zero_to_negative = and_all(
+        [compare("eq", a, lit(0.0, FLOAT64)), compare("lt", b, lit(0.0, FLOAT64))]
+    )
+    return _domain(t, out, [(zero_to_negative, "zero raised to a negative power is undefined")])
 
 
 @_register("greatest", "least")
@@ -1475,9 +1557,10 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "count_star": _count_star,
     "min": _minmax("min"),
     "max": _max,
-    # Any non-null value of the group will do; max is one, and deterministic.
-    "any_value": _minmax("max"),
-    "arbitrary": _minmax("max"),
+    # DuckDB: any_value is the first non-NULL value, arbitrary the first value (NULL or
+    # not), in input order (the planner keeps the input order of a group's rows).
+    "any_value": _minmax("first_non_null"),
+    "arbitrary": _minmax("first"),
     # The first (last) value in input order, NULL included: DuckDB's first()/last()
     # without ORDER BY; the order is defined when the input is (a scalar subquery's LIMIT).
     "first": _minmax("first"),

@@ -136,6 +136,11 @@ class Translator:
         self._tables: dict[tuple[str, ...], pa.Table] = {}
         setting = con.sql("SELECT current_setting('error_on_division_by_zero')").fetchall()
         self.error_on_division_by_zero = bool(setting[0][0]) if setting else True
+        try:
+            ieee = con.sql("SELECT current_setting('ieee_floating_point_ops')").fetchall()
+        except Exception:  # a DuckDB release without the setting: IEEE semantics
+            ieee = []
+        self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
 
     # -- errors -------------------------------------------------------------------------
 
@@ -187,7 +192,9 @@ class Translator:
             return Lit(None, BOOL)
 
     def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
-        return ExprTranslator(cols, self.error_on_division_by_zero, self.source)
+        return ExprTranslator(
+            cols, self.error_on_division_by_zero, self.source, self.ieee_floating_point_ops
+        )
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
@@ -271,7 +278,12 @@ class Translator:
             # Columns picked from a projection: one projection (plans read better).
             inner = {n.name: n.expr for n in node.exprs}
             picked = [inner.get(n.expr.name) for n in named if isinstance(n.expr, Col)]
-            if all(e is not None for e in picked):
+            # Only when a row-wise expression is left to give the height: in the IR (as in
+            # Polars) a projection of literals or whole-input aggregates alone is one row,
+            # while the inner projection carries a column of the input's height.
+            if all(e is not None for e in picked) and any(
+                e is not None and e.columns() and not e.has_agg() for e in picked
+            ):
                 composed = tuple(
                     NamedExpr(n.name, e) for n, e in zip(named, picked, strict=True) if e
                 )
@@ -1001,7 +1013,7 @@ def _window_problem(w: dict[str, Any]) -> str | None:
     if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
         return "EXCLUDE is not supported"
     if kind in _RANKING:
-        return None if w.get("orders") or kind == "WINDOW_ROW_NUMBER" else "rank without ORDER BY"
+        return None  # without ORDER BY every row is a peer: rank 1
     if kind in _SHIFTS:
         kids = w.get("children", [])
         if len(kids) > 1 and kids[1].get("expression_class") != "BOUND_CONSTANT":
@@ -1010,13 +1022,31 @@ def _window_problem(w: dict[str, Any]) -> str | None:
     if kind != "WINDOW_AGGREGATE":
         return "this window function is not supported"
     name = str(w["qname"]["path"][-1]).lower()
-    start, end = w.get("start"), w.get("end")
-    if not w.get("orders"):
-        return None  # the whole partition, whatever the frame says
-    if name not in _RUNNING:
-        return f"running {name}() is not supported"
-    if start != "UNBOUNDED_PRECEDING" or end not in ("CURRENT_ROW_RANGE", "CURRENT_ROW_ROWS"):
+    frame = _frame(w)
+    if frame is None:
         return f"frame {frame_words(w)} is not supported"
+    if frame == "running" and name not in _RUNNING:
+        return f"running {name}() is not supported"
+    if frame == "whole" and w.get("orders") and name not in _RUNNING:
+        return f"{name}() over an ordered frame is not supported"
+    return None
+
+
+def _frame(w: dict[str, Any]) -> str | None:
+    """What a window aggregate's frame covers: ``"whole"`` (the whole partition),
+    ``"running"`` (from the partition's first row to the current row, or to its last
+    peer for RANGE, in ORDER BY order, or in input order without ORDER BY), or None
+    (another frame)."""
+    start, end = w.get("start"), w.get("end")
+    if start != "UNBOUNDED_PRECEDING":
+        return None
+    if end == "UNBOUNDED_FOLLOWING":
+        return "whole"
+    if end in ("CURRENT_ROW_RANGE", "CURRENT_ROW_GROUPS"):
+        # Without ORDER BY every row is a peer of every other: the whole partition.
+        return "running" if w.get("orders") else "whole"
+    if end == "CURRENT_ROW_ROWS":
+        return "running"
     return None
 
 
@@ -1033,7 +1063,9 @@ def _one_window(
 ) -> tuple[Rel, Col]:
     kind = w["type"]
     dtype = t.dtype(w["return_type"], where)
-    if keys or kind in _RANKING or kind in _SHIFTS:
+    running = kind == "WINDOW_AGGREGATE" and _frame(w) == "running"
+    if keys or kind in _RANKING or kind in _SHIFTS or (running and parts):
+        # (A stable sort: without ORDER BY, rows keep their input order in a partition.)
         by = (*parts, *keys)
         n = len(parts)
         sort = Sort(rel.node, by, (False,) * n + desc, (False,) * n + last, True, rel.node.schema)
@@ -1071,7 +1103,7 @@ def _one_window(
         return add(rel, "lag" if kind == "WINDOW_LAG" else "lead", _over(shifted, parts, dtype))
     # Aggregates. A constant argument counts once per row in DuckDB (count(1), sum(2));
     # in the kernel a literal is one value, so constants become columns first.
-    if not keys:
+    if not running:
         rel, (value,) = _per_row_constants(t, rel, [t.agg(w, cols, where)])
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
