@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
-from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr, Ternary
+from shoal.execution.expressions import nested_nulls_last_type
+from shoal.ir.expr import Agg, Col, Expr, Function, Lit, NamedExpr, Ternary
 from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
@@ -887,11 +888,21 @@ def _struct_sort_keys(
 ) -> list[tuple[Expr, bool, bool]]:
     """Sort keys (key, descending, nulls last) that order by ``e`` as DuckDB does.
 
-    DuckDB orders a STRUCT field by field, and a NULL inside a struct (a field, or a
-    nested struct) sorts above every value: last ascending, first descending, whatever
-    NULLS FIRST/LAST says (that applies to the top-level value only). Polars orders NULL
-    fields first; so a struct key becomes one key per field (nested structs recursively),
-    after a key that places the NULL structs themselves."""
+    DuckDB orders a STRUCT field by field and a LIST element by element, and a NULL
+    inside either (a field, an element, a nested value) sorts above every value: last
+    ascending, first descending, whatever NULLS FIRST/LAST says (that applies to the
+    top-level value only). Polars orders nested NULLs first; so a struct key becomes one
+    key per field (nested structs recursively), after a key that places the NULL structs
+    themselves, and a list key the kernel's ``nested_nulls_last`` of it."""
+    if pa.types.is_large_list(e.dtype.arrow) or pa.types.is_list(e.dtype.arrow):
+        # A list: its elements' NULLs (and theirs) sort last, by the kernel's key.
+        key = Function(
+            "nested_nulls_last",
+            (e,),
+            (("dtype", e.dtype),),
+            DataType(nested_nulls_last_type(e.dtype.arrow)),
+        )
+        return [(key, desc, nulls_last if not nested else not desc)]
     if not pa.types.is_struct(e.dtype.arrow):
         return [(e, desc, nulls_last if not nested else not desc)]
     # is_null ascending puts NULL rows last.
