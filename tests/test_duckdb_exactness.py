@@ -411,6 +411,17 @@ ERRORS = {
         r"^Conversion Error: Type INT32 with value \d+ can't be cast because the value is out "
         r"of range for the destination type INT16",
     ),
+    "DOUBLE out of a DECIMAL's range": (
+        "SELECT (big * 1.5)::DOUBLE::DECIMAL(3,1) AS v FROM n",
+        duckdb.ConversionException,
+        r"^Conversion Error: Could not cast value 1500000.0* to DECIMAL\(3,1\)",
+    ),
+    "HUGEINT out of BIGINT's range": (
+        "SELECT sum(big)::TINYINT AS v FROM n",
+        duckdb.ConversionException,
+        r"^Conversion Error: Type INT128 with value \d+ can't be cast because the value is out of "
+        r"range for the destination type INT8",
+    ),
     "DECIMAL out of a narrower DECIMAL's range": (
         "SELECT d::DECIMAL(5,2) AS v FROM n",
         duckdb.ConversionException,
@@ -446,7 +457,8 @@ def test_errors_are_duckdbs(
 
 
 CHECKED_BUT_FINE = {
-    "TRY_CAST": "SELECT id, TRY_CAST(s AS INT) AS a, TRY_CAST(big AS SMALLINT) AS b FROM n",
+    "TRY_CAST": "SELECT id, TRY_CAST(s AS INT) AS a, TRY_CAST(big AS SMALLINT) AS b, "
+    "TRY_CAST(big * 1.5 AS DECIMAL(4,1)) AS c, TRY_CAST(big AS DECIMAL(4,0)) AS e FROM n",
     "casts that fit": "SELECT id, s::INT AS a, big::BIGINT AS b, (id * 1000)::SMALLINT AS c, "
     "d::DECIMAL(20,1) AS e FROM n WHERE id <> 7",
     "truncating division and remainder": "SELECT id, neg // 3 AS a, neg % 3 AS b, "

@@ -205,7 +205,9 @@ def duck_cast(
     elif (target.is_decimal and src.is_float) or (
         target.is_decimal and src.is_decimal and _scale(target) < _scale(src)
     ):
-        out = cast(round_half_away(e, _scale(target), src), target, False)
+        out = _to_decimal(round_half_away(e, _scale(target), src), target)
+    elif target.is_decimal and src.is_numeric:
+        out = _to_decimal(e, target)
     else:
         out = cast(e, target, False)
     if try_cast or not _cast_can_fail(src, target):
@@ -215,6 +217,39 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _integer_digits(dtype: DataType) -> int | None:
+    """How many digits the integer part of a ``dtype`` value can have (None: unbounded,
+    floating point)."""
+    if dtype.is_decimal:
+        return int(dtype.arrow.precision) - _scale(dtype)
+    if dtype.is_integer:
+        lo, hi = _integer_range(dtype)
+        return max(len(str(lo)) - (lo < 0), len(str(hi)))
+    return None
+
+
+def _to_decimal(x: Expr, target: DataType) -> Expr:
+    """``x`` (a number) as DECIMAL ``target``, NULL where it does not fit (Polars raises
+    even in a non-strict cast there, so those values are replaced before the cast); NaN
+    and infinities do not fit."""
+    digits = int(target.arrow.precision) - _scale(target)
+    have = _integer_digits(x.dtype)
+    if have is not None and have <= digits:
+        return cast(x, target, False)  # every value fits
+    bound = decimal.Decimal(10) ** digits
+    if x.dtype.is_float:
+        work, limit, zero = FLOAT64, lit(float(bound), FLOAT64), lit(0.0, FLOAT64)
+    else:
+        work = _decimal(38, _scale(x.dtype))  # holds x, and so 10**digits (fewer digits)
+        limit, zero = lit(bound, work), lit(0, work)
+    wide = cast(x, work, strict=False)
+    fits = compare("lt", fn("abs", [wide], work), limit)
+    if x.dtype.is_float:
+        fits = and_all([fits, not_(fn("is_nan", [x], BOOL))])
+    safe = Ternary(fits, wide, zero, work)
+    return Ternary(fits, cast(safe, target, False), lit(None, target), target)
 
 
 def _cast_can_fail(src: DataType, target: DataType) -> bool:
@@ -242,7 +277,7 @@ def _cast_message(src: DataType, target: DataType, value: Expr) -> list[Expr | s
         if target.is_decimal:
             return ['Could not convert string "', value, f'" to {name}']
         return ["Could not convert string '", value, f"' to {name}"]
-    if target.is_integer and src.is_decimal:
+    if target.is_integer and src.is_decimal and src != HUGEINT:
         return ["Failed to cast decimal value ", value, f" to type {name}"]
     if target.is_integer:
         return [
