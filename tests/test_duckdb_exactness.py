@@ -100,6 +100,10 @@ STRUCT_ACCESS = {
     "struct_pack": "SELECT id, {'k': m.src, 'v': x, 'w': {'z': d}} AS s FROM t",
     "field of a packed struct": "SELECT s.k, s.w.z FROM (SELECT {'k': m.src, 'w': {'z': d}} AS s "
     "FROM t) q",
+    "struct comparisons": "SELECT a.id, b.id AS id2, a.m < b.m AS lt, a.m <= b.m AS le, "
+    "a.m > b.m AS gt, a.m >= b.m AS ge, a.m = b.m AS eq, a.m.n < b.m.n AS nlt FROM t a, t b",
+    "join on a struct inequality": "SELECT a.id, b.id AS id2 FROM t a JOIN t b "
+    "ON a.store = b.store AND a.m > b.m",
     "count of a struct vs its field": "SELECT count(m) AS a, count(m.src) AS b, count(*) AS c "
     "FROM t",
 }
@@ -579,3 +583,10 @@ def test_float_sum_with_order_by_falls_back(con: duckdb.DuckDBPyConnection) -> N
             config=CONFIGS["3 partitions"],
         )
     check(con, "SELECT sum(id ORDER BY x) AS s FROM t", CONFIGS["3 partitions"])
+
+
+def test_nested_min_max_and_list_comparisons_fall_back(lists: duckdb.DuckDBPyConnection) -> None:
+    # Not crashes in a task: reported before anything runs.
+    for query in ("SELECT max(s) FROM l", "SELECT min(l) FROM l", "SELECT a.l < b.l FROM l a, l b"):
+        with pytest.raises(shoal.UnsupportedError, match="STRUCT|LIST"):
+            shoal.duckdb.sql(lists, query, raise_on_fail=True, config=CONFIGS["3 partitions"])

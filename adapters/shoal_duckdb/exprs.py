@@ -520,10 +520,56 @@ _COMPARISONS = {
 
 
 def compare(op: str, a: Expr, b: Expr) -> Expr:
-    """A comparison (``op`` an IR comparison operator). Both sides get one type first."""
+    """A comparison (``op`` an IR comparison operator). Both sides get one type first.
+
+    ``<``, ``<=``, ``>``, ``>=`` of STRUCT values compare field by field, a NULL inside
+    above every value, as DuckDB orders them (the kernel cannot compare structs); of LIST
+    values they raise :class:`Unsupported`."""
     if a.dtype != b.dtype:
         a, b = _common(a, b)
+    if op in ("lt", "le", "gt", "ge") and _is_nested(a.dtype):
+        left, right = (a, b) if op in ("lt", "le") else (b, a)
+        out = _nested_less(left, right, or_equal=op in ("le", "ge"))
+        either_null = or_all([is_null(a), is_null(b)])
+        return Ternary(either_null, lit(None, BOOL), out, BOOL)
     return binop(op, a, b, BOOL)
+
+
+def _is_nested(dtype: DataType) -> bool:
+    arrow = dtype.arrow
+    return pa.types.is_struct(arrow) or pa.types.is_list(arrow) or pa.types.is_large_list(arrow)
+
+
+def _nested_less(a: Expr, b: Expr, or_equal: bool) -> Expr:
+    """``a < b`` (``<=`` with ``or_equal``) for two non-NULL structs, field by field:
+    the first field that differs decides, a NULL field above any value."""
+    arrow = a.dtype.arrow
+    if not pa.types.is_struct(arrow):
+        raise Unsupported(f"ordering comparison of {type_name_of(a.dtype)} values")
+    decided: list[Expr] = []
+    same_so_far: list[Expr] = []
+    for i in range(arrow.num_fields):
+        x, y = struct_field(a, i), struct_field(b, i)
+        decided.append(and_all([*same_so_far, _less_with_nulls_last(x, y)]))
+        same_so_far.append(binop("eq_missing", x, y, BOOL))
+    if or_equal:
+        decided.append(and_all(same_so_far))
+    return or_all(decided) if decided else lit(or_equal, BOOL)
+
+
+def _less_with_nulls_last(x: Expr, y: Expr) -> Expr:
+    """``x < y`` for values inside a struct: never NULL, a NULL above every value."""
+    if _is_nested(x.dtype):
+        inner = _nested_less(x, y, or_equal=False)
+    else:
+        inner = binop("lt", x, y, BOOL)
+    when_y_null = Ternary(is_null(y), lit(True, BOOL), inner, BOOL)
+    return Ternary(is_null(x), lit(False, BOOL), when_y_null, BOOL)
+
+
+def type_name_of(dtype: DataType) -> str:
+    """DuckDB's name of the kind of a nested type (``STRUCT``, ``LIST``)."""
+    return "STRUCT" if pa.types.is_struct(dtype.arrow) else "LIST"
 
 
 def comparison_op(kind: str) -> str:
@@ -1563,6 +1609,8 @@ def _count_star(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
 def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
     def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
         (x,) = args
+        if name in ("min", "max") and _is_nested(x.dtype):
+            raise Unsupported(f"{name}() of {type_name_of(x.dtype)} values")
         return cast(Agg(name, x, x.dtype), dtype)
 
     return handler
@@ -1572,6 +1620,8 @@ def _max(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     """DuckDB orders NaN above every number, so the max of floats with a NaN is NaN;
     Polars' ``max`` skips NaN, ``nan_max`` does not."""
     (x,) = args
+    if _is_nested(x.dtype):
+        raise Unsupported(f"max() of {type_name_of(x.dtype)} values")
     return cast(Agg("nan_max" if x.dtype.is_float else "max", x, x.dtype), dtype)
 
 
