@@ -418,7 +418,7 @@ ERRORS = {
     "DOUBLE out of a DECIMAL's range": (
         "SELECT (big * 1.5)::DOUBLE::DECIMAL(3,1) AS v FROM n",
         duckdb.ConversionException,
-        r"^Conversion Error: Could not cast value 1500000.0* to DECIMAL\(3,1\)",
+        r"^Conversion Error: Could not cast value \d+\.0* to DECIMAL\(3,1\)",
     ),
     "HUGEINT out of BIGINT's range": (
         "SELECT sum(big)::TINYINT AS v FROM n",
