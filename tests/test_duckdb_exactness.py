@@ -590,3 +590,41 @@ def test_nested_min_max_and_list_comparisons_fall_back(lists: duckdb.DuckDBPyCon
     for query in ("SELECT max(s) FROM l", "SELECT min(l) FROM l", "SELECT a.l < b.l FROM l a, l b"):
         with pytest.raises(shoal.UnsupportedError, match="STRUCT|LIST"):
             shoal.duckdb.sql(lists, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+
+
+@pytest.fixture(scope="module")
+def pairs() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE pl AS SELECT * FROM (VALUES (1, 10), (1, 11), (2, 20), (3, 30), (NULL, 40), "
+        "(4, NULL)) v(a, x); "
+        "CREATE TABLE pr AS SELECT * FROM (VALUES (10, 'p'), (20, 'q'), (30, NULL), (40, 'r'), "
+        "(NULL, 's')) v(b, y); "
+        "CREATE TABLE ps AS SELECT * FROM (VALUES (1, 10), (1, 20), (2, 20), (NULL, 30), "
+        "(3, NULL), (4, 10)) v(a, b)"
+    ).fetchall()
+    yield c
+    c.close()
+
+
+CORRELATED = {
+    # DuckDB's mark join of a correlated NOT IN: the NULL counts are per correlated value.
+    "correlated NOT IN in a join condition": "SELECT l.a, l.x, r.b FROM pl l LEFT JOIN pr r "
+    "ON r.b NOT IN (SELECT s.b FROM ps s WHERE s.a = l.a)",
+    "correlated IN as a value": "SELECT l.a, l.x, l.x IN (SELECT s.b * 1 FROM ps s "
+    "WHERE s.a = l.a) AS i FROM pl l",
+    "correlated NOT IN with NULL probes": "SELECT r.b, r.y FROM pr r WHERE r.b NOT IN "
+    "(SELECT s.b FROM ps s WHERE s.a = r.b // 10)",
+    "NULL IN an empty correlated set": "SELECT l.a, NULL::INT IN (SELECT s.b FROM ps s "
+    "WHERE s.a = l.a + 100) AS i FROM pl l",
+    # DuckDB repeats a join condition for PARTITION BY a, a.
+    "repeated PARTITION BY key": "SELECT a, x, sum(x) OVER (PARTITION BY a, a) AS s1, "
+    "sum(x) OVER (PARTITION BY a) AS s2 FROM pl",
+}
+
+
+@pytest.mark.parametrize("query", list(CORRELATED.values()), ids=list(CORRELATED))
+def test_correlated_subqueries(
+    pairs: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
+) -> None:
+    check(pairs, query, config)

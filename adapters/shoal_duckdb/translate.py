@@ -1277,7 +1277,9 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         if cmp in ("COMPARE_EQUAL", "COMPARE_NOT_DISTINCT_FROM"):
             if lx.dtype != rx.dtype:
                 rx = cast(rx, lx.dtype)
-            keys.append(_Key(lx, rx, cmp == "COMPARE_NOT_DISTINCT_FROM"))
+            key = _Key(lx, rx, cmp == "COMPARE_NOT_DISTINCT_FROM")
+            if key not in keys:  # DuckDB repeats a condition (PARTITION BY a, a)
+                keys.append(key)
         else:
             try:
                 residual.append(compare(comparison_op(cmp), lx, rx))
@@ -1548,13 +1550,17 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     if not plain:
         mark: Expr = is_not_null(found)
         return t.project(joined, [*((c.name, c) for c in left.cols), (mark_name, mark)])
-    # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts.
+    # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts,
+    # per value of the IS NOT DISTINCT FROM keys (a correlated NOT IN: DuckDB joins on the
+    # correlated columns with those), else over the whole right side.
     i = keys.index(plain[0])
     n_rows, n_nulls = t.fresh("mark_rows"), t.fresh("mark_nulls")
-    stats_schema = Schema.of([(n_rows, IDX), (n_nulls, IDX)])
+    safe = [(j, k) for j, k in enumerate(keys) if k.null_safe]
+    groups = tuple(NamedExpr(t.fresh("mark_group"), rkeys[j]) for j, _ in safe)
+    stats_schema = Schema.of([*((g.name, g.dtype) for g in groups), (n_rows, IDX), (n_nulls, IDX)])
     stats = Aggregate(
         proj.node,
-        (),
+        groups,
         (
             NamedExpr(n_rows, Agg("len", None, IDX)),
             NamedExpr(n_nulls, Agg("null_count", rkeys[i], IDX)),
@@ -1565,15 +1571,16 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     with_stats = Join(
         joined.node,
         stats,
-        (),
-        (),
-        "cross",
+        tuple(k.left for _, k in safe),
+        tuple(Col(g.name, g.dtype) for g in groups),
+        "left" if groups else "cross",
         "_r",
-        False,
+        bool(groups),
         False,
         Schema(joined.node.schema.fields + stats_schema.fields),
     )
-    rows, nulls = Col(n_rows, IDX), Col(n_nulls, IDX)
+    rows = fn("coalesce", [Col(n_rows, IDX), lit(0, IDX)], IDX)
+    nulls = fn("coalesce", [Col(n_nulls, IDX), lit(0, IDX)], IDX)
     unknown = Ternary(
         compare("eq", rows, lit(0, IDX)),
         lit(False, BOOL),
