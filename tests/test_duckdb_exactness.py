@@ -628,3 +628,54 @@ def test_correlated_subqueries(
     pairs: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
 ) -> None:
     check(pairs, query, config)
+
+
+@pytest.fixture(scope="module")
+def temporal() -> Iterator[duckdb.DuckDBPyConnection]:
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE d AS SELECT * FROM (VALUES "
+        "(DATE '1992-01-01', TIMESTAMP '1992-03-02 10:30:20.123456', 'hello', 'ho'), "
+        "(NULL, NULL, 'test', NULL), "
+        "(DATE '2020-08-09', TIMESTAMP '2020-08-09 00:00:00', 'mühleisen', 'mün'), "
+        "(DATE '1960-05-05', TIMESTAMP '1960-01-01 01:23:45.5', 'x', 'x'), "
+        "(DATE '2000-02-29', TIMESTAMP '2020-01-01 01:23:45.12', '  y ', ' ')) v(d, ts, a, b)"
+    ).fetchall()
+    yield c
+    c.close()
+
+
+TEMPORAL_AND_STRINGS = {
+    # DuckDB writes the fraction of a second only when it is not zero, without trailing zeros.
+    "TIMESTAMP to VARCHAR": "SELECT ts::VARCHAR AS a, ts::TIMESTAMP_S::VARCHAR AS b, "
+    "ts::TIMESTAMP_MS::VARCHAR AS c, ts::TIMESTAMP_NS::VARCHAR AS e, ts::TIME::VARCHAR AS f FROM d",
+    # To a coarser TIMESTAMP: rounded half away from zero (before 1970 too).
+    "TIMESTAMP to TIMESTAMP_S and _MS": "SELECT ts, ts::TIMESTAMP_S AS s, ts::TIMESTAMP_MS AS m "
+    "FROM d",
+    # strftime: %x, %X, %c, %f, %g, %n are DuckDB's (chrono's differ); a DATE is its midnight.
+    "strftime specifiers": "SELECT strftime(d, '%x') AS a, strftime(d, '%H:%M') AS b, "
+    "strftime(ts, '%x %X|%c|%f|%g|%n|%-d|%j|%p|%I') AS c FROM d",
+    # trim(a, NULL) is NULL (Polars would strip whitespace).
+    "trim with NULL characters": "SELECT ltrim(a, b) AS l, rtrim(a, b) AS r, trim(a, b) AS t, "
+    "trim(a, NULL) AS n, trim(a) AS s FROM d",
+}
+
+
+@pytest.mark.parametrize(
+    "query", list(TEMPORAL_AND_STRINGS.values()), ids=list(TEMPORAL_AND_STRINGS)
+)
+def test_temporal_and_string_forms(
+    temporal: duckdb.DuckDBPyConnection, config: shoal.Config, query: str
+) -> None:
+    check(temporal, query, config)
+
+
+def test_substring_offsets_out_of_range(temporal: duckdb.DuckDBPyConnection) -> None:
+    for query, message in (
+        ("SELECT substring(a, 9223372036854775807, 2) FROM d", r"offset .*\(> 4294967295\)"),
+        ("SELECT substring(a, 2, 4294967296) FROM d", r"length .*\(> 4294967295\)"),
+    ):
+        with pytest.raises(duckdb.OutOfRangeException, match=message):
+            temporal.sql(query).fetchall()
+        with pytest.raises(duckdb.OutOfRangeException, match=message):
+            shoal.duckdb.sql(temporal, query, raise_on_fail=True, config=CONFIGS["3 partitions"])

@@ -196,6 +196,10 @@ def duck_cast(
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
+    if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
+        return _temporal_text(e)
+    if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
+        return _round_timestamp(e, target)
     value = e  # what DuckDB's message shows
     if target.is_integer and src.is_float:  # C's nearbyint: half to even
         out = cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, False)
@@ -217,6 +221,40 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _temporal_text(x: Expr) -> Expr:
+    """A TIMESTAMP or TIME as DuckDB writes it: the fraction of a second only when it is
+    not zero, without trailing zeros (``2020-01-01 01:23:45.12``)."""
+    base = "%H:%M:%S" if pa.types.is_time(x.dtype.arrow) else "%Y-%m-%d %H:%M:%S"
+    text = fn("dt.to_string", [x], STRING, format=base + "%.f")  # %.f: nothing for zero
+    return fn("str.replace", [text, lit(r"(\.[0-9]*?)0+$", STRING), lit("${1}", STRING)], STRING)
+
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _round_timestamp(x: Expr, target: DataType) -> Expr:
+    """A TIMESTAMP to a coarser one, rounded half away from zero (of the epoch) as DuckDB
+    does (``45.5 s`` after the epoch is 46 s, before it 45 s); finer: as it is."""
+    have, want = _PER_SECOND[x.dtype.arrow.unit], _PER_SECOND[target.arrow.unit]
+    if want >= have:
+        return cast(x, target)
+    # The kernel keeps TIMESTAMP_S in milliseconds: work in its own unit.
+    stored = _PER_SECOND[str(getattr(x.dtype.to_polars(), "time_unit", "us"))]
+    factor = stored // want
+    v = cast(x, INT64)
+    q = binop(
+        "floordiv",
+        binop("add", fn("abs", [v], INT64), lit(factor // 2, INT64), INT64),
+        lit(factor, INT64),
+        INT64,
+    )
+    magnitude = binop("mul", q, lit(factor, INT64), INT64)
+    rounded = Ternary(
+        compare("lt", v, lit(0, INT64)), fn("neg", [magnitude], INT64), magnitude, INT64
+    )
+    return cast(cast(rounded, x.dtype), target)
 
 
 def _integer_digits(dtype: DataType) -> int | None:
@@ -1238,14 +1276,18 @@ def _substring(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     args = _args(t, e)
     s = args[0]
     start = int(_const(args[1], "substring()'s start"))
+    given = int(_const(args[2], "substring()'s length")) if len(args) > 2 else None
+    # DuckDB's limits on both (an OutOfRangeException on every row).
+    for what, value in (("offset", start), ("length", given)):
+        if value is not None and not -(2**32) <= value <= 2**32 - 1:
+            bound = "> 4294967295" if value > 0 else "< -4294967296"
+            message = f"Out of Range Error: Substring {what} outside of supported range ({bound})"
+            return fail_where(lit(True, BOOL), [message], dtype)
     if start < 1:
         raise Unsupported("substring() with a start below 1")
-    if len(args) > 2:
-        length = int(_const(args[2], "substring()'s length"))
-        if length < 0:
-            raise Unsupported("substring() with a negative length")
-    else:
-        length = 2**31 - 1
+    length = 2**31 - 1 if given is None else given
+    if length < 0:
+        raise Unsupported("substring() with a negative length")
     return fn("str.slice", [s, lit(start - 1, INT64), lit(length, INT64)], dtype)
 
 
@@ -1277,7 +1319,11 @@ def _trim(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         "ltrim": "str.strip_chars_start",
         "rtrim": "str.strip_chars_end",
     }[name]
-    return fn(impl, [args[0], chars], dtype)
+    out = fn(impl, [args[0], chars], dtype)
+    if isinstance(chars, Lit):
+        return out if chars.value is not None else lit(None, dtype)
+    # NULL characters give NULL (Polars would strip whitespace).
+    return Ternary(is_null(chars), lit(None, dtype), out, dtype)
 
 
 @_register("replace")
@@ -1498,10 +1544,40 @@ def _last_day(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     return cast(fn("dt.month_end", [x], x.dtype), dtype)
 
 
+#: DuckDB strftime specifiers whose meaning differs in chrono (the kernel's formatter).
+_STRFTIME = {
+    "x": "%Y-%m-%d",  # chrono: the locale's date (08/09/20)
+    "X": "%H:%M:%S",
+    "c": "%Y-%m-%d %H:%M:%S",
+    "f": "%6f",  # DuckDB: microseconds, 6 digits; chrono: nanoseconds, 9
+    "g": "%3f",  # milliseconds
+    "n": "%9f",  # nanoseconds
+}
+
+
+def strftime_format(fmt: str) -> str:
+    """A DuckDB ``strftime`` format as chrono's (the specifiers of :data:`_STRFTIME`
+    translated, the others kept)."""
+    out: list[str] = []
+    i = 0
+    while i < len(fmt):
+        if fmt[i] == "%" and i + 1 < len(fmt):
+            spec = fmt[i + 1]
+            out.append(_STRFTIME.get(spec, "%" + spec))
+            i += 2
+        else:
+            out.append(fmt[i])
+            i += 1
+    return "".join(out)
+
+
 @_register("strftime")
 def _strftime(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     x, f = _args(t, e)
-    return fn("dt.to_string", [x], STRING, format=str(_const(f, "the strftime format")))
+    if _is_date(x):  # DuckDB formats a DATE as its midnight (%H is 00)
+        x = cast(x, TIMESTAMP_US)
+    fmt = strftime_format(str(_const(f, "the strftime format")))
+    return fn("dt.to_string", [x], STRING, format=fmt)
 
 
 # ---------------------------------------------------------------- aggregates
