@@ -465,6 +465,13 @@ CHECKED_BUT_FINE = {
     "TRY_CAST(big * 1.5 AS DECIMAL(4,1)) AS c, TRY_CAST(big AS DECIMAL(4,0)) AS e FROM n",
     "casts that fit": "SELECT id, s::INT AS a, big::BIGINT AS b, (id * 1000)::SMALLINT AS c, "
     "d::DECIMAL(20,1) AS e FROM n WHERE id <> 7",
+    # DuckDB reads numbers with whitespace, integers from decimal and exponent forms
+    # (rounded half away from zero), booleans from t/yes/y/1 and f/no/n/0.
+    "text to numbers and booleans": "SELECT x, x::INT AS i, x::DOUBLE AS f, "
+    "TRY_CAST(x AS DECIMAL(6,2)) AS d, TRY_CAST(x AS BOOLEAN) AS b FROM (VALUES (' 12 '), "
+    "('+5'), ('-0'), ('2.5'), ('-2.5'), ('1e3'), (NULL), ('1'), ('0')) v(x)",
+    "text to booleans": "SELECT x, x::BOOLEAN AS b FROM (VALUES ('TRUE'), ('f'), ('yes'), "
+    "('0'), ('N'), (NULL), ('t')) v(x)",
     "truncating division and remainder": "SELECT id, neg // 3 AS a, neg % 3 AS b, "
     "neg // -3 AS c, neg % -3 AS e, (-id) // (z + 1) AS f, low // 3 AS g, low % 7 AS h FROM n",
     "arithmetic near the limits": "SELECT id, big * 1000 AS a, low + 2147483647 AS b, "

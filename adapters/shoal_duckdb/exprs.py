@@ -201,7 +201,9 @@ def duck_cast(
     if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
         return _round_timestamp(e, target)
     value = e  # what DuckDB's message shows
-    if target.is_integer and src.is_float:  # C's nearbyint: half to even
+    if src.is_string and (target.is_numeric or pa.types.is_boolean(target.arrow)):
+        out = _from_text(e, target)
+    elif target.is_integer and src.is_float:  # C's nearbyint: half to even
         out = cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, False)
     elif target.is_integer and src.is_decimal:
         value = round_half_away(e, 0, src)
@@ -221,6 +223,47 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+_WHITESPACE = " \t\n\r\x0b\x0c"
+_TRUE = ["true", "t", "yes", "y", "1"]
+_FALSE = ["false", "f", "no", "n", "0"]
+
+
+def _from_text(s: Expr, target: DataType) -> Expr:
+    """Text to a number or BOOLEAN as DuckDB reads it, NULL where it cannot: numbers with
+    surrounding whitespace; integers also from decimal or exponent forms, rounded half
+    away from zero (``'2.5'`` is 3, ``'1e3'`` 1000); booleans from true/t/yes/y/1 and
+    false/f/no/n/0 in any case."""
+    if pa.types.is_boolean(target.arrow):
+        low = fn("str.to_lowercase_simple", [s], STRING)
+        list_type = DataType(pa.large_list(pa.large_string()))
+        is_true = fn("is_in", [low, lit(_TRUE, list_type)], BOOL)
+        is_false = fn("is_in", [low, lit(_FALSE, list_type)], BOOL)
+        return Ternary(
+            is_true,
+            lit(True, BOOL),
+            Ternary(is_false, lit(False, BOOL), lit(None, BOOL), BOOL),
+            BOOL,
+        )
+    text = fn("str.strip_chars", [s, lit(_WHITESPACE, STRING)], STRING)
+    out = cast(text, target, False)
+    if not target.is_integer:
+        return out
+    number = cast(text, FLOAT64, False)
+    finite = fn("is_finite", [number], BOOL)
+    safe = Ternary(finite, number, lit(0.0, FLOAT64), FLOAT64)
+    rounded = round_half_away(safe, 0, FLOAT64)
+    lo, hi = _integer_range(target)
+    fits = and_all(
+        [
+            finite,
+            compare("ge", rounded, lit(float(lo), FLOAT64)),
+            compare("le", rounded, lit(float(hi), FLOAT64)),
+        ]
+    )
+    via_float = Ternary(fits, cast(rounded, target, False), lit(None, target), target)
+    return fn("coalesce", [out, via_float], target)
 
 
 def _temporal_text(x: Expr) -> Expr:
