@@ -755,8 +755,13 @@ class _Worker:
             err = None
             try:
                 con.execute(sql)
+                if hasattr(con, "complete"):
+                    # DuckDB 2: a result left open by execute() blocks the connection
+                    con.complete()
             except Exception as exc:
                 err = exc
+                with contextlib.suppress(Exception):
+                    con.abort()
             if cmd.kind == "statement":
                 self._emit_setup(cmd, err)
             else:
@@ -782,7 +787,7 @@ class _Worker:
             kind=cmd.kind,
             seconds=round(time.perf_counter() - start, 4),
             env=cmd.env,
-            native_raised=native.get("exc") is not None,
+            native_raised=None if native.get("exc") is None else type(native["exc"]).__name__,
         )
         if result["outcome"] != "pass":
             result["sql"] = sql
@@ -1235,12 +1240,21 @@ def failures_markdown(summary: dict[str, Any], meta: dict[str, Any], top: int) -
         *table(summary["per_dir"]),
         "",
     ]
+    translation = "shoal could not translate"
     for outcome, title in (
         ("wrong", "Wrong answers"),
         ("crashed", "Crashes"),
-        ("fell_back", "Fallbacks"),
+        ("translation", "Fallbacks that are translation errors (an exception in the translator)"),
+        ("fell_back", "Fallbacks (unsupported parts)"),
     ):
-        groups = [g for g in summary["groups"] if g["outcome"] == outcome]
+        if outcome == "translation":
+            groups = [g for g in summary["groups"] if g["cause"].startswith(translation)]
+        else:
+            groups = [
+                g
+                for g in summary["groups"]
+                if g["outcome"] == outcome and not g["cause"].startswith(translation)
+            ]
         out += [f"## {title} ({sum(g['count'] for g in groups)} records, {len(groups)} causes)", ""]
         for g in groups[:top]:
             s = g["samples"][0]
@@ -1365,6 +1379,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.duckdb_git:
         ap.error("--duckdb-git or $DUCKDB_GIT is required")
     git_dir = Path(args.duckdb_git)
+    if (git_dir / ".git").exists():  # a checkout: its git directory
+        git_dir = git_dir / ".git"
     cache = Path(args.cache)
     root = extract_tests(git_dir, cache)
     commit, describe = git_head(git_dir)
