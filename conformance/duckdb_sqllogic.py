@@ -1143,8 +1143,11 @@ def summarise(results: dict[str, dict[str, Any]], dirs: list[str], root: Path) -
                 continue
             parts = fallback_parts(r["message"]) if out == "fell_back" and "message" in r else []
             for part in parts:
-                pc = part_counts.setdefault(part, {"count": 0, "sample": f"{path}:{r['line']}"})
+                pc = part_counts.setdefault(
+                    part, {"count": 0, "alone": 0, "sample": f"{path}:{r['line']}"}
+                )
                 pc["count"] += 1
+                pc["alone"] += len(parts) == 1
             key = (out, _cause(r, path))
             g = groups.setdefault(
                 key, {"outcome": out, "cause": key[1], "count": 0, "samples": [], "dirs": set()}
@@ -1272,11 +1275,14 @@ def failures_markdown(summary: dict[str, Any], meta: dict[str, Any], top: int) -
     out += [
         "## Unsupported parts (a record counts once under each part its query needs)",
         "",
-        "| records | part | e.g. |",
-        "| --- | --- | --- |",
+        "| records needing it | records it alone blocks | part | e.g. |",
+        "| --- | --- | --- | --- |",
     ]
     for part, pc in list(summary["fallback_parts"].items())[: top * 2]:
-        out.append(f"| {pc['count']} | {part.replace('|', '/')} | `{pc['sample']}` |")
+        out.append(
+            f"| {pc['count']} | {pc.get('alone', '')} | {part.replace('|', '/')} "
+            f"| `{pc['sample']}` |"
+        )
     return "\n".join(out) + "\n"
 
 
@@ -1288,9 +1294,9 @@ def print_report(summary: dict[str, Any], top: int) -> None:
         print(f"{g['outcome']:9} {g['count']:5}  {g['cause']}")
         print(f"{'':16}e.g. {s['where']}: {' '.join(s['sql'].split())[:150]}")
     print()
-    print("unsupported parts (records needing each):")
+    print("unsupported parts (records needing each, records it alone blocks):")
     for part, pc in list(summary["fallback_parts"].items())[: top * 2]:
-        print(f"{pc['count']:6}  {part}   e.g. {pc['sample']}")
+        print(f"{pc['count']:6} {pc.get('alone', 0):6}  {part}   e.g. {pc['sample']}")
     print()
     print("skips:", json.dumps(dict(list(summary["skip_reasons"].items())[:15]), indent=1))
 
