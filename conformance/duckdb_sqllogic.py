@@ -812,21 +812,24 @@ class _Worker:
                 return {"rows": [], "types": [], "columns": []}
             types = [str(t) for t in rel.types]
             columns = list(rel.columns)
-            rows = self._fetch(rel)
-            return {"rows": rows, "types": types, "columns": columns}
+            rows, as_text = self._fetch(rel)
+            return {"rows": rows, "types": types, "columns": columns, "text": as_text, "rel": rel}
         except Exception as exc:
             return {"exc": exc}
 
-    def _fetch(self, rel: Any) -> list[tuple]:
-        try:
-            return rel.fetchall()
-        except self.duckdb.Error:
-            raise
-        except Exception:
-            # a value Python cannot hold (e.g. a timestamp beyond datetime's range): compare
-            # DuckDB's text of every value instead
-            cols = ", ".join(f"CAST(#{i + 1} AS VARCHAR)" for i in range(len(rel.columns)))
-            return rel.project(cols).fetchall()
+    def _fetch(self, rel: Any, as_text: bool = False) -> tuple[list[tuple], bool]:
+        """The rows of ``rel`` as Python values, or as DuckDB's text of each value when
+        ``as_text`` or when a value has no Python form (a timestamp beyond datetime's
+        range); and whether they are text."""
+        if not as_text:
+            try:
+                return rel.fetchall(), False
+            except self.duckdb.Error:
+                raise
+            except Exception:
+                pass
+        cols = ", ".join(f"CAST(#{i + 1} AS VARCHAR)" for i in range(len(rel.columns)))
+        return rel.project(cols).fetchall(), True
 
     def _compare(self, con: Any, cmd: Command, native: dict[str, Any]) -> dict[str, Any]:
         shoal = self.shoal
@@ -837,7 +840,10 @@ class _Worker:
             else:
                 rel = shoal.duckdb.sql(con, cmd.sql, raise_on_fail=True, config=self.config)
             types = [str(t) for t in rel.types]
-            rows = self._fetch(rel)
+            rows, as_text = self._fetch(rel, as_text=bool(native.get("text")))
+            if as_text and nexc is None and not native.get("text"):
+                # compare text with text
+                native["rows"], native["text"] = self._fetch(native["rel"], as_text=True)
         except shoal.UnsupportedError as exc:
             parts = fallback_parts(str(exc))
             return {
