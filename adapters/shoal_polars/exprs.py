@@ -246,7 +246,17 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         # A runtime filter Polars adds below a top-k sort; always true is exact.
         return Lit(True, BOOL)
     args = tuple(translate_expr(t, i, where) for i in view.input)
+    if key == "arg_max" and len(extra) == 2:
+        # Polars' NodeTraverser shows arg_sort(descending, nulls_last) under the name
+        # "arg_max" (crates/polars-python/src/lazyframe/visitor/expr_nodes.rs); arg_max
+        # itself has no parameters.
+        descending, nulls_last = (bool(x) for x in extra)
+        options = (("descending", descending), ("nulls_last", nulls_last))
+        return Function("arg_sort", args, options, dtype)
     if key in ("null_count", "product", "arg_min", "arg_max"):
+        if extra:
+            t.error(f"{where}: expression Function({key})", f"unexpected parameters {extra!r}")
+            return t.placeholder_expr(dtype)
         return Agg(key, args[0], dtype)
     if key == "quantile":
         # quantile(q, interpolation): q must be a literal (Polars allows an expression).

@@ -218,9 +218,9 @@ def _hive_union(
             *_cols(carrier),
             *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
         )
-        parts.append(Project(Scan(source, carrier), exprs, wide))
+        parts.append(Project(Scan(source, carrier), exprs, wide, keep_height=True))
     out = parts[0] if len(parts) == 1 else Union(tuple(parts), wide)
-    return Project(out, _cols(table_schema), table_schema)
+    return Project(out, _cols(table_schema), table_schema, keep_height=True)
 
 
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
@@ -382,12 +382,14 @@ def _hstack(t: Translator, node: Any, schema: Schema) -> PlanNode:
         return child
     # Polars: a new column with an existing name replaces it in place; others append.
     exprs = tuple(new.get(n) or NamedExpr(n, t.cse.get(n, Col(n, dt))) for n, dt in schema.fields)
-    return Project(child, exprs, schema)
+    # with_columns keeps the frame's height: a literal replacing the only column broadcasts.
+    return Project(child, exprs, schema, keep_height=True)
 
 
 @_register("SimpleProjection")
 def _simple_projection(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    return Project(t.plan(node.input), _cols(schema), schema)
+    # Column pruning keeps the rows, also down to no column (``select(pl.len())``).
+    return Project(t.plan(node.input), _cols(schema), schema, keep_height=True)
 
 
 @_register("Filter")
@@ -591,7 +593,7 @@ def _equi_join(
                 dtype,
             )
     exprs = tuple(NamedExpr(n, out[n]) for n in schema.names)
-    return Project(joined, exprs, schema)
+    return Project(joined, exprs, schema, keep_height=True)
 
 
 def _key_column(key: Expr) -> str | None:
@@ -740,6 +742,7 @@ def _map_function(t: Translator, node: Any, schema: Schema) -> PlanNode:
                 for (new, dt), old in zip(schema.fields, child.schema.names, strict=True)
             ),
             schema,
+            keep_height=True,
         )
     if name in ("rechunk", "set_sorted", "hint", "hint_sorted"):
         return child  # no effect on the rows

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shoal.config import get_config
@@ -31,9 +32,11 @@ from shoal.execution.task import (
     ScanInput,
     ScanPartition,
     SingleOutput,
+    from_wire,
+    to_wire,
 )
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
-from shoal.ir.expr import Function, NamedExpr
+from shoal.ir.expr import Col, Function, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -91,8 +94,10 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 
 def frame_of(table: pa.Table) -> pl.DataFrame:
-    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows)."""
-    df = pl.from_arrow(table)
+    """An Arrow table (as it travels between tasks: :func:`~shoal.execution.task.to_wire`)
+    as a Polars DataFrame, zero-copy where Arrow's layout allows; a table of no columns
+    keeps its height."""
+    df = pl.from_arrow(from_wire(table))
     assert isinstance(df, pl.DataFrame)
     return df
 
@@ -230,8 +235,7 @@ def build(
     if isinstance(node, StageInput):
         return inputs[node.index].lazy()
     if isinstance(node, Project):
-        lf = build(node.input, inputs, scan)
-        out = lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+        out = _project(build(node.input, inputs, scan), node)
         return in_memory(out) if needs_in_memory(node.exprs) else out
     if isinstance(node, Filter):
         return build(node.input, inputs, scan).filter(to_polars(node.predicate))
@@ -307,6 +311,35 @@ def build(
         frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
         return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+
+
+_HEIGHT_TMP = "__shoal_keep_height"
+
+
+def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
+    """``node`` (a :class:`Project`) over ``lf``. Polars' ``select`` gives one row when
+    every expression is a scalar and none without expressions (``keep_height`` False);
+    with ``keep_height`` the output keeps ``lf``'s height, which Polars' ``with_columns``
+    gives (scalars broadcast to it, also over a frame of no columns): the expressions are
+    added as temporary columns and then picked. Plain column references need no such
+    help (a column has the input's height); no expression at all drops every column."""
+    if not node.keep_height or all(isinstance(e.expr, Col) for e in node.exprs):
+        if node.keep_height and not node.exprs:
+            return lf.drop(cs.all())
+        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+    computed = {
+        i: to_polars(e.expr).alias(f"{_HEIGHT_TMP}{i}")
+        for i, e in enumerate(node.exprs)
+        if not isinstance(e.expr, Col)
+    }
+    return lf.with_columns(list(computed.values())).select(
+        [
+            pl.col(f"{_HEIGHT_TMP}{i}").alias(e.name)
+            if i in computed
+            else to_polars(e.expr).alias(e.name)
+            for i, e in enumerate(node.exprs)
+        ]
+    )
 
 
 def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -422,8 +455,10 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
 #: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
 #: differs from its in-memory engine (what ``DistEngine`` users compare with): in Polars 2.1
 #: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` of a
-#: group where a column has no value and ``entropy`` of the group whose key is null.
-IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy"})
+#: group where a column has no value and ``entropy`` of the group whose key is null, and
+#: null where the in-memory engine gives false (true for ``bitwise_and``) for the bitwise
+#: aggregations of a Boolean group without a value.
+IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy", "bitwise_and", "bitwise_or", "bitwise_xor"})
 
 
 def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
@@ -489,7 +524,7 @@ def run_fragment(
         parts = _split_hash(df, output)
     else:
         parts = _split_range(df, output)
-    tables = [p.to_arrow() for p in parts]
+    tables = [to_wire(p.to_arrow()) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
     stats = TaskStats(
         pid=os.getpid(),

@@ -856,7 +856,7 @@ class Frame:
         out = [new.pop(n, NamedExpr(n, Col(n, t))) for n, t in self.schema.fields]
         out.extend(i for i in items if i.name in new)
         schema = Schema.of([(i.name, i.dtype) for i in out])
-        return Frame(Project(self.plan, tuple(out), schema))
+        return Frame(Project(self.plan, tuple(out), schema, keep_height=True))
 
     def drop(self, *names: str) -> Frame:
         """All columns but ``names``; raises ``PlanError`` for a name not in the schema."""

@@ -138,11 +138,24 @@ class Scan(PlanNode):
 @dataclass(frozen=True)
 class Project(PlanNode):
     """Evaluate ``exprs`` row by row; the output has exactly these columns, in order.
-    A literal or a scalar aggregate broadcasts to the height of the other columns."""
+    A literal or a scalar aggregate broadcasts to the height of the other columns.
+
+    ``keep_height`` says how many rows the output has when no expression gives a column of
+    its own height (every one is a literal or a scalar aggregate, or there is none):
+
+    * False (Polars' ``select``): one row, the scalars' values (no row at all when there
+      is no expression); ``select(pl.lit(1))`` is one row whatever the input's height.
+    * True (Polars' ``with_columns`` and its column pruning, a SQL projection, a Substrait
+      ``ProjectRel``): the input's height, every scalar broadcast to it, also when the
+      input has no columns (a frame of ``n`` rows and no columns stays ``n`` rows).
+
+    Otherwise both read the same: the height of the expressions that have one.
+    """
 
     input: PlanNode
     exprs: tuple[NamedExpr, ...]
     schema: Schema
+    keep_height: bool = False
 
 
 @dataclass(frozen=True)

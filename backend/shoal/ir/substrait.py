@@ -1220,7 +1220,9 @@ class _Importer:
                 name = f"{ne.name}_{seen[ne.name]}"
             seen.setdefault(name, 0)
             out.append(NamedExpr(name, ne.expr))
-        return Project(node, tuple(out), Schema.of([(ne.name, ne.dtype) for ne in out]))
+        # A Substrait projection (and an emit) is row by row: the input's height.
+        schema = Schema.of([(ne.name, ne.dtype) for ne in out])
+        return Project(node, tuple(out), schema, keep_height=True)
 
     def rename(self, node: PlanNode, names: list[str]) -> PlanNode:
         if not names or names == list(node.schema.names):

@@ -259,19 +259,25 @@ class _Builder:
         with_agg = [e.expr.has_agg() for e in node.exprs]
         reads_cols = any(e.expr.columns() for e in node.exprs)
         if op.num_tasks == 1:
-            return op.wrap(Project(op.node, node.exprs, node.schema))
-        if any(with_agg) and all(
-            with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs)
+            return op.wrap(replace(node, input=op.node))
+        if (
+            not node.keep_height
+            and any(with_agg)
+            and all(with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs))
         ):
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
-        if not all(e.expr.is_row_local() for e in node.exprs) or not reads_cols:
+        # A projection of scalars alone is one row (not one per partition), unless it keeps
+        # its input's height: then each partition broadcasts them to its own rows.
+        if not all(e.expr.is_row_local() for e in node.exprs) or not (
+            reads_cols or node.keep_height
+        ):
             windowed = self.hash_window(op, node) if reads_cols else None
             if windowed is not None:
                 return windowed
             op = self.gather(op, "gather")
-        return op.wrap(Project(op.node, node.exprs, node.schema))
+        return op.wrap(replace(node, input=op.node))
 
     def row_index(self, node: RowIndex) -> _Open:
         """``with_row_index``: in place on one partition, else by prefix offsets
