@@ -314,8 +314,14 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
         # options: propagate_nans (nan_min / nan_max: NaN wins over every number).
         return Agg(f"nan_{name}" if options else name, arg, dtype)
     if name == "count":
-        # Polars: count() skips nulls (include_nulls=False); len() on a column counts all rows.
-        return Agg("len", None, dtype) if options else Agg("count", arg, dtype)
+        # Polars: count() skips nulls (include_nulls=False); len() counts all values.
+        if not options:
+            return Agg("count", arg, dtype)
+        if isinstance(arg, Col) and not arg.name.startswith("__POLARS_CSER_"):
+            return Agg("len", None, dtype)  # a column has the rows of its frame (group)
+        # len() of an expression counts its values, which need not be one per row
+        # (drop_nulls(), filter(), a literal): its values, null or not.
+        return BinaryOp("add", Agg("count", arg, dtype), Agg("null_count", arg, dtype), dtype)
     if name in ("std", "var"):
         return Agg(name, arg, dtype, (("ddof", int(options)),))
     t.error(f"{where}: expression Agg({name})", "aggregate not supported by shoal")

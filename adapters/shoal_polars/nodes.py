@@ -477,6 +477,19 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
     how_name = str(how_raw[0] if isinstance(how_raw, tuple) else how_raw)
     if how_name == "AsOf":
         return _sliced(asof_join(t, node, schema), slice_)
+    if _is_inequality(how_raw) and how_name != "IEJoin":
+        # join_where(how="left"/"right"/"full"): Polars 2.1 shows ("Left", op1, op2), the
+        # join type with the inequality operators of its keys. Only the inner inequality
+        # join (("IEJoin", op1, op2), "Inner" here) is a cross join and a filter.
+        if how_name != "Inner":
+            t.error(
+                f"Join(how={how_name}, inequality)",
+                "join_where with how other than 'inner' is not supported by shoal",
+            )
+            t.plan(node.input_left)
+            t.plan(node.input_right)
+            return t.placeholder(schema)
+        how_name = "IEJoin"
     how = _JOIN_HOW.get(how_name)
     if how is None and how_name != "IEJoin":
         t.error(f"Join(how={how_name})", "join type not supported by shoal")
@@ -525,6 +538,12 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
             # Inner join with a predicate: the rows of the equi-join where it holds.
             out = Filter(out, pred, schema)
     return _sliced(out, slice_)
+
+
+def _is_inequality(how: Any) -> bool:
+    """Whether a Join node's ``how`` option is an inequality join's: (name, operator,
+    operator or None), where a fused predicate gives (name, "fused_predicate") instead."""
+    return isinstance(how, tuple) and len(how) == 3 and not isinstance(how[1], str)
 
 
 def _failed_join_part(

@@ -95,7 +95,7 @@ def describe(node: PlanNode) -> str:
 
 def _describe_temporal(node: AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted) -> str:
     if isinstance(node, MergeSorted):
-        return f"MERGE SORTED BY {node.key}"
+        return f"MERGE SORTED BY {', '.join(node.key)}"
     if isinstance(node, AsofJoin):
         by = f" BY {list(node.left_by)} = {list(node.right_by)}" if node.left_by else ""
         tol = "" if node.tolerance is None else f" TOLERANCE {node.tolerance}"

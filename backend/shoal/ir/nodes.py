@@ -428,14 +428,15 @@ class RollingGroupBy(PlanNode):
 
 @dataclass(frozen=True)
 class MergeSorted(PlanNode):
-    """Two inputs sorted ascending by ``key``, merged into one sorted output (Polars
+    """Two inputs sorted ascending by the columns ``key`` (lexicographically: the first
+    key, then the next among equal ones), merged into one sorted output (Polars
     ``merge_sorted``; rows with equal keys from the two sides come in the order Polars'
     merge of the whole inputs gives them, which is not always left first). Both inputs
     have the node's schema."""
 
     left: PlanNode
     right: PlanNode
-    key: str
+    key: tuple[str, ...]
     schema: Schema
 
 
