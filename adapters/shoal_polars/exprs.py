@@ -105,7 +105,8 @@ def _column(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
 
 def literal_value(value: Any, dtype: pl.DataType) -> Any:
     """The Python value of a Polars literal: a Series becomes a list, an integer duration
-    becomes a ``datetime.timedelta``. Raises ``ValueError`` when a value cannot be kept
+    becomes a ``datetime.timedelta`` (a nanosecond one that is not a whole number of
+    microseconds stays the integer). Raises ``ValueError`` when a value cannot be kept
     exactly."""
     if isinstance(value, pl.Series):
         return value.to_list()
@@ -113,7 +114,7 @@ def literal_value(value: Any, dtype: pl.DataType) -> Any:
         unit = dtype.time_unit or "us"
         if unit == "ns":
             if value % 1000:
-                raise ValueError("nanosecond durations do not fit datetime.timedelta")
+                return value  # its physical integer (see shoal.ir.expr.Lit)
             value //= 1000
             unit = "us"
         return datetime.timedelta(**{"microseconds" if unit == "us" else "milliseconds": value})

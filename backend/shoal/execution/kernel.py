@@ -457,8 +457,11 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
 #: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` of a
 #: group where a column has no value and ``entropy`` of the group whose key is null, and
 #: null where the in-memory engine gives false (true for ``bitwise_and``) for the bitwise
-#: aggregations of a Boolean group without a value.
-IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy", "bitwise_and", "bitwise_or", "bitwise_xor"})
+#: aggregations of a Boolean group without a value; ``drop_nans`` in a group of nulls and
+#: NaN drops the nulls too in the streaming engine.
+IN_MEMORY_FUNCTIONS = frozenset(
+    {"corr", "entropy", "bitwise_and", "bitwise_or", "bitwise_xor", "drop_nans"}
+)
 
 
 def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
