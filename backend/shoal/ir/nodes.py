@@ -149,13 +149,20 @@ class Project(PlanNode):
       ``ProjectRel``): the input's height, every scalar broadcast to it, also when the
       input has no columns (a frame of ``n`` rows and no columns stays ``n`` rows).
 
-    Otherwise both read the same: the height of the expressions that have one.
+    Otherwise both read the same: the height of the expressions that have one, and
+    ``keep_height`` is stored False (one plan, one form: equal plans compare equal).
     """
 
     input: PlanNode
     exprs: tuple[NamedExpr, ...]
     schema: Schema
     keep_height: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep_height and any(
+            ne.expr.columns() and ne.expr.is_row_local() for ne in self.exprs
+        ):
+            object.__setattr__(self, "keep_height", False)
 
 
 @dataclass(frozen=True)
