@@ -157,16 +157,17 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     elif isinstance(node.source, ParquetSource):
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
-        if not cols:
-            return _height_only(part.rows).lazy()
         lfs = [
             pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
             for p in part.pieces
-            if p.rows > 0
+            if p.rows > 0 and cols
         ]
-        if not lfs:
+        if not cols:
+            lf = _height_only(part.rows).lazy()
+        elif not lfs:
             return _empty(node.schema).lazy()
-        lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
+        else:
+            lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
     elif isinstance(node.source, FileSource):
         if not isinstance(part, FilePartition):
             raise RuntimeError("file scan without its partition")
@@ -175,8 +176,9 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
         lf = reader(part.path, **_reader_options(node.source.options))
         if not cols:
-            return _height_only(lf.select(pl.len()).collect().item()).lazy()
-        lf = lf.select(cols)
+            lf = _height_only(lf.select(pl.len()).collect().item()).lazy()
+        else:
+            lf = lf.select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
     if node.predicate is not None:
