@@ -121,9 +121,11 @@ def test_count_after_columns_pruned_to_none(files: Path, name: str) -> None:
         lambda f: f.with_columns(a=pl.lit(1)).select(pl.col("a").sum()),
         lambda f: pl.concat([f, f.head(2)]),
         lambda f: f.with_columns(x=pl.lit(1), y=pl.lit("a")),
+        lambda f: f.unique(),
+        lambda f: f.with_columns(n=pl.len()),
     ],
     ids=["as_is", "len", "row_index", "row_index_filter", "slice", "literal_sum", "concat",
-         "literals"],
+         "literals", "unique", "with_len"],
 )  # fmt: skip
 def test_frame_of_height_without_columns(query: object) -> None:
     """``pl.DataFrame(height=5)`` has 5 rows and no columns, in shoal too."""

@@ -400,7 +400,9 @@ class _Builder:
         op = self.visit(node.input)
         if op.num_tasks == 1:
             return op.wrap(node.with_children((op.node,)))
-        if node.maintain_order:
+        names = node.subset if node.subset is not None else node.schema.names
+        if node.maintain_order or not names:
+            # (A frame of no columns has no key to hash: one task.)
             # Per-partition dedupe keeps each partition's first (last) rows in order; the
             # gather keeps partition order, so a final dedupe is exact. "none" cannot
             # pre-dedupe: a row duplicated across partitions must go.
@@ -412,7 +414,6 @@ class _Builder:
         # outputs are read in partition order), so keep first/last stays exact.
         if node.keep != "none":
             op.wrap(Distinct(op.node, node.subset, node.keep, False, node.schema))
-        names = node.subset if node.subset is not None else node.schema.names
         keys = tuple(Col(n, node.input.schema[n]) for n in names)
         n = self.shuffle_n(op)
         st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
