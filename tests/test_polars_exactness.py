@@ -359,4 +359,3 @@ def test_join_where_other_than_inner_is_refused(how: str) -> None:
         dist(lf)
     inner = left.join_where(right, pl.col("x") < pl.col("y"), pl.col("id") <= pl.col("id2"))
     check(inner, sort=True)
-

@@ -211,9 +211,7 @@ class DistEngine(InMemoryEngine):
                 )
             )
 
-    def _callback(
-        self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None
-    ) -> None:
+    def _callback(self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None) -> None:
         """Polars' post-optimisation callback: translate, then hand Polars the function
         that runs the plan, or leave the plan to Polars (fallback). ``plan_text`` gives
         Polars' text of the plan (see :func:`shoal_polars.translate.translate_plan`)."""
@@ -340,9 +338,7 @@ def optimised_plan(
 
         schema = found["schema"] = nt.get_schema()
         try:
-            found["plan"] = translate_plan(
-                nt, _plan_text(lf, optimizations or pl.QueryOptFlags())
-            )
+            found["plan"] = translate_plan(nt, _plan_text(lf, optimizations or pl.QueryOptFlags()))
         except Exception as exc:
             nt.set_udf(_raiser(exc))
             return

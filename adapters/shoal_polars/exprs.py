@@ -121,7 +121,7 @@ def literal_value(value: Any, dtype: pl.DataType) -> Any:
     return value
 
 
-def _has_time_of_day(dtype: pl.DataType) -> bool:
+def _has_time_of_day(dtype: Any) -> bool:
     """Whether ``dtype`` is or holds (in lists, arrays, structs) a Datetime, Duration or
     Time."""
     if isinstance(dtype, pl.Datetime | pl.Duration | pl.Time):
@@ -133,7 +133,7 @@ def _has_time_of_day(dtype: pl.DataType) -> bool:
     return False
 
 
-def _submicro_dtype(dtype: pl.DataType) -> bool:
+def _submicro_dtype(dtype: Any) -> bool:
     """Whether values of ``dtype`` may be finer than Python's datetime types hold."""
     if isinstance(dtype, pl.Datetime | pl.Duration):
         return dtype.time_unit == "ns"
@@ -354,8 +354,8 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         # "arg_max" (crates/polars-python/src/lazyframe/visitor/expr_nodes.rs); arg_max
         # itself has no parameters.
         descending, nulls_last = (bool(x) for x in extra)
-        options = (("descending", descending), ("nulls_last", nulls_last))
-        return Function("arg_sort", args, options, dtype)
+        order = (("descending", descending), ("nulls_last", nulls_last))
+        return Function("arg_sort", args, order, dtype)
     if key in ("null_count", "product", "arg_min", "arg_max"):
         if extra:
             t.error(f"{where}: expression Function({key})", f"unexpected parameters {extra!r}")

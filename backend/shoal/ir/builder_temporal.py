@@ -323,9 +323,7 @@ def join_asof(
     return Frame(AsofJoin(left=left.plan, right=right.plan, schema=schema, **options))
 
 
-def merge_sorted(
-    left: Frame, right: Frame, key: builtins.str | Sequence[builtins.str]
-) -> Frame:
+def merge_sorted(left: Frame, right: Frame, key: builtins.str | Sequence[builtins.str]) -> Frame:
     """See :meth:`shoal.ir.builder.Frame.merge_sorted`."""
     where = "MergeSorted"
     if not isinstance(right, Frame):
