@@ -236,6 +236,15 @@ def test_len_of_an_expression_counts_its_values(expr: pl.Expr) -> None:
     check(lf.group_by("k").agg(expr), sort=True)
 
 
+def test_drop_nans_keeps_nulls_in_a_filter_and_a_window() -> None:
+    """Polars' streaming engine (a task's plain collect) drops the nulls too."""
+    lf = pl.LazyFrame(
+        {"k": [2, 2, 2, 1, 1, 1], "y": [None, float("nan"), float("nan"), 1.0, None, -0.0]}
+    )
+    check(lf.filter(pl.col("y").drop_nans().len().over("k") > 1))
+    check(lf.with_columns(n=pl.col("y").drop_nans().len().over("k")))
+
+
 # ------------------------------------------------------- aggregations across partitions
 
 

@@ -240,7 +240,8 @@ def build(
         out = _project(build(node.input, inputs, scan), node)
         return in_memory(out) if needs_in_memory(node.exprs) else out
     if isinstance(node, Filter):
-        return build(node.input, inputs, scan).filter(to_polars(node.predicate))
+        out = build(node.input, inputs, scan).filter(to_polars(node.predicate))
+        return in_memory(out) if needs_in_memory((NamedExpr("", node.predicate),)) else out
     if isinstance(node, Aggregate):
         lf = build(node.input, inputs, scan)
         aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
