@@ -35,7 +35,8 @@ def describe(node: PlanNode) -> str:
         pred = f" WHERE {node.predicate}" if node.predicate is not None else ""
         return f"SCAN {node.source.describe()} COLUMNS {list(node.schema.names)}{pred}"
     if isinstance(node, Project):
-        return "PROJECT " + ", ".join(map(str, node.exprs))
+        keep = " KEEP HEIGHT" if node.keep_height else ""
+        return "PROJECT " + ", ".join(map(str, node.exprs)) + keep
     if isinstance(node, Filter):
         return f"FILTER {node.predicate}"
     if isinstance(node, Aggregate):
