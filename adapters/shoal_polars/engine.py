@@ -248,7 +248,7 @@ class DistEngine(InMemoryEngine):
 
 def _plan_text(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Callable[[], str]:
     """Polars' text of ``lf``'s optimised plan, when called (see ``translate_plan``)."""
-    return lambda: lf.explain(optimizations=optimizations)
+    return lambda: lf.explain(engine="in-memory", optimizations=optimizations)
 
 
 def _raiser(exc: BaseException) -> Callable[..., pl.DataFrame]:
