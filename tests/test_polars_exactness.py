@@ -368,3 +368,15 @@ def test_join_where_other_than_inner_is_refused(how: str) -> None:
         dist(lf)
     inner = left.join_where(right, pl.col("x") < pl.col("y"), pl.col("id") <= pl.col("id2"))
     check(inner, sort=True)
+
+
+def test_join_where_on_comparisons_an_iejoin_does_not_take() -> None:
+    """Strings and booleans: Polars makes a nested-loop join (a cross join with a
+    predicate), which is the cross join's rows where the predicate holds."""
+    a = pl.LazyFrame(
+        {"id": [1, 2, 3, None], "s": ["a", "c", "b", "d"], "b": [True, False, None, True]}
+    )
+    b = pl.LazyFrame({"id2": [1, 2, 3], "s2": ["b", "a", None], "c": [True, True, False]})
+    check(a.join_where(b, pl.col("s") < pl.col("s2")), sort=True)
+    check(a.join_where(b, pl.col("b") & pl.col("c")), sort=True)
+    check(a.join_where(b, pl.col("id") <= pl.col("id2"), pl.col("s") != pl.col("s2")), sort=True)

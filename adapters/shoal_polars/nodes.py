@@ -493,7 +493,10 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
     how = _JOIN_HOW.get(how_name)
     if how is None and how_name != "IEJoin":
         t.error(f"Join(how={how_name})", "join type not supported by shoal")
-    if node.predicate is not None and how_name != "Inner":
+    if node.predicate is not None and how_name not in ("Inner", "Cross"):
+        # ("Cross", "cross_and_filter") with a predicate: an inner nested-loop join
+        # (join_where on comparisons an IEJoin does not take), the rows of the cross join
+        # where the predicate holds; a left one keeps unmatched rows, which a filter loses.
         t.error(f"Join(how={how_name})", "join predicates are supported on inner joins only")
     order = cast(JoinOrder, str(maintain_order or "none"))
     if order not in _JOIN_ORDERS:
@@ -535,7 +538,7 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
         # A fused predicate reads the join's output columns (suffixed names included).
         pred = None if node.predicate is None else t.expr(node.predicate.node, "Join")
         if pred is not None and not _is_true(pred):
-            # Inner join with a predicate: the rows of the equi-join where it holds.
+            # Inner (or cross) join with a predicate: the rows of the join where it holds.
             out = Filter(out, pred, schema)
     return _sliced(out, slice_)
 
