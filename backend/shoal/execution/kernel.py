@@ -258,6 +258,10 @@ def build(
             return left.join(
                 right, how="cross", suffix=node.suffix, maintain_order=node.maintain_order
             )
+        # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
+        # in-memory engine does whatever maintain_order says (its streaming engine, which a
+        # task's collect runs, may not), so that a partition's rows stay in input order.
+        order = "left" if node.how in ("semi", "anti") else node.maintain_order
         return left.join(
             right,
             left_on=[to_polars(e) for e in node.left_on],
@@ -266,7 +270,7 @@ def build(
             suffix=node.suffix,
             nulls_equal=node.nulls_equal,
             coalesce=node.coalesce,
-            maintain_order=node.maintain_order,
+            maintain_order=order,  # type: ignore[arg-type]
         )
     if isinstance(node, Sort):
         lf = build(node.input, inputs, scan)

@@ -633,11 +633,20 @@ class _Exporter:
         if isinstance(node, Project):
             ref = self.refs(node.input.schema)
             n_in = len(node.input.schema)
+            expressions = [self.expr(ne.expr, ref) for ne in node.exprs]
+            if not node.keep_height and not any(
+                ne.expr.columns() and ne.expr.is_row_local() for ne in node.exprs
+            ):
+                # A ProjectRel computes its expressions once per input row.
+                raise UnsupportedError(
+                    "Substrait export: a projection of scalars alone (one row, Polars' "
+                    "select) has no ProjectRel form"
+                )
             return stalg.Rel(
                 project=stalg.ProjectRel(
                     common=self.common(node.schema, emit=range(n_in, n_in + len(node.exprs))),
                     input=self.rel(node.input),
-                    expressions=[self.expr(ne.expr, ref) for ne in node.exprs],
+                    expressions=expressions,
                 )
             )
         if isinstance(node, Aggregate):
