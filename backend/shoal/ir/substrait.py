@@ -633,6 +633,8 @@ class _Exporter:
         if isinstance(node, Project):
             ref = self.refs(node.input.schema)
             n_in = len(node.input.schema)
+            common = self.common(node.schema, emit=range(n_in, n_in + len(node.exprs)))
+            child = self.rel(node.input)  # (before the expressions: extension anchors)
             expressions = [self.expr(ne.expr, ref) for ne in node.exprs]
             if not node.keep_height and not any(
                 ne.expr.columns() and ne.expr.is_row_local() for ne in node.exprs
@@ -643,11 +645,7 @@ class _Exporter:
                     "select) has no ProjectRel form"
                 )
             return stalg.Rel(
-                project=stalg.ProjectRel(
-                    common=self.common(node.schema, emit=range(n_in, n_in + len(node.exprs))),
-                    input=self.rel(node.input),
-                    expressions=expressions,
-                )
+                project=stalg.ProjectRel(common=common, input=child, expressions=expressions)
             )
         if isinstance(node, Aggregate):
             return self.aggregate(node)
