@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -251,7 +252,14 @@ def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanN
 
     check_version(nt)
     t = Translator(nt, plan_text)
-    plan = t.plan()
+    try:
+        plan = t.plan()
+    except RecursionError:
+        raise UnsupportedError(
+            "shoal cannot run this Polars query: its plan or an expression in it is nested "
+            f"too deeply to translate (Python's recursion limit is {sys.getrecursionlimit()} "
+            "frames, about half as many levels)"
+        ) from None
     if t.errors:
         listing = "\n".join(f"  - {e}" for e in t.errors)
         raise UnsupportedError(
