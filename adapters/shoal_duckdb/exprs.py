@@ -46,7 +46,7 @@ import pyarrow as pa
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
-from shoal_duckdb.types import Interval, dtype_of, type_name, value_of
+from shoal_duckdb.types import Interval, dtype_of, known_zone, type_name, value_of
 
 INT8 = DataType(pa.int8())
 INT16 = DataType(pa.int16())
@@ -141,6 +141,8 @@ def duck_cast(e: Expr, target: DataType, try_cast: bool = False) -> Expr:
     if src == target:
         return e
     strict = not try_cast
+    if is_tstz(src) or is_tstz(target):
+        return _tstz_cast(e, target, strict)
     if target.is_integer and src.is_float:  # C's nearbyint: half to even
         return cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, strict)
     if target.is_integer and src.is_decimal:
@@ -154,6 +156,131 @@ def duck_cast(e: Expr, target: DataType, try_cast: bool = False) -> Expr:
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
     return cast(e, target, strict)
+
+
+# ---------------------------------------------------------------- time zones
+
+
+def is_tstz(dtype: DataType) -> bool:
+    """Whether ``dtype`` is a TIMESTAMP WITH TIME ZONE (an Arrow timestamp with a zone)."""
+    return pa.types.is_timestamp(dtype.arrow) and dtype.arrow.tz is not None
+
+
+def _naive(dtype: DataType) -> DataType:
+    return DataType(pa.timestamp(dtype.arrow.unit))
+
+
+def local_time(x: Expr) -> Expr:
+    """The wall-clock time (a TIMESTAMP) at which the instants of TIMESTAMPTZ ``x`` are
+    shown in its zone: DuckDB's ``CAST(x AS TIMESTAMP)``, and what its calendar functions
+    (date parts, ``date_trunc``, ``strftime``) read."""
+    return fn("dt.replace_time_zone", [x], _naive(x.dtype), time_zone=None)
+
+
+def utc_offset(x: Expr) -> Expr:
+    """The UTC offset (microseconds, BIGINT) in effect at the instants of TIMESTAMPTZ ``x``."""
+    local = fn("dt.timestamp", [local_time(x)], INT64, time_unit="us")
+    return binop("sub", local, fn("dt.timestamp", [x], INT64, time_unit="us"), INT64)
+
+
+def from_local(x: Expr, dtype: DataType, prefer_offset: Expr | None = None) -> Expr:
+    """The instants (TIMESTAMPTZ ``dtype``) at which the wall-clock times ``x`` (TIMESTAMP)
+    are shown in ``dtype``'s zone: DuckDB's ``CAST(x AS TIMESTAMPTZ)``.
+
+    Where a time zone transition makes a wall-clock time ambiguous or skips it, DuckDB (ICU,
+    ``UCAL_WALLTIME_LAST`` for both) takes the later of the two readings: a repeated time is
+    read with the offset after the transition (``2024-11-03 01:30`` in New York is 06:30
+    UTC), a skipped one with the offset before it (``2024-03-10 02:30`` is 07:30 UTC, shown
+    as 03:30). The kernel gives the first directly (``ambiguous='latest'``); a skipped time
+    comes out NULL there and is read instead as the time one day earlier, plus 24 hours
+    (transitions are never a day apart).
+
+    ``prefer_offset`` (microseconds): a repeated time is read with this offset where it is
+    one of its two readings (ICU's ``add`` of days keeps the offset it started from).
+    """
+    zone = dtype.arrow.tz
+    x = cast(x, _naive(dtype))
+    ambiguous: Expr = lit("latest", STRING)
+    if prefer_offset is not None:
+        earliest = fn(
+            "dt.replace_time_zone",
+            [x, lit("earliest", STRING)],
+            dtype,
+            time_zone=zone,
+            non_existent="null",
+        )
+        earliest_offset = binop(
+            "sub",
+            fn("dt.timestamp", [x], INT64, time_unit="us"),
+            fn("dt.timestamp", [earliest], INT64, time_unit="us"),
+            INT64,
+        )
+        ambiguous = Ternary(
+            compare("eq", earliest_offset, prefer_offset),
+            lit("earliest", STRING),
+            lit("latest", STRING),
+            STRING,
+        )
+    direct = fn("dt.replace_time_zone", [x, ambiguous], dtype, time_zone=zone, non_existent="null")
+    day_before = fn("dt.offset_by", [x], x.dtype, by="-1d")
+    earlier = fn(
+        "dt.replace_time_zone",
+        [day_before, lit("latest", STRING)],
+        dtype,
+        time_zone=zone,
+        non_existent="null",
+    )
+    return fn("coalesce", [direct, fn("dt.offset_by", [earlier], dtype, by="24h")], dtype)
+
+
+def add_interval_tstz(x: Expr, iv: Interval) -> Expr:
+    """TIMESTAMPTZ ``x`` plus the interval ``iv``, as DuckDB's ICU arithmetic does it.
+
+    Months move the wall-clock time in the session's zone (clamped to the month's end) and
+    are read back as :func:`from_local` does; days move the wall-clock time too but keep
+    the UTC offset the time had where the new time is repeated (ICU's ``add`` of days);
+    hours and smaller units move the instant. DuckDB 2.0 adds months, then days, then the
+    rest when no part is negative; when one is, the rest first, then months, then days (seen
+    in DuckDB 2.0.1: from 2024-01-30 23:30 UTC, ``+ INTERVAL '1 month 1 day -1 hour'`` is
+    2024-03-01 22:30).
+    """
+
+    def months(v: Expr) -> Expr:
+        moved = fn("dt.offset_by", [local_time(v)], _naive(v.dtype), by=f"{iv.months}mo")
+        return from_local(moved, v.dtype)
+
+    def days(v: Expr) -> Expr:
+        moved = fn("dt.offset_by", [local_time(v)], _naive(v.dtype), by=f"{iv.days}d")
+        return from_local(moved, v.dtype, prefer_offset=utc_offset(v))
+
+    def micros(v: Expr) -> Expr:
+        return fn("dt.offset_by", [v], v.dtype, by=f"{iv.micros}us")
+
+    steps = [(iv.months, months), (iv.days, days), (iv.micros, micros)]
+    if min(iv.months, iv.days, iv.micros) < 0:
+        steps = [steps[2], steps[0], steps[1]]
+    out = x
+    for amount, step in steps:
+        if amount:
+            out = step(out)
+    return out
+
+
+def _tstz_cast(e: Expr, target: DataType, strict: bool) -> Expr:
+    """DuckDB's casts from and to TIMESTAMPTZ: to TIMESTAMP and DATE through the
+    wall-clock time in the session's zone, from them by :func:`from_local`."""
+    src = e.dtype
+    if is_tstz(src) and is_tstz(target):  # one zone per plan; only the unit may differ
+        return cast(e, target, strict)
+    if is_tstz(src):
+        if pa.types.is_timestamp(target.arrow) or pa.types.is_date32(target.arrow):
+            return cast(local_time(e), target, strict)
+        raise Unsupported(f"cast of TIMESTAMP WITH TIME ZONE to {target}")
+    if pa.types.is_timestamp(src.arrow) or pa.types.is_date32(src.arrow):
+        return from_local(cast(e, _naive(target), strict), target)
+    if pa.types.is_null(src.arrow):
+        return lit(None, target)
+    raise Unsupported(f"cast of {src} to TIMESTAMP WITH TIME ZONE")
 
 
 # ---------------------------------------------------------------- translation
@@ -444,8 +571,13 @@ def _days(x: Expr) -> Expr:
 
 
 def add_interval(x: Expr, iv: Interval, sign: int, dtype: DataType) -> Expr:
-    """``x`` (DATE or TIMESTAMP) plus ``sign`` times the interval, as ``dtype``."""
+    """``x`` (DATE, TIMESTAMP or TIMESTAMPTZ) plus ``sign`` times the interval, as ``dtype``.
+
+    A TIMESTAMPTZ follows DuckDB's ICU arithmetic (:func:`add_interval_tstz`)."""
     out = cast(x, TIMESTAMP_US) if _is_date(x) else x
+    if is_tstz(out.dtype):
+        signed = Interval(sign * iv.months, sign * iv.days, sign * iv.micros)
+        return cast(add_interval_tstz(out, signed), dtype)
     for amount, unit in ((iv.months, "mo"), (iv.days, "d"), (iv.micros, "us")):
         if amount:
             out = fn("dt.offset_by", [out], out.dtype, by=f"{sign * amount}{unit}")
@@ -931,18 +1063,80 @@ _PARTS: dict[str, str] = {
 }
 
 
+#: Parts of the time under a minute, with the multiplier of whole seconds (DuckDB's
+#: ``millisecond`` and ``microsecond`` count from the start of the minute).
+_SUBMINUTE = {
+    "millisecond": ("dt.millisecond", 1000),
+    "milliseconds": ("dt.millisecond", 1000),
+    "ms": ("dt.millisecond", 1000),
+    "microsecond": ("dt.microsecond", 1_000_000),
+    "microseconds": ("dt.microsecond", 1_000_000),
+    "us": ("dt.microsecond", 1_000_000),
+}
+
+
+def epoch_micros(x: Expr) -> Expr:
+    """Microseconds since 1970-01-01 (UTC for a TIMESTAMPTZ: the instant; the wall-clock
+    time read as UTC for a TIMESTAMP; midnight for a DATE), as BIGINT."""
+    if _is_date(x):
+        x = cast(x, TIMESTAMP_US)
+    if not _is_timestamp(x):
+        raise Unsupported(f"epoch of {x.dtype}")
+    return fn("dt.timestamp", [x], INT64, time_unit="us")
+
+
+def exact_divide(x: Expr, divisor: float) -> Expr:
+    """``x / divisor`` (DOUBLE) rounded correctly, as DuckDB divides.
+
+    Polars 2.1 divides a float column by a scalar as a multiplication by its reciprocal
+    (``1709990042002000.0 / 1e6`` gives ``1709990042.0019999``, not ``.002``) except in
+    the remainder of its SIMD loop; a divisor that is a column of the same length is
+    divided element by element, which IEEE 754 rounds correctly."""
+    column = Ternary(is_null(x), lit(None, FLOAT64), lit(divisor, FLOAT64), FLOAT64)
+    return binop("truediv", x, column, FLOAT64)
+
+
 def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
-    """DuckDB ``date_part(part, x)`` for the parts in :data:`_PARTS`."""
-    impl = _PARTS.get(part.lower())
-    if impl is None:
-        raise Unsupported(f"date part {part!r}")
+    """DuckDB ``date_part(part, x)`` for the parts in :data:`_PARTS`, ``epoch`` (seconds
+    since 1970-01-01 as DOUBLE) and the sub-minute ``millisecond``/``microsecond``. The
+    calendar parts of a TIMESTAMPTZ are those of its wall-clock time in the session's zone."""
+    p = part.lower()
     if not x.dtype.is_temporal:
         raise Unsupported(f"date part of {x.dtype}")
+    if p == "epoch":
+        return cast(exact_divide(cast(epoch_micros(x), FLOAT64), 1e6), dtype)
+    if is_tstz(x.dtype):
+        x = local_time(x)
+    if p in _SUBMINUTE:
+        sub, scale = _SUBMINUTE[p]
+        whole = binop("mul", cast(fn("dt.second", [x], INT8), INT64), lit(scale, INT64), INT64)
+        frac = cast(fn(sub, [x], INT32), INT64)
+        return cast(binop("add", whole, frac, INT64), dtype)
+    impl = _PARTS.get(p)
+    if impl is None:
+        raise Unsupported(f"date part {part!r}")
     kernel_type = {"dt.year": INT32, "dt.ordinal_day": INT16}.get(impl, INT8)
     out: Expr = cast(fn(impl, [x], kernel_type), INT64)
-    if part.lower() in ("dayofweek", "dow"):  # DuckDB: Sunday 0 .. Saturday 6
+    if p in ("dayofweek", "dow"):  # DuckDB: Sunday 0 .. Saturday 6
         out = binop("mod", out, lit(7, INT64), INT64)
     return cast(out, dtype)
+
+
+@_register("epoch")
+def _epoch(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    return date_part("epoch", x, dtype)
+
+
+@_register("epoch_ms", "epoch_us")
+def _epoch_int(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    if not x.dtype.is_temporal:  # epoch_ms(BIGINT) is the inverse: a TIMESTAMP
+        raise Unsupported(f"{e['qname']['path'][-1]}() of {x.dtype}")
+    micros = epoch_micros(x)
+    if e["qname"]["path"][-1].lower() == "epoch_ms":  # floored, as DuckDB does
+        micros = binop("floordiv", micros, lit(1000, INT64), INT64)
+    return cast(micros, dtype)
 
 
 def _part_function(part: str) -> FunctionHandler:
@@ -953,7 +1147,7 @@ def _part_function(part: str) -> FunctionHandler:
     return handler
 
 
-for _part in _PARTS:
+for _part in (*_PARTS, "millisecond", "microsecond"):
     SCALAR_FUNCTIONS.setdefault(_part, _part_function(_part))
 
 
@@ -983,7 +1177,36 @@ def _date_trunc(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         raise Unsupported(f"date_trunc to {part}")
     if _is_date(x) and pa.types.is_timestamp(dtype.arrow):
         x = cast(x, TIMESTAMP_US)
+    if is_tstz(x.dtype):
+        # The wall-clock time truncated, read back in the zone (so that a truncation into
+        # a repeated hour lands where DuckDB's does: see from_local).
+        local = local_time(x)
+        truncated = fn("dt.truncate", [local, lit(every, STRING)], local.dtype)
+        if is_tstz(dtype):
+            return from_local(truncated, dtype)
+        return cast(truncated, dtype)
     return cast(fn("dt.truncate", [x, lit(every, STRING)], x.dtype), dtype)
+
+
+@_register("timezone")
+def _timezone(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``timezone(zone, x)`` (``x AT TIME ZONE zone``): the wall-clock time in ``zone`` of
+    a TIMESTAMPTZ (a TIMESTAMP), or the instant at which a TIMESTAMP is shown in ``zone``."""
+    args = _args(t, e)
+    if len(args) != 2:
+        raise Unsupported("timezone() with one argument")
+    zone, x = args
+    name = _const(zone, "timezone()'s zone")
+    if name is None:
+        return lit(None, dtype)
+    there = DataType(pa.timestamp("us", tz=str(name)))
+    if not known_zone(str(name)):
+        raise Unsupported(f"time zone {name!r} is not one the kernel (Polars) knows")
+    if is_tstz(x.dtype):
+        return cast(local_time(cast(x, there)), dtype)
+    if _is_timestamp(x) or _is_date(x):
+        return cast(from_local(cast(x, TIMESTAMP_US), there), dtype)
+    raise Unsupported(f"timezone() of {x.dtype}")
 
 
 @_register("last_day")
@@ -995,7 +1218,12 @@ def _last_day(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 @_register("strftime")
 def _strftime(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     x, f = _args(t, e)
-    return fn("dt.to_string", [x], STRING, format=str(_const(f, "the strftime format")))
+    fmt = str(_const(f, "the strftime format"))
+    if is_tstz(x.dtype):
+        if "%z" in fmt or "%Z" in fmt:
+            raise Unsupported("strftime() of a TIMESTAMP WITH TIME ZONE with %z or %Z")
+        x = local_time(x)
+    return fn("dt.to_string", [x], STRING, format=fmt)
 
 
 # ---------------------------------------------------------------- aggregates

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
@@ -52,13 +53,14 @@ from shoal_duckdb.exprs import (
     fn,
     is_not_null,
     is_null,
+    is_tstz,
     lit,
     or_all,
     python_value,
     raise_where,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
-from shoal_duckdb.types import dtype_of, value_of
+from shoal_duckdb.types import dtype_of, time_zone, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
 _VIRTUAL = (
@@ -129,6 +131,9 @@ class Translator:
         self._tables: dict[tuple[str, ...], pa.Table] = {}
         setting = con.sql("SELECT current_setting('error_on_division_by_zero')").fetchall()
         self.error_on_division_by_zero = bool(setting[0][0]) if setting else True
+        #: DuckDB's ``TimeZone`` and ``Calendar`` settings (ICU): the zone of every
+        #: TIMESTAMPTZ in the plan (see :func:`shoal_duckdb.types.time_zone`).
+        self.time_zone, self.calendar = _zone_settings(con)
 
     # -- errors -------------------------------------------------------------------------
 
@@ -302,6 +307,16 @@ class Translator:
         return got
 
 
+def _zone_settings(con: Any) -> tuple[str, str]:
+    """The connection's ``TimeZone`` and ``Calendar`` settings (``UTC`` and ``gregorian``
+    when DuckDB has no ICU extension loaded, as it then knows only UTC)."""
+    try:
+        rows = con.sql("SELECT current_setting('TimeZone'), current_setting('Calendar')").fetchall()
+    except duckdb.Error:
+        return "UTC", "gregorian"
+    return str(rows[0][0]), str(rows[0][1])
+
+
 class _AnyColumns(Sequence[Col]):
     """Columns of an operator that could not be translated: any index is a column of
     unknown type (its readers translate their expressions only to report their errors)."""
@@ -331,7 +346,8 @@ def translate(
     """
     t = Translator(con, standins)
     try:
-        rel = t.exact(t.plan(root))
+        with time_zone(t.time_zone, t.calendar):
+            rel = t.exact(t.plan(root))
         if any(c.name.lower() in t.virtual for c in rel.cols):
             t.error("result", _VIRTUAL)
     except _Failed:
@@ -368,7 +384,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
         source: Any = ParquetSource(standin.paths)
-        schema = Schema.of(scanned)
+        schema = Schema.of(_as_in_files(scanned, standin.paths))
     else:
         if standin is not None:
             arrow = t.con.sql(standin.source_sql).to_arrow_table().select([n for n, _ in scanned])
@@ -417,6 +433,27 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         fields = (*node.schema.fields, (keep.name, keep.dtype))
         rel = Rel(Project(node.input, exprs, Schema(fields)), rel.cols)
     return rel
+
+
+def _as_in_files(
+    scanned: list[tuple[str, DataType]], paths: Sequence[str]
+) -> list[tuple[str, DataType]]:
+    """The scan's column types as the kernel reads them from the Parquet files: a
+    TIMESTAMPTZ column comes with the zone (and unit) the file holds (UTC, or the zone in
+    its Arrow schema), not the session's; the scan's projection converts it (the same
+    instants)."""
+    if not paths or not any(is_tstz(dt) for _, dt in scanned):
+        return scanned
+    import polars as pl
+
+    in_file = pl.read_parquet_schema(paths[0])
+    out = []
+    for name, dtype in scanned:
+        got = in_file.get(name)
+        if is_tstz(dtype) and isinstance(got, pl.Datetime) and got.time_zone is not None:
+            dtype = DataType.from_polars(got)
+        out.append((name, dtype))
+    return out
 
 
 def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) -> Rel:

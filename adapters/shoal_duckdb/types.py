@@ -9,13 +9,18 @@ turns a serialised constant into the Python value that the IR's ``Lit`` carries.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import decimal
+import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
@@ -50,6 +55,56 @@ _SIMPLE: dict[str, pa.DataType] = {
 _EPOCH = datetime.date(1970, 1, 1)
 _EPOCH_TS = datetime.datetime(1970, 1, 1)
 
+#: The connection's ``TimeZone`` setting while a plan is translated (see :func:`time_zone`),
+#: or the reason TIMESTAMPTZ cannot be carried (an unknown zone, a non-Gregorian calendar).
+_TIME_ZONE: contextvars.ContextVar[tuple[str | None, str]] = contextvars.ContextVar(
+    "shoal_duckdb_time_zone", default=(None, "no TimeZone setting (outside a translation)")
+)
+
+
+@contextlib.contextmanager
+def time_zone(zone: str, calendar: str = "gregorian") -> Iterator[None]:
+    """Translate with ``zone`` (the connection's ``TimeZone`` setting) as the zone of
+    ``TIMESTAMP WITH TIME ZONE``; ``calendar`` is its ``Calendar`` setting.
+
+    DuckDB stores a TIMESTAMPTZ as an instant (microseconds since 1970-01-01 UTC) and
+    applies the session's ``TimeZone`` wherever a calendar is needed: casts to and from
+    TIMESTAMP and DATE, date parts, ``date_trunc``, interval arithmetic, display. Its Arrow
+    export is ``timestamp[us, tz=<TimeZone>]``; shoal's IR type is the same, so the zone is
+    explicit in every TIMESTAMPTZ type of the plan, and the kernel's calendar functions on
+    it work in that zone. A zone the kernel (Polars, the IANA database) does not know, or a
+    calendar other than the Gregorian, makes TIMESTAMPTZ unsupported.
+    """
+    reason = ""
+    if calendar.lower() != "gregorian":
+        reason = f"Calendar setting {calendar!r} (shoal computes in the Gregorian calendar)"
+    elif not known_zone(zone):
+        reason = f"TimeZone setting {zone!r} is not a zone the kernel (Polars) knows"
+    token = _TIME_ZONE.set((None if reason else zone, reason))
+    try:
+        yield
+    finally:
+        _TIME_ZONE.reset(token)
+
+
+@functools.lru_cache(maxsize=64)
+def known_zone(zone: str) -> bool:
+    """Whether the kernel (Polars' IANA time zone database) knows ``zone``."""
+    try:
+        pl.Series([0], dtype=pl.Int64).cast(pl.Datetime("us", zone))
+    except Exception:
+        return False
+    return True
+
+
+def session_time_zone() -> str:
+    """The zone set by :func:`time_zone`; raises :class:`shoal.UnsupportedError` (with the
+    reason) when TIMESTAMPTZ cannot be carried."""
+    zone, reason = _TIME_ZONE.get()
+    if zone is None:
+        raise UnsupportedError(f"TIMESTAMP WITH TIME ZONE: {reason}")
+    return zone
+
 
 def type_name(t: dict[str, Any]) -> str:
     """A short readable name of a serialised DuckDB type (``DECIMAL(15,2)``, ``INTEGER[]``)."""
@@ -81,6 +136,8 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
     if tid == "DECIMAL":
         width, scale = int(info["width"]), int(info["scale"])
         return pa.decimal128(width, scale)
+    if tid == "TIMESTAMP WITH TIME ZONE":
+        return pa.timestamp("us", tz=session_time_zone())
     if tid == "LIST":
         return pa.large_list(arrow_of(info["child_type"]))
     if tid == "STRUCT":
@@ -160,12 +217,24 @@ def value_of(v: dict[str, Any]) -> Any:
         return _EPOCH_TS + datetime.timedelta(milliseconds=int(raw))
     if tid == "TIMESTAMP_S":
         return _EPOCH_TS + datetime.timedelta(seconds=int(raw))
+    if tid == "TIMESTAMP WITH TIME ZONE":  # an instant: microseconds since the epoch, UTC
+        utc = (_EPOCH_TS + datetime.timedelta(microseconds=int(raw))).replace(tzinfo=datetime.UTC)
+        return utc.astimezone(_zoneinfo(session_time_zone()))
     if tid == "INTERVAL":
         return Interval(int(raw["months"]), int(raw["days"]), int(raw["micros"]))
     if tid == "LIST":
         child = t["type_info"]["child_type"]
         return [value_of({"type": child, **c}) for c in raw["children"]]
     raise UnsupportedError(f"constant of DuckDB type {type_name(t)} is not supported by shoal")
+
+
+def _zoneinfo(zone: str) -> datetime.tzinfo:
+    import zoneinfo
+
+    try:
+        return zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise UnsupportedError(f"time zone {zone!r} (TimeZone setting) is not known") from None
 
 
 _SPECIAL_FLOATS = re.compile(r'"(?:\\.|[^"\\])*"|(-?)\b(nan|inf(?:inity)?)\b', re.IGNORECASE)

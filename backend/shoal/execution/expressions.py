@@ -118,6 +118,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.hour": lambda a, o: a[0].dt.hour(),
     "dt.minute": lambda a, o: a[0].dt.minute(),
     "dt.second": lambda a, o: a[0].dt.second(),
+    "dt.millisecond": lambda a, o: a[0].dt.millisecond(),
+    "dt.microsecond": lambda a, o: a[0].dt.microsecond(),
     "dt.weekday": lambda a, o: a[0].dt.weekday(),
     "dt.week": lambda a, o: a[0].dt.week(),
     "dt.ordinal_day": lambda a, o: a[0].dt.ordinal_day(),

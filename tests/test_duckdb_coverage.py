@@ -1,0 +1,230 @@
+"""shoal.duckdb: constructs that used to fall back to DuckDB on the driver and now run
+distributed, each compared with native DuckDB (``con.sql(q)``): the same result types and
+the same rows, on tables split into several partitions, with NULLs, NaN and a partition
+that a filter empties.
+
+TIMESTAMP WITH TIME ZONE comes first: it is carried as an Arrow timestamp in the
+connection's ``TimeZone``, with DuckDB's (ICU's) rules for wall-clock times that a daylight
+saving transition repeats or skips. Runs on the local runner, except the last test (Ray).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import shoal
+from shoal.ir.validate import validate
+
+#: Tiny partitions: every in-memory table is split into 3 partitions.
+CONFIG = shoal.Config(
+    runner="local", default_partitions=3, shuffle_partitions=3, target_partition_bytes=1024
+)
+
+
+def _norm(v: Any) -> Any:
+    """A value that compares as DuckDB's results should: NaN equal to NaN, -0.0 apart."""
+    if isinstance(v, float):
+        return ("float", "nan" if math.isnan(v) else repr(v))
+    if isinstance(v, list):
+        return [_norm(x) for x in v]
+    if isinstance(v, tuple):
+        return tuple(_norm(x) for x in v)
+    if isinstance(v, dict):
+        return {k: _norm(x) for k, x in v.items()}
+    return v
+
+
+def check(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    ordered: bool = True,
+    config: shoal.Config = CONFIG,
+) -> list[tuple[Any, ...]]:
+    """Run ``query`` with shoal (``raise_on_fail=True``: no fallback) and with DuckDB;
+    assert the same column names, the same DuckDB types and the same rows (in order when
+    ``ordered``, else as multisets). Returns the rows."""
+    validate(shoal.duckdb.to_ir(con, query))
+    got_rel = shoal.duckdb.sql(con, query, raise_on_fail=True, config=config)
+    want_rel = con.sql(query)
+    assert got_rel.columns == want_rel.columns
+    assert [str(t) for t in got_rel.types] == [str(t) for t in want_rel.types]
+    got = [_norm(r) for r in got_rel.fetchall()]
+    want = [_norm(r) for r in want_rel.fetchall()]
+    if not ordered:
+        got, want = sorted(got, key=repr), sorted(want, key=repr)
+    assert got == want
+    return want_rel.fetchall()
+
+
+# ---------------------------------------------------------------- TIMESTAMP WITH TIME ZONE
+
+
+def _tz_connection(zone: str) -> duckdb.DuckDBPyConnection:
+    """Table tz: instants every 37 minutes across both 2024 transitions of New York and
+    Berlin (so that wall-clock times repeat and are skipped), every 11th NULL, and a naive
+    TIMESTAMP column n that walks through the same transitions as wall-clock times."""
+    c = duckdb.connect()
+    c.execute(f"SET TimeZone = '{zone}'")
+    c.execute(
+        """CREATE TABLE tz AS
+        SELECT i,
+               CASE WHEN i % 11 = 5 THEN NULL
+                    ELSE TIMESTAMPTZ '2024-03-09 12:00:00+00' + i * INTERVAL 37 minute
+                         + (i % 7) * INTERVAL 1001 millisecond END AS ts,
+               TIMESTAMP '2024-03-10 00:00:00' + i * INTERVAL 13 minute AS n,
+               (i % 5)::INTEGER AS g
+        FROM range(200) r(i)
+        UNION ALL
+        SELECT 1000 + i,
+               TIMESTAMPTZ '2024-10-26 12:00:00+00' + i * INTERVAL 37 minute,
+               TIMESTAMP '2024-11-03 00:00:00' + i * INTERVAL 13 minute,
+               (i % 5)::INTEGER
+        FROM range(200) r(i)"""
+    )
+    return c
+
+
+@pytest.fixture(scope="module", params=["America/New_York", "Europe/Berlin"])
+def tzcon(request: pytest.FixtureRequest) -> Iterator[duckdb.DuckDBPyConnection]:
+    c = _tz_connection(request.param)
+    yield c
+    c.close()
+
+
+TZ_QUERIES = {
+    "scan": "SELECT i, ts FROM tz ORDER BY i",
+    "casts to TIMESTAMP and DATE (wall-clock time in the zone)": (
+        "SELECT i, ts::TIMESTAMP AS l, ts::DATE AS d, CAST(ts AS TIMESTAMP_MS) AS s FROM tz "
+        "ORDER BY i"
+    ),
+    "casts from TIMESTAMP and DATE (repeated and skipped times)": (
+        "SELECT i, n::TIMESTAMPTZ AS a, n::DATE::TIMESTAMPTZ AS b, TRY_CAST(n AS TIMESTAMPTZ) c "
+        "FROM tz ORDER BY i"
+    ),
+    "comparisons with constants and between columns": (
+        "SELECT i, ts > TIMESTAMPTZ '2024-03-10 07:30:00+00' AS a, ts = ts AS b, "
+        "ts < n::TIMESTAMPTZ AS c, ts BETWEEN '2024-11-03 01:00:00' AND '2024-11-03 02:00' AS d "
+        "FROM tz ORDER BY i"
+    ),
+    "filter": "SELECT i FROM tz WHERE ts >= '2024-11-03 01:30:00' AND ts < '2024-11-04' ORDER BY i",
+    "date parts": (
+        "SELECT i, year(ts), month(ts), day(ts), hour(ts), minute(ts), second(ts), "
+        "dayofweek(ts), isodow(ts), dayofyear(ts), week(ts), quarter(ts), "
+        "extract(hour FROM ts) AS eh, date_part('minute', ts) AS dm, millisecond(ts) AS ms, "
+        "microsecond(ts) AS us FROM tz ORDER BY i"
+    ),
+    "epoch": (
+        "SELECT i, date_part('epoch', ts) AS e, epoch(ts) AS e2, epoch_ms(ts) AS ems, "
+        "epoch_us(ts) AS eus, epoch(n) AS en, date_part('epoch', n::DATE) AS ed FROM tz ORDER BY i"
+    ),
+    "date_trunc": (
+        "SELECT i, date_trunc('year', ts) y, date_trunc('quarter', ts) q, "
+        "date_trunc('month', ts) m, date_trunc('week', ts) w, date_trunc('day', ts) d, "
+        "date_trunc('hour', ts) h, date_trunc('minute', ts) mi, date_trunc('second', ts) s "
+        "FROM tz ORDER BY i"
+    ),
+    "interval arithmetic": (
+        "SELECT i, ts + INTERVAL 1 DAY a, ts - INTERVAL 1 DAY b, ts + INTERVAL 1 MONTH c, "
+        "ts + INTERVAL 90 MINUTE d, ts + INTERVAL '1 day 2 hours' e, "
+        "ts + INTERVAL '1 month -1 day 3 hours' f, ts - INTERVAL '2 months 5 days 1 second' g, "
+        "INTERVAL 1 DAY + ts h FROM tz ORDER BY i"
+    ),
+    "AT TIME ZONE": (
+        "SELECT i, ts AT TIME ZONE 'UTC' a, ts AT TIME ZONE 'Asia/Kolkata' b, "
+        "n AT TIME ZONE 'America/Los_Angeles' c, timezone('Europe/London', n) d FROM tz ORDER BY i"
+    ),
+    "strftime": "SELECT i, strftime(ts, '%Y-%m-%d %H:%M:%S') AS f FROM tz ORDER BY i",
+    "group by a truncated TIMESTAMPTZ": (
+        "SELECT date_trunc('day', ts) AS d, count(*) AS n, min(ts) AS lo, max(ts) AS hi, "
+        "count(DISTINCT ts) AS k FROM tz GROUP BY 1 ORDER BY 1"
+    ),
+    "group by the column, join on it": (
+        "SELECT a.ts, count(*) AS n FROM tz a JOIN tz b ON a.ts = b.ts "
+        "GROUP BY a.ts ORDER BY a.ts NULLS FIRST"
+    ),
+    "window partitioned by a TIMESTAMPTZ day": (
+        "SELECT i, row_number() OVER (PARTITION BY ts::DATE ORDER BY i) AS r, "
+        "max(ts) OVER (PARTITION BY g) AS m FROM tz ORDER BY i"
+    ),
+    "an emptied partition": "SELECT i, ts::DATE AS d FROM tz WHERE i >= 1150 ORDER BY i",
+    "sort on the instant": "SELECT ts, i FROM tz ORDER BY ts DESC NULLS FIRST, i",
+}
+
+
+@pytest.mark.parametrize("name", list(TZ_QUERIES))
+def test_timestamptz(tzcon: duckdb.DuckDBPyConnection, name: str) -> None:
+    check(tzcon, TZ_QUERIES[name])
+
+
+def test_timestamptz_type_carries_the_session_zone(tzcon: duckdb.DuckDBPyConnection) -> None:
+    """The IR's TIMESTAMPTZ is an Arrow timestamp in the connection's TimeZone setting."""
+    zone = tzcon.sql("SELECT current_setting('TimeZone')").fetchall()[0][0]
+    plan = shoal.duckdb.to_ir(tzcon, "SELECT ts FROM tz")
+    assert plan.schema["ts"].arrow == pa.timestamp("us", tz=zone)
+
+
+def test_timestamptz_dst_rules_spelled_out() -> None:
+    """DuckDB's answers at New York's transitions of 2024, which shoal must give: a
+    repeated wall-clock time is read with the later offset, a skipped one moves forward,
+    truncation into the repeated hour lands on its second pass, and adding a day keeps
+    the offset the time had."""
+    c = _tz_connection("America/New_York")
+    check(
+        c,
+        "SELECT TIMESTAMP '2024-11-03 01:30:00'::TIMESTAMPTZ AS repeated, "
+        "TIMESTAMP '2024-03-10 02:30:00'::TIMESTAMPTZ AS skipped, "
+        "date_trunc('hour', TIMESTAMPTZ '2024-11-03 05:30:00+00') AS trunc_repeated, "
+        "TIMESTAMPTZ '2024-11-02 05:06:00+00' + INTERVAL 1 DAY AS keeps_offset, "
+        "TIMESTAMPTZ '2024-11-02 05:06:00+00' + INTERVAL '1 day 2 hours' AS day_then_hours "
+        "FROM tz LIMIT 1",
+    )
+
+
+def test_timestamptz_other_zone_setting() -> None:
+    """Changing the TimeZone setting changes the answers (and shoal follows)."""
+    c = _tz_connection("Australia/Lord_Howe")  # a 30-minute daylight saving shift
+    check(
+        c,
+        "SELECT i, ts::TIMESTAMP AS l, date_trunc('hour', ts) AS h, n::TIMESTAMPTZ AS t FROM tz ORDER BY i",
+    )
+    c.execute("SET TimeZone = 'Asia/Kathmandu'")
+    check(c, "SELECT i, hour(ts) AS h, minute(ts) AS m, ts::DATE AS d FROM tz ORDER BY i")
+
+
+def test_timestamptz_parquet(tmp_path: Path) -> None:
+    """Parquet files hold TIMESTAMPTZ as UTC instants (DuckDB's writer) or with a zone of
+    their own (pyarrow's): either way the values are the session's instants."""
+    c = _tz_connection("Europe/Berlin")
+    duck_file = tmp_path / "duck.parquet"
+    c.execute(f"COPY (SELECT i, ts FROM tz) TO '{duck_file}'")
+    import datetime as dt
+
+    arrow_file = tmp_path / "arrow.parquet"
+    start = dt.datetime(2024, 10, 27, 0, 0)
+    pq.write_table(
+        pa.table(
+            {
+                "i": list(range(300)),
+                "ts": pa.array(
+                    [start + dt.timedelta(minutes=13 * i) for i in range(300)],
+                    pa.timestamp("ms", tz="America/Chicago"),
+                ),
+            }
+        ),
+        arrow_file,
+        row_group_size=50,
+    )
+    for f in (duck_file, arrow_file):
+        check(
+            c,
+            f"SELECT i, ts, hour(ts) AS h, ts::TIMESTAMP AS l FROM '{f}' "
+            "WHERE ts > TIMESTAMPTZ '2024-10-27 00:30:00+00' ORDER BY i",
+        )
