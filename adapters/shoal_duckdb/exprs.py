@@ -828,6 +828,8 @@ def _isfinite(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 def _str_unary(name: str) -> FunctionHandler:
     def handler(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         (x,) = _args(t, e)
+        if _is_list(x) and name == "str.len_chars":  # length(list): its number of elements
+            return cast(fn("list.len", [x], IDX), dtype)
         return cast(fn(name, [x], x.dtype if name.startswith("str.to_") else IDX), dtype)
 
     return handler
@@ -837,7 +839,7 @@ for _name in ("lower", "lcase"):
     SCALAR_FUNCTIONS[_name] = _str_unary("str.to_lowercase_simple")
 for _name in ("upper", "ucase"):
     SCALAR_FUNCTIONS[_name] = _str_unary("str.to_uppercase_simple")
-for _name in ("length", "len", "char_length", "character_length"):
+for _name in ("length", "len", "char_length", "character_length", "array_length"):
     SCALAR_FUNCTIONS[_name] = _str_unary("str.len_chars")
 for _name in ("strlen", "octet_length"):
     SCALAR_FUNCTIONS[_name] = _str_unary("str.len_bytes")
@@ -1041,6 +1043,178 @@ SCALAR_FUNCTIONS.update(
 )
 
 
+# -- lists
+
+
+def _is_list(x: Expr) -> bool:
+    return pa.types.is_large_list(x.dtype.arrow)
+
+
+def _absent(x: Expr) -> bool:
+    """A slice bound left out (``l[:2]``): DuckDB binds it as an empty list constant."""
+    return isinstance(x, Lit) and isinstance(x.value, list) and not x.value
+
+
+def _when(cond: Expr, then: Expr, otherwise: Expr) -> Expr:
+    return Ternary(cond, then, otherwise, then.dtype)
+
+
+def _null_if_any_null(parts: Sequence[Expr], out: Expr) -> Expr:
+    """``out``, NULL where any of ``parts`` is NULL."""
+    checks = [is_null(p) for p in parts if not (isinstance(p, Lit) and p.value is not None)]
+    if any(isinstance(p, Lit) and p.value is None for p in parts):
+        return lit(None, out.dtype)
+    return Ternary(or_all(checks), lit(None, out.dtype), out, out.dtype) if checks else out
+
+
+@_register("array_extract", "list_extract", "list_element")
+def _array_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``l[i]``: the ``i``-th element (1-based; negative counts from the end); NULL out of
+    range or for ``i = 0``. On a string, the ``i``-th character ('' out of range)."""
+    x, i = _args(t, e)
+    if x.dtype.is_string:
+        index = _const(i, "the index of a string")
+        if index is None:
+            return lit(None, dtype)
+        index = int(index)
+        if index == 0:
+            return _null_if_any_null([x], lit("", STRING))
+        start = index - 1 if index > 0 else index
+        return fn("str.slice", [x, lit(start, INT64), lit(1, INT64)], dtype)
+    if not _is_list(x):
+        raise Unsupported(f"array_extract() on {x.dtype}")
+    i = cast(i, INT64)
+    # Polars' list.get counts from 0, and from the end for negative indexes, as DuckDB
+    # does from 1; index 0 is out of range in DuckDB.
+    position = _when(compare("gt", i, lit(0, INT64)), binop("sub", i, lit(1, INT64), INT64), i)
+    position = _when(compare("eq", i, lit(0, INT64)), lit(None, INT64), position)
+    element = DataType(x.dtype.arrow.value_type)
+    return cast(fn("list.get", [x, position], element, null_on_oob=True), dtype)
+
+
+@_register("array_slice", "list_slice")
+def _array_slice(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``l[b:e]`` / ``array_slice(l, b, e)``: elements ``b`` to ``e`` inclusive (1-based;
+    negative bounds count from the end; 0 and bounds past either end are clamped; empty
+    when ``b > e``); NULL when a bound is NULL. Strings slice by characters."""
+    args = _args(t, e)
+    if len(args) == 4 and not (isinstance(args[3], Lit) and args[3].value == 1):
+        raise Unsupported("array_slice() with a step other than 1")
+    x, begin, end = args[:3]
+    if _is_list(x):
+        length: Expr = cast(fn("list.len", [x], IDX), INT64)
+    elif x.dtype.is_string:
+        length = cast(fn("str.len_chars", [x], IDX), INT64)
+    else:
+        raise Unsupported(f"array_slice() on {x.dtype}")
+    zero, one = lit(0, INT64), lit(1, INT64)
+    if _absent(begin):
+        offset: Expr = zero
+    else:
+        b = cast(begin, INT64)
+        from_end = fn("max_horizontal", [binop("add", length, b, INT64), zero], INT64)
+        offset = _when(
+            compare("gt", b, zero),
+            binop("sub", b, one, INT64),
+            _when(compare("eq", b, zero), zero, from_end),
+        )
+    if _absent(end):
+        stop: Expr = length
+    else:
+        en = cast(end, INT64)
+        stop = _when(
+            compare("ge", en, zero),
+            fn("min_horizontal", [en, length], INT64),
+            binop("add", binop("add", length, en, INT64), one, INT64),
+        )
+    count = fn("max_horizontal", [binop("sub", stop, offset, INT64), zero], INT64)
+    name = "list.slice" if _is_list(x) else "str.slice"
+    out = cast(fn(name, [x, offset, count], x.dtype), dtype)
+    bounds = [b for b in (begin, end) if not _absent(b)]
+    return _null_if_any_null(bounds, out)
+
+
+@_register("list_contains", "list_has", "array_contains", "array_has")
+def _list_contains(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """Whether the list holds the value (NaN equals NaN, -0.0 equals 0.0; NULL elements
+    never match); NULL when the list is NULL, or when the value is NULL and the list is
+    not empty (an empty list holds nothing: false)."""
+    x, item = _args(t, e)
+    if not _is_list(x):
+        raise Unsupported(f"list_contains() on {x.dtype}")
+    item = cast(item, DataType(x.dtype.arrow.value_type))
+    found = fn("list.contains", [x, item], BOOL, nulls_equal=False)
+    empty = compare("eq", fn("list.len", [x], IDX), lit(0, IDX))
+    return _null_if_any_null([x], _when(empty, lit(False, BOOL), _null_if_any_null([item], found)))
+
+
+@_register("string_split", "str_split", "string_to_array", "split")
+def _string_split(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """The pieces of a string between the (literal) separator; an empty separator splits
+    into characters; a NULL separator gives the whole string as one piece."""
+    x, sep = _args(t, e)
+    if not x.dtype.is_string:
+        raise Unsupported(f"string_split() on {x.dtype}")
+    if isinstance(sep, Lit) and sep.value is None:
+        return cast(fn("concat_list", [x], DataType(pa.large_list(STRING.arrow))), dtype)
+    pieces = fn("str.split", [x, cast(sep, STRING)], DataType(pa.large_list(STRING.arrow)))
+    return cast(pieces, dtype)
+
+
+# -- regular expressions
+
+
+def re2_rewrite(replacement: str) -> str:
+    """A DuckDB (RE2) replacement string in the kernel's (Rust ``regex``) syntax: ``\\N``
+    is group N, ``\\\\`` a backslash, ``$`` a plain character."""
+    out: list[str] = []
+    i = 0
+    while i < len(replacement):
+        c = replacement[i]
+        if c == "\\":
+            nxt = replacement[i + 1 : i + 2]
+            if nxt.isdigit():
+                out.append("${" + nxt + "}")
+            elif nxt == "\\":
+                out.append("\\")
+            else:
+                raise Unsupported(f"regexp_replace() replacement {replacement!r} (RE2 rewrite)")
+            i += 2
+            continue
+        out.append("$$" if c == "$" else c)
+        i += 1
+    return "".join(out)
+
+
+@_register("regexp_replace")
+def _regexp_replace(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``regexp_replace(s, pattern, replacement[, options])``: the first match replaced, or
+    every match with option ``g``; ``i`` ignores case, ``c`` respects it. The pattern and
+    replacement must be constants (RE2 and Rust's ``regex`` agree on the usual syntax)."""
+    args = _args(t, e)
+    s, pattern, replacement = args[:3]
+    options = str(_const(args[3], "regexp_replace()'s options") or "") if len(args) > 3 else ""
+    pat = _const(pattern, "regexp_replace()'s pattern")
+    rep = _const(replacement, "regexp_replace()'s replacement")
+    if pat is None or rep is None:
+        return lit(None, dtype)
+    if set(options) - set("gic"):
+        raise Unsupported(f"regexp_replace() options {options!r}")
+    flags = ""
+    for c in options:  # the last of i and c wins
+        if c in "ic":
+            flags = "(?i)" if c == "i" else ""
+    n = -1 if "g" in options else 1
+    out = fn(
+        "str.replace",
+        [s, lit(flags + str(pat), STRING), lit(re2_rewrite(str(rep)), STRING)],
+        STRING,
+        literal=False,
+        n=n,
+    )
+    return cast(out, dtype)
+
+
 # -- dates and times
 
 #: DuckDB date part -> (kernel function, post-processing).
@@ -1235,11 +1409,21 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     name = str(e["qname"]["path"][-1]).lower()
     dtype = rtype(e)
     distinct = e.get("aggregate_type") == "DISTINCT"
+    order: list[tuple[Expr, bool, bool]] = []
     if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
-        raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
+        if name not in _ORDERED:
+            raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
+        order = [_agg_order_key(t, o) for o in e["order_bys"]["orders"]]
     args = [t.expr(c) for c in e.get("children", [])]
     if name == "count" and not args:
         name = "count_star"  # count() without arguments, as windows write count(*)
+    if name in _ORDERED:
+        if distinct:
+            raise Unsupported(f"{name}(DISTINCT ...)")
+        keep = t.expr(e["filter"]) if e.get("filter") else None
+        return _ORDERED[name](args, dtype, order, keep)
+    if name in _REFUSED_AGGREGATES:
+        raise Unsupported(f"{name}(): {_REFUSED_AGGREGATES[name]}")
     if e.get("filter"):
         keep = t.expr(e["filter"])
         if name == "count_star":
@@ -1259,7 +1443,242 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         "bool_or",
     ):
         raise Unsupported(f"{name}(DISTINCT ...)")
+    if name in _QUANTILES:
+        return _quantile(name, args, dtype, e.get("function_data") or {})
     return handler(args, dtype, distinct)
+
+
+_REFUSED_AGGREGATES = {
+    # DuckDB's HyperLogLog estimate (over ~15-30 distinct values it is not the exact
+    # count: approx_count_distinct over range(32) is 33), which the kernel cannot
+    # reproduce; an exact count would be a different answer, so DuckDB computes it.
+    "approx_count_distinct": "DuckDB's HyperLogLog estimate is not reproducible by the "
+    "kernel (an exact count would differ from DuckDB's answer)",
+}
+
+
+def _agg_order_key(t: ExprTranslator, o: dict[str, Any]) -> tuple[Expr, bool, bool]:
+    """One ``ORDER BY`` key inside an aggregate: (expression, descending, nulls last)."""
+    descending = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
+    nulls = str(o.get("null_order", "NULLS LAST"))
+    return t.expr(o["expression"]), descending, "LAST" in nulls or nulls == "ORDER_DEFAULT"
+
+
+def _ordered_values(
+    x: Expr, order: list[tuple[Expr, bool, bool]], keep: Expr | None, dtype: DataType
+) -> Expr:
+    """The group's values of ``x`` (only the rows ``keep`` holds for), sorted by the
+    aggregate's ORDER BY keys (ties in input order)."""
+    keys = [k for k, _, _ in order]
+    if keep is not None:
+        x = fn("filter", [x, keep], x.dtype)
+        keys = [fn("filter", [k, keep], k.dtype) for k in keys]
+    if not order:
+        return x
+    return fn(
+        "sort_by",
+        [x, *keys],
+        x.dtype,
+        descending=tuple(d for _, d, _ in order),
+        nulls_last=tuple(n for _, _, n in order),
+        maintain_order=True,
+    )
+
+
+def _kept_count(x: Expr | None, keep: Expr | None) -> Expr:
+    """The number of rows (``x`` None) or non-NULL values of ``x`` the FILTER keeps."""
+    one = lit(1, INT32)
+    base: Expr = one if x is None else x
+    if keep is not None:
+        base = Ternary(keep, base, lit(None, base.dtype), base.dtype)
+    if x is None and keep is None:
+        return Agg("len", None, IDX)
+    if x is None:
+        return Agg("count", base, IDX)
+    return Agg("count", base, IDX)
+
+
+def _string_agg(
+    args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+) -> Expr:
+    """``string_agg(x, sep ORDER BY ...)``: the non-NULL values joined by ``sep`` in the
+    given order (input order without one); NULL when there are none."""
+    x = cast(args[0], STRING)
+    sep = _const(args[1], "string_agg()'s separator") if len(args) > 1 else ","
+    if sep is None:
+        return lit(None, dtype)
+    values = Agg(
+        "implode", _ordered_values(x, order, keep, STRING), DataType(pa.large_list(STRING.arrow))
+    )
+    joined = fn("list.join", [values, lit(str(sep), STRING)], STRING, ignore_nulls=True)
+    empty = compare("eq", _kept_count(x, keep), lit(0, IDX))
+    return cast(Ternary(empty, lit(None, STRING), joined, STRING), dtype)
+
+
+def _list_agg(
+    args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+) -> Expr:
+    """``list(x ORDER BY ...)`` / ``array_agg``: every value, NULLs included, in order;
+    NULL for no rows."""
+    (x,) = args
+    values = Agg(
+        "implode", _ordered_values(x, order, keep, x.dtype), DataType(pa.large_list(x.dtype.arrow))
+    )
+    empty = compare("eq", _kept_count(None, keep), lit(0, IDX))
+    return cast(Ternary(empty, lit(None, values.dtype), values, values.dtype), dtype)
+
+
+def _first_last(which: str) -> Callable[..., Expr]:
+    def handler(
+        args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+    ) -> Expr:
+        (x,) = args
+        return cast(Agg(which, _ordered_values(x, order, keep, x.dtype), x.dtype), dtype)
+
+    return handler
+
+
+def _arg_extreme(largest: bool) -> Callable[..., Expr]:
+    def handler(
+        args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+    ) -> Expr:
+        """``arg_max(x, by)`` (``arg_min``): ``x`` at the row with the largest (smallest)
+        ``by``, NaN above every number; rows where ``x`` or ``by`` is NULL are skipped;
+        ties give the first such row in input order; NULL when no row is left."""
+        if len(args) != 2:
+            raise Unsupported("arg_max()/arg_min() with a count (the list form)")
+        x, by = args
+        skip = or_all([is_null(x), is_null(by)])
+        if keep is not None:
+            skip = or_all([skip, not_(fn("coalesce", [keep, lit(False, BOOL)], BOOL))])
+        ranked = Ternary(skip, lit(None, by.dtype), by, by.dtype)
+        best = fn(
+            "sort_by",
+            [x, ranked],
+            x.dtype,
+            descending=(largest,),
+            nulls_last=(True,),
+            maintain_order=True,
+        )
+        out = Ternary(
+            compare("eq", Agg("count", ranked, IDX), lit(0, IDX)),
+            lit(None, x.dtype),
+            Agg("first", best, x.dtype),
+            x.dtype,
+        )
+        return cast(out, dtype)
+
+    return handler
+
+
+_ORDERED: dict[str, Callable[..., Expr]] = {
+    "string_agg": _string_agg,
+    "group_concat": _string_agg,
+    "listagg": _string_agg,
+    "list": _list_agg,
+    "array_agg": _list_agg,
+    "arg_max": _arg_extreme(True),
+    "argmax": _arg_extreme(True),
+    "max_by": _arg_extreme(True),
+    "arg_min": _arg_extreme(False),
+    "argmin": _arg_extreme(False),
+    "min_by": _arg_extreme(False),
+}
+
+_QUANTILES = frozenset({"quantile_cont", "quantile_disc", "quantile", "median"})
+
+
+def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]) -> Expr:
+    """``quantile_cont(x, q)``: linear interpolation between the values around position
+    ``(n - 1) * q`` of the sorted non-NULL values (NaN largest); ``quantile_disc`` and
+    ``quantile``: one of the values (:func:`_discrete_quantile`); ``median``:
+    ``quantile_cont(x, 0.5)``."""
+    x = args[0]
+    if name == "median":
+        q = 0.5
+    else:
+        quantiles = data.get("quantiles") or []
+        if len(quantiles) != 1 or len(args) < 2 or _is_list(args[1]):
+            raise Unsupported(f"{name}() of a list of quantiles")
+        q = float(value_of(quantiles[0]))
+    if not (x.dtype.is_float or x.dtype.is_integer):
+        raise Unsupported(f"{name}() of {x.dtype}")
+    if name in ("quantile_cont", "median"):
+        return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
+    return cast(_discrete_quantile(x, q), dtype)
+
+
+def _continuous_quantile(x: Expr, q: float) -> Expr:
+    """DuckDB's ``quantile_cont`` of DOUBLE ``x``: with ``rn = (n - 1) * q`` over the ``n``
+    sorted non-NULL values (NaN largest), ``lo * (1 - d) + hi * d`` where ``lo`` and ``hi``
+    are the values at ``floor(rn)`` and ``ceil(rn)`` and ``d = rn - floor(rn)`` (DuckDB's
+    own formula; Polars' linear interpolation rounds differently); the value itself when
+    ``rn`` is whole; NULL for no values."""
+    n = cast(Agg("count", x, IDX), INT64)
+    rn = binop(
+        "mul", cast(binop("sub", n, lit(1, INT64), INT64), FLOAT64), lit(q, FLOAT64), FLOAT64
+    )
+    none = compare("eq", n, lit(0, INT64))
+    lo_at = Ternary(none, lit(None, INT64), cast(fn("floor", [rn], FLOAT64), INT64), INT64)
+    hi_at = Ternary(none, lit(None, INT64), cast(fn("ceil", [rn], FLOAT64), INT64), INT64)
+    ordered = fn(
+        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=False, nulls_last=True
+    )
+    lo = fn("gather", [ordered, lo_at], FLOAT64, scalar=True)
+    hi = fn("gather", [ordered, hi_at], FLOAT64, scalar=True)
+    d = binop("sub", rn, fn("floor", [rn], FLOAT64), FLOAT64)
+    one = lit(1.0, FLOAT64)
+    # DuckDB 2.0.1's build contracts lo * (1 - d) + hi * d into fma(lo, 1 - d, hi * d).
+    mixed = fused_multiply_add(lo, binop("sub", one, d, FLOAT64), binop("mul", hi, d, FLOAT64))
+    return Ternary(compare("eq", lo_at, hi_at), lo, mixed, FLOAT64)
+
+
+def fused_multiply_add(a: Expr, b: Expr, c: Expr) -> Expr:
+    """``a * b + c`` (DOUBLE) with one rounding, as a fused multiply-add instruction gives
+    it: the product is split exactly into a rounded part and its error (Dekker's product
+    with Veltkamp's split), the sum into a rounded part and its error (Knuth's two-sum),
+    and the errors are added back last. The kernel has no FMA; this agrees with one except
+    where the final addition rounds a tie differently (rare; no overflow checks)."""
+
+    def mul(x: Expr, y: Expr) -> Expr:
+        return binop("mul", x, y, FLOAT64)
+
+    def add(x: Expr, y: Expr) -> Expr:
+        return binop("add", x, y, FLOAT64)
+
+    def sub(x: Expr, y: Expr) -> Expr:
+        return binop("sub", x, y, FLOAT64)
+
+    def split(x: Expr) -> tuple[Expr, Expr]:
+        t = mul(lit(134217729.0, FLOAT64), x)  # 2**27 + 1
+        high = sub(t, sub(t, x))
+        return high, sub(x, high)
+
+    p = mul(a, b)
+    ah, al = split(a)
+    bh, bl = split(b)
+    product_error = add(add(add(sub(mul(ah, bh), p), mul(ah, bl)), mul(al, bh)), mul(al, bl))
+    s = add(p, c)
+    bb = sub(s, p)
+    sum_error = add(sub(p, sub(s, bb)), sub(c, bb))
+    return add(s, add(sum_error, product_error))
+
+
+def _discrete_quantile(x: Expr, q: float) -> Expr:
+    """The value at position ``ceil(n * q) - 1`` (0-based, at least 0) of the sorted
+    non-NULL values (NaN largest): DuckDB's ``quantile_disc``; NULL for no values."""
+    n = cast(Agg("count", x, IDX), INT64)
+    scaled = fn("ceil", [binop("mul", cast(n, FLOAT64), lit(q, FLOAT64), FLOAT64)], FLOAT64)
+    position: Expr = fn(
+        "max_horizontal",
+        [binop("sub", cast(scaled, INT64), lit(1, INT64), INT64), lit(0, INT64)],
+        INT64,
+    )
+    position = Ternary(compare("eq", n, lit(0, INT64)), lit(None, INT64), position, INT64)
+    ordered = fn(
+        "sort", [fn("drop_nulls", [x], x.dtype)], x.dtype, descending=False, nulls_last=True
+    )
+    return fn("gather", [ordered, position], x.dtype, scalar=True)
 
 
 _ORDER_INSENSITIVE = frozenset(
@@ -1376,6 +1795,9 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "variance": _moment("var", 1),
     "var_pop": _moment("var", 0),
     "median": _median,
+    "quantile_cont": _median,
+    "quantile_disc": _median,
+    "quantile": _median,
 }
 
 
