@@ -337,3 +337,51 @@ def test_approx_count_distinct_falls_back(con: duckdb.DuckDBPyConnection) -> Non
     not give a different number: the query runs on DuckDB, and says why."""
     with pytest.raises(shoal.UnsupportedError, match="HyperLogLog"):
         shoal.duckdb.sql(con, "SELECT approx_count_distinct(i) FROM t", raise_on_fail=True)
+
+
+# ---------------------------------------------------------------- operators
+
+OPERATOR_QUERIES = {
+    "UNNEST (NULL and empty lists give no row)": (
+        "SELECT i, unnest(l) AS u FROM t ORDER BY i, u NULLS FIRST"
+    ),
+    "UNNEST under an expression, after a filter": (
+        "SELECT i, unnest(l) + 1 AS u, g FROM t WHERE i > 10 ORDER BY i, u NULLS FIRST"
+    ),
+    "UNNEST then aggregate": (
+        "SELECT g, sum(u) AS s, count(*) AS n FROM (SELECT g, unnest(l) AS u FROM t) "
+        "GROUP BY g ORDER BY g"
+    ),
+    "UNNEST of a split string": "SELECT i, unnest(string_split(s, ',')) AS p FROM t ORDER BY i, p",
+    "UNNEST of floats (NaN, -0.0)": "SELECT i, unnest(fl) AS v FROM t ORDER BY i, v",
+    "UNNEST without FROM": "SELECT unnest([1, 2, NULL]) AS a",
+    "lateral unnest in FROM": "SELECT i, u FROM t, unnest(t.l) AS r(u) ORDER BY i, u NULLS FIRST",
+    "DISTINCT ON ... ORDER BY": "SELECT DISTINCT ON (g) g, i, x FROM t ORDER BY g, i DESC",
+    "DISTINCT ON ... ORDER BY with NULLs first": (
+        "SELECT DISTINCT ON (g) g, i, x FROM t ORDER BY g, x NULLS FIRST, i"
+    ),
+    "DISTINCT ON two keys": "SELECT DISTINCT ON (g, k) * FROM t ORDER BY k DESC, g, i",
+    "LEFT JOIN with a non-equality condition": (
+        "SELECT a.i, b.i AS j FROM t a LEFT JOIN t b ON a.g = b.g AND a.i < b.i - 30 "
+        "ORDER BY a.i, j"
+    ),
+    "RIGHT JOIN with a non-equality condition": (
+        "SELECT a.i, b.i AS j, b.x FROM t a RIGHT JOIN t b ON a.g = b.g AND a.x > b.x + 40 "
+        "ORDER BY a.i, j"
+    ),
+    "FULL JOIN with a non-equality condition": (
+        "SELECT a.i, b.i AS j FROM t a FULL JOIN t b ON a.k = b.k AND a.i + 50 < b.i "
+        "ORDER BY a.i, j"
+    ),
+    "LEFT JOIN on an inequality only": (
+        "SELECT a.i, b.i AS j FROM t a LEFT JOIN t b ON a.i < b.i - 55 ORDER BY a.i, j"
+    ),
+    "LEFT JOIN with a condition on the right side only": (
+        "SELECT a.i, b.s FROM t a LEFT JOIN t b ON a.x = b.x AND b.s LIKE '%1%' ORDER BY a.i, b.s"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(OPERATOR_QUERIES))
+def test_operators(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    check(con, OPERATOR_QUERIES[name])

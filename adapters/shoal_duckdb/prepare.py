@@ -258,6 +258,10 @@ class Rewriter:
 
         def fn(ref: dict[str, Any]) -> dict[str, Any] | None:
             if ref["type"] == "TABLE_FUNCTION":
+                if _is_unnest(ref):
+                    # unnest(list) in FROM (lateral over the preceding tables): DuckDB's plan
+                    # serialises it as an UNNEST operator, which shoal translates.
+                    return None
                 return self._table_function(ref)
             return self._base_table_ref(ref, ctes)
 
@@ -369,6 +373,15 @@ class Rewriter:
         self.by_sql[source_sql] = standin
         self.prepared.standins[name.lower()] = standin
         return standin
+
+
+def _is_unnest(ref: dict[str, Any]) -> bool:
+    """Whether a TABLE_FUNCTION reference is ``unnest(...)`` of columns of the preceding
+    tables (a lateral unnest; one of constants stays a stand-in that DuckDB fills)."""
+    func = ref.get("function") or {}
+    if str(func.get("function_name", "")).lower() not in ("unnest", "unlist"):
+        return False
+    return any(d.get("class") == "COLUMN_REF" for d in walk_dicts(func))
 
 
 def fill_with_samples(con: Any, standins: list[StandIn]) -> None:

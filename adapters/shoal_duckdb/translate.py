@@ -26,6 +26,7 @@ from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
+    Explode,
     Filter,
     InMemorySource,
     Join,
@@ -33,6 +34,7 @@ from shoal.ir.nodes import (
     ParquetSource,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
@@ -89,7 +91,6 @@ OPERATORS: dict[str, OperatorHandler] = {}
 
 #: Operators shoal cannot run, with the reason.
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    "LOGICAL_UNNEST": "UNNEST is not supported yet",
     "LOGICAL_PIVOT": "PIVOT is not supported",
     "LOGICAL_SAMPLE": "sampling (USING SAMPLE) is not supported",
     "LOGICAL_DELIM_JOIN": "duplicate-eliminated joins are not supported",
@@ -620,6 +621,44 @@ def _projection(t: Translator, op: dict[str, Any]) -> Rel:
     return t.project(_done(rel), exprs)
 
 
+@_register("LOGICAL_UNNEST")
+def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
+    """``unnest(list)``: one row per element, the input's columns repeated; a NULL or empty
+    list gives no row (DuckDB's rule; the IR's ``Explode`` without null rows). Its output is
+    the input's columns, then the unnested values."""
+    where = "UNNEST"
+    child, cols = t.single_child(op)
+    exprs = op.get("expressions") or []
+    if len(exprs) != 1:
+        t.error(where, "several UNNESTs in one SELECT (DuckDB pads the shorter lists with NULL)")
+        raise _Failed()
+    e = exprs[0]
+    if e.get("expression_class") != "BOUND_UNNEST":
+        t.error(where, f"{e.get('expression_class')} is not supported")
+        raise _Failed()
+    rel = _done(child)
+    if op["children"][0].get("type") == "LOGICAL_DUMMY_SCAN":
+        # DuckDB's dummy scan (SELECT without FROM) has one column of its own.
+        dummy = rel.node.schema.names[0]
+        rel = Rel(rel.node, (Col(dummy, rel.node.schema[dummy]),))
+        cols = rel.cols
+    values = t.expr(e["child"], cols, where)
+    if not pa.types.is_large_list(values.dtype.arrow):
+        t.error(where, f"unnest() of {values.dtype} (only lists unnest here)")
+        raise _Failed()
+    element = DataType(values.dtype.arrow.value_type)
+    want = t.dtype(e["return_type"], where)
+    listed = t.project(rel, [*((c.name, c) for c in rel.cols), ("unnest", values)])
+    name = listed.cols[-1].name
+    fields = [(n, element if n == name else dt) for n, dt in listed.node.schema.fields]
+    node = Explode(listed.node, (name,), Schema.of(fields), empty_as_null=False, keep_nulls=False)
+    out = Col(name, element)
+    exploded = Rel(node, (*rel.cols, out))
+    if element != want:
+        return t.project(exploded, [*((c.name, c) for c in rel.cols), ("unnest", cast(out, want))])
+    return exploded
+
+
 def _registered_udf(e: dict[str, Any]) -> Any:
     """The shoal UDF that expression ``e`` calls at its top, if any."""
     if e.get("expression_class") != "BOUND_FUNCTION":
@@ -735,8 +774,16 @@ def _group_by(
 def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
     if op.get("order_by"):
-        t.error("LOGICAL_DISTINCT", "DISTINCT ON with ORDER BY is not supported")
-        raise _Failed()
+        # DISTINCT ON (keys) ... ORDER BY: of each key's rows, the first in that order.
+        by, desc, last = _sort_keys(t, op["order_by"], child.cols, "LOGICAL_DISTINCT")
+        targets = [t.expr(e, child.cols, "LOGICAL_DISTINCT") for e in op["distinct_targets"]]
+        if not all(isinstance(x, Col) for x in targets):
+            t.error("LOGICAL_DISTINCT", "DISTINCT ON an expression is not supported")
+            raise _Failed()
+        rel = t.exact(child)
+        ordered = Sort(rel.node, by, desc, last, True, rel.node.schema)
+        on = tuple(x.name for x in targets if isinstance(x, Col))
+        return Rel(Distinct(ordered, on, "first", True, rel.node.schema), rel.cols)
     targets = [t.expr(e, child.cols, "LOGICAL_DISTINCT") for e in op.get("distinct_targets", [])]
     rel = t.exact(child)
     names = [c.name for c in rel.cols]
@@ -1119,11 +1166,11 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         rel = _inner(t, left, right, keys, residual)
         return _join_output(t, rel, left, right, lmap, rmap)
     if kind in ("LEFT", "RIGHT", "OUTER", "FULL"):
-        if residual:
-            t.error(where, "non-equality conditions on an outer join are not supported")
-            raise _Failed()
         how: JoinHow = {"LEFT": "left", "RIGHT": "right"}.get(kind, "full")  # type: ignore[assignment]
-        rel = _equi(t, left, right, keys, how)
+        if residual:
+            rel = _outer_with_residual(t, left, right, keys, residual, how)
+        else:
+            rel = _equi(t, left, right, keys, how)
         return _join_output(t, rel, left, right, lmap, rmap)
     if kind == "SINGLE":
         if residual:
@@ -1148,6 +1195,55 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         return rel
     t.error(where, f"{kind} joins are not supported")
     raise _Failed()
+
+
+def _numbered(t: Translator, rel: Rel, hint: str) -> tuple[Rel, Col]:
+    """``rel`` with a row number column in front (the rows' identity for an anti join)."""
+    name = t.fresh(hint)
+    schema = Schema(((name, IDX), *rel.node.schema.fields))
+    col = Col(name, IDX)
+    return Rel(RowIndex(rel.node, name, 0, schema), (col, *rel.cols)), col
+
+
+def _outer_with_residual(
+    t: Translator, left: Rel, right: Rel, keys: list[_Key], residual: list[Expr], how: JoinHow
+) -> Rel:
+    """An outer join whose condition has more than equalities (``a.k = b.k AND a.x < b.y``):
+    the inner join with the whole condition, then the rows of the outer side(s) that it did
+    not match (found by an anti join on row numbers), padded with NULLs."""
+    lnum, lid = _numbered(t, left, "left_row")
+    rnum, rid = _numbered(t, right, "right_row")
+    matched = _inner(t, lnum, rnum, keys, residual)
+    out_cols = (*left.cols, *right.cols)
+    parts = [t.project(matched, [(c.name, c) for c in out_cols])]
+    names = [c.name for c in parts[0].cols]
+
+    def unmatched(side: Rel, ident: Col, other: Rel) -> Rel:
+        seen = t.project(matched, [(ident.name, ident)])
+        alias = t.fresh(ident.name)
+        seen = t.project(seen, [(alias, seen.cols[0])])
+        schema = side.node.schema
+        anti = Join(side.node, seen.node, (ident,), (seen.cols[0],), "anti", "_r", False, False, schema)
+        kept = Rel(anti, side.cols)
+        nulls = {c.name: lit(None, c.dtype) for c in other.cols}
+        exprs = [(c.name, nulls.get(c.name, c)) for c in out_cols]
+        padded = t.project(kept, exprs)
+        # the same column names as the matched part, in the same order
+        return Rel(
+            Project(
+                padded.node,
+                tuple(NamedExpr(n, c) for n, c in zip(names, padded.cols, strict=True)),
+                Schema(tuple((n, c.dtype) for n, c in zip(names, padded.cols, strict=True))),
+            ),
+            parts[0].cols,
+        )
+
+    if how in ("left", "full"):
+        parts.append(unmatched(lnum, lid, right))
+    if how in ("right", "full"):
+        parts.append(unmatched(rnum, rid, left))
+    schema = parts[0].node.schema
+    return Rel(Union(tuple(p.node for p in parts), schema), parts[0].cols)
 
 
 def _join_output(
