@@ -385,3 +385,37 @@ OPERATOR_QUERIES = {
 @pytest.mark.parametrize("name", list(OPERATOR_QUERIES))
 def test_operators(con: duckdb.DuckDBPyConnection, name: str) -> None:
     check(con, OPERATOR_QUERIES[name])
+
+
+def test_list_value_of_columns(con: duckdb.DuckDBPyConnection) -> None:
+    check(con, "SELECT i, list_value(i, x, NULL) a, [i, k] b, [s, NULL, 'z'] c FROM t ORDER BY i")
+
+
+# ---------------------------------------------------------------- prepared parameters
+
+PARAM_CASES = [
+    ("SELECT i, ? + 1 AS p, s FROM t WHERE i > $1 ORDER BY i", [3]),
+    ("SELECT i FROM t WHERE i > $x AND s <> $y ORDER BY i", {"x": 5, "y": "a,b,7,,é"}),
+    ("SELECT count(*) AS n, sum(x) AS sx FROM t WHERE x >= ? AND i < ?", [1.5, 2**40]),
+    ("SELECT ? AS a, ? AS b, ? AS c", ["it's", None, True]),
+    ("SELECT i FROM t WHERE s LIKE ? ORDER BY i", ["%1%"]),
+]
+
+
+@pytest.mark.parametrize(("query", "params"), PARAM_CASES)
+def test_prepared_parameters(con: duckdb.DuckDBPyConnection, query: str, params: Any) -> None:
+    """``params=`` as ``con.sql(query, params=...)`` takes them: DuckDB's result types."""
+    got = shoal.duckdb.sql(con, query, params=params, raise_on_fail=True, config=CONFIG)
+    want = con.sql(query, params=params)
+    assert got.columns == want.columns
+    assert [str(t) for t in got.types] == [str(t) for t in want.types]
+    assert [_norm(r) for r in got.fetchall()] == [_norm(r) for r in want.fetchall()]
+
+
+def test_prepared_parameters_missing_value_is_duckdbs_error(
+    con: duckdb.DuckDBPyConnection,
+) -> None:
+    with pytest.raises(duckdb.InvalidInputException):
+        shoal.duckdb.sql(con, "SELECT ? + ?", params=[1], raise_on_fail=True, config=CONFIG)
+    with pytest.raises(shoal.UnsupportedError, match="params="):
+        shoal.duckdb.sql(con, "SELECT i FROM t WHERE i > ?", raise_on_fail=True, config=CONFIG)

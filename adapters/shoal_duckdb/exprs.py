@@ -1046,8 +1046,9 @@ SCALAR_FUNCTIONS.update(
 # -- lists
 
 
-def _is_list(x: Expr) -> bool:
-    return pa.types.is_large_list(x.dtype.arrow)
+def _is_list(x: Expr | DataType) -> bool:
+    dtype = x if isinstance(x, DataType) else x.dtype
+    return pa.types.is_large_list(dtype.arrow)
 
 
 def _absent(x: Expr) -> bool:
@@ -1132,6 +1133,19 @@ def _array_slice(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     out = cast(fn(name, [x, offset, count], x.dtype), dtype)
     bounds = [b for b in (begin, end) if not _absent(b)]
     return _null_if_any_null(bounds, out)
+
+
+@_register("list_value", "list_pack")
+def _list_value(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``list_value(a, b, ...)`` / ``[a, b, ...]`` of expressions: one list per row, NULL
+    arguments kept as NULL elements."""
+    args = _args(t, e)
+    if not _is_list(dtype) or not args:
+        raise Unsupported(f"list_value() of type {dtype}")
+    element = DataType(dtype.arrow.value_type)
+    if _is_list(element):  # the kernel's concat_list would concatenate them
+        raise Unsupported("list_value() of lists")
+    return fn("concat_list", [cast(a, element) for a in args], dtype)
 
 
 @_register("list_contains", "list_has", "array_contains", "array_has")

@@ -1223,7 +1223,9 @@ def _outer_with_residual(
         alias = t.fresh(ident.name)
         seen = t.project(seen, [(alias, seen.cols[0])])
         schema = side.node.schema
-        anti = Join(side.node, seen.node, (ident,), (seen.cols[0],), "anti", "_r", False, False, schema)
+        anti = Join(
+            side.node, seen.node, (ident,), (seen.cols[0],), "anti", "_r", False, False, schema
+        )
         kept = Rel(anti, side.cols)
         nulls = {c.name: lit(None, c.dtype) for c in other.cols}
         exprs = [(c.name, nulls.get(c.name, c)) for c in out_cols]
