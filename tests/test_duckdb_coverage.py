@@ -419,3 +419,24 @@ def test_prepared_parameters_missing_value_is_duckdbs_error(
         shoal.duckdb.sql(con, "SELECT ? + ?", params=[1], raise_on_fail=True, config=CONFIG)
     with pytest.raises(shoal.UnsupportedError, match="params="):
         shoal.duckdb.sql(con, "SELECT i FROM t WHERE i > ?", raise_on_fail=True, config=CONFIG)
+
+
+def test_dates_beyond_python_years(con: duckdb.DuckDBPyConnection) -> None:
+    """DATE and TIMESTAMP constants past the year 9999 (Python's datetime stops there, the
+    kernel's calendar goes to 262143) are carried as numbers cast to the type; beyond the
+    kernel's calendar, and DuckDB's infinities, the query says why it falls back."""
+    check(
+        con,
+        "SELECT x, year(x) AS y, x + 1 AS n FROM (VALUES ('20000-01-10'::DATE), "
+        "('2000-01-01'::DATE), (NULL)) v(x) ORDER BY x",
+    )
+    check(con, "SELECT i FROM t WHERE DATE '12000-01-01' > DATE '2024-01-01' + i::INT ORDER BY i")
+    check(
+        con,
+        "SELECT x, month(x) AS m FROM (VALUES ('12000-01-10 04:00:54'::TIMESTAMP), "
+        "(TIMESTAMP '2024-01-01')) v(x) ORDER BY x",
+    )
+    with pytest.raises(shoal.UnsupportedError, match="262143"):
+        shoal.duckdb.sql(
+            con, "SELECT year(x) FROM (VALUES ('294247-01-10'::DATE)) v(x)", raise_on_fail=True
+        )

@@ -46,7 +46,14 @@ import pyarrow as pa
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
-from shoal_duckdb.types import Interval, dtype_of, known_zone, type_name, value_of
+from shoal_duckdb.types import (
+    Interval,
+    RawTemporal,
+    dtype_of,
+    known_zone,
+    type_name,
+    value_of,
+)
 
 INT8 = DataType(pa.int8())
 INT16 = DataType(pa.int16())
@@ -352,7 +359,13 @@ def _constant(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         dtype = dtype_of(v["type"])
     except UnsupportedError as exc:
         raise Unsupported(str(exc)) from None
+    if isinstance(value, RawTemporal):  # beyond Python's years 1..9999: the number, cast
+        return Cast(Lit(value.value, INT32 if _is_date_type(dtype) else INT64), dtype, True)
     return lit(value, dtype)
+
+
+def _is_date_type(dtype: DataType) -> bool:
+    return pa.types.is_date32(dtype.arrow)
 
 
 def _conjunction(t: ExprTranslator, e: dict[str, Any]) -> Expr:
@@ -1816,7 +1829,10 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
 
 
 def python_value(x: Expr) -> Any:
-    """The Python value of a literal (for VALUES lists)."""
+    """The Python value of a literal (for VALUES lists); a DATE or TIMESTAMP Python cannot
+    hold as a :class:`~shoal_duckdb.types.RawTemporal`."""
+    if isinstance(x, Cast) and isinstance(x.expr, Lit) and x.dtype.is_temporal:
+        return RawTemporal(int(x.expr.value))
     if not isinstance(x, Lit):
         raise Unsupported("a non-constant value in a VALUES list")
     if isinstance(x.value, Interval):

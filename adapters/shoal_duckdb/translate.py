@@ -62,7 +62,7 @@ from shoal_duckdb.exprs import (
     raise_where,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
-from shoal_duckdb.types import dtype_of, time_zone, value_of
+from shoal_duckdb.types import RawTemporal, dtype_of, time_zone, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
 _VIRTUAL = (
@@ -556,8 +556,14 @@ def _constant_table(
     names = [t.fresh("col") for _ in dtypes]
     arrays = []
     for j, d in enumerate(dtypes):
+        column = [r[j] for r in rows]
+        if any(isinstance(v, RawTemporal) for v in column):
+            column = [_raw_number(v, d) for v in column]
+            raw = pa.array(column, type=pa.int32() if pa.types.is_date32(d.arrow) else pa.int64())
+            arrays.append(raw.cast(d.arrow))
+            continue
         try:
-            arrays.append(pa.array([r[j] for r in rows], type=d.arrow))
+            arrays.append(pa.array(column, type=d.arrow))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
             t.error(where, f"values of type {d} cannot be made into a table ({exc})")
             raise _Failed() from None
@@ -566,6 +572,15 @@ def _constant_table(
         Scan(InMemorySource(table), Schema.from_arrow(table.schema)),
         tuple(Col(n, d) for n, d in zip(names, dtypes, strict=True)),
     )
+
+
+def _raw_number(v: Any, dtype: DataType) -> int | None:
+    """A DATE or TIMESTAMP value as its number since 1970-01-01 in ``dtype``'s unit."""
+    if v is None or isinstance(v, RawTemporal):
+        return None if v is None else v.value
+    one = pa.array([v], type=dtype.arrow)
+    number = one.cast(pa.int32() if pa.types.is_date32(dtype.arrow) else pa.int64())
+    return int(number[0].as_py())
 
 
 @_register("LOGICAL_EXPRESSION_GET")

@@ -52,6 +52,7 @@ _SIMPLE: dict[str, pa.DataType] = {
     "SQLNULL": pa.null(),
 }
 
+_US_PER_DAY = 86_400_000_000
 _EPOCH = datetime.date(1970, 1, 1)
 _EPOCH_TS = datetime.datetime(1970, 1, 1)
 
@@ -170,6 +171,48 @@ class Interval:
     micros: int
 
 
+@dataclass(frozen=True)
+class RawTemporal:
+    """A DATE (days) or TIMESTAMP (microseconds, or milliseconds for TIMESTAMP_MS) constant
+    since 1970-01-01 that Python's ``datetime`` cannot hold (beyond the years 1 to 9999);
+    the IR carries it as that number cast to the type."""
+
+    value: int
+
+
+#: DuckDB's raw values of infinity and -infinity (DATE, then the TIMESTAMP types).
+_INFINITIES = {2**31 - 1, -(2**31 - 1), 2**63 - 1, -(2**63 - 1)}
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (any year)."""
+    year -= month <= 2
+    era = (year if year >= 0 else year - 399) // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+#: The kernel's calendar (chrono) spans the years -262144 to 262143: its date functions
+#: give NULL beyond, where DuckDB still answers.
+_KERNEL_DAYS = (_days_from_civil(-262144, 1, 1), _days_from_civil(262143, 12, 31))
+
+
+def _temporal(raw: int, make: Any, per_day: int = 1) -> Any:
+    if raw in _INFINITIES:
+        raise UnsupportedError("infinite DATE or TIMESTAMP constants ('infinity')")
+    try:
+        return make(raw)
+    except OverflowError:
+        lo, hi = _KERNEL_DAYS
+        if not lo * per_day <= raw <= hi * per_day:
+            raise UnsupportedError(
+                "a DATE or TIMESTAMP constant beyond the years -262144..262143"
+            ) from None
+        return RawTemporal(raw)
+
+
 def value_of(v: dict[str, Any]) -> Any:
     """The Python value of a serialised DuckDB constant (``{"type", "is_null", "value"}``).
 
@@ -207,14 +250,18 @@ def value_of(v: dict[str, Any]) -> Any:
         arrow_of(t)  # refuses collations
         return str(raw)
     if tid == "DATE":
-        return _EPOCH + datetime.timedelta(days=int(raw))
+        return _temporal(int(raw), lambda r: _EPOCH + datetime.timedelta(days=r))
     if tid == "TIME":
         micros = int(raw)
         return (datetime.datetime.min + datetime.timedelta(microseconds=micros)).time()
     if tid == "TIMESTAMP":
-        return _EPOCH_TS + datetime.timedelta(microseconds=int(raw))
+        return _temporal(
+            int(raw), lambda r: _EPOCH_TS + datetime.timedelta(microseconds=r), _US_PER_DAY
+        )
     if tid == "TIMESTAMP_MS":
-        return _EPOCH_TS + datetime.timedelta(milliseconds=int(raw))
+        return _temporal(
+            int(raw), lambda r: _EPOCH_TS + datetime.timedelta(milliseconds=r), 86_400_000
+        )
     if tid == "TIMESTAMP_S":
         return _EPOCH_TS + datetime.timedelta(seconds=int(raw))
     if tid == "TIMESTAMP WITH TIME ZONE":  # an instant: microseconds since the epoch, UTC
