@@ -244,7 +244,9 @@ def con() -> Iterator[duckdb.DuckDBPyConnection]:
           CASE WHEN i % 9 = 0 THEN NULL ELSE 'a,b,' || i::VARCHAR || ',,é' END AS s,
           CASE WHEN i % 8 = 0 THEN NULL WHEN i % 8 = 1 THEN [] ELSE [i, i + 1, NULL, i % 3] END AS l,
           CASE WHEN i % 5 = 0 THEN [1.0, 'nan'::DOUBLE, -0.0] ELSE [2.5, NULL] END AS fl,
-          (i % 6) - 3 AS k
+          (i % 6) - 3 AS k,
+          CASE WHEN i % 11 = 4 THEN NULL
+               ELSE TIMESTAMP '2024-01-01' + (i * 37 % 50) * INTERVAL 1 HOUR END AS ts
         FROM range(60) r(i)"""
     )
     yield c
@@ -376,6 +378,26 @@ OPERATOR_QUERIES = {
     "LEFT JOIN on an inequality only": (
         "SELECT a.i, b.i AS j FROM t a LEFT JOIN t b ON a.i < b.i - 55 ORDER BY a.i, j"
     ),
+    "RANGE frame over an INTERVAL, per partition (peers, NULL keys)": (
+        "SELECT i, sum(x) OVER (PARTITION BY g ORDER BY ts RANGE BETWEEN INTERVAL 3 HOUR "
+        "PRECEDING AND CURRENT ROW) AS a FROM t ORDER BY i"
+    ),
+    "RANGE frames: count, count(*), avg, min, max": (
+        "SELECT i, count(x) OVER w1 AS a, count(*) OVER w1 AS b, avg(x) OVER w2 AS c, "
+        "min(i) OVER w3 AS d, max(x) OVER w3 AS e FROM t "
+        "WINDOW w1 AS (PARTITION BY g ORDER BY ts RANGE BETWEEN INTERVAL 1 DAY PRECEDING "
+        "AND CURRENT ROW), w2 AS (PARTITION BY g ORDER BY ts RANGE BETWEEN INTERVAL 90 MINUTE "
+        "PRECEDING AND CURRENT ROW), w3 AS (PARTITION BY g ORDER BY ts RANGE BETWEEN "
+        "INTERVAL 2 HOUR PRECEDING AND CURRENT ROW) ORDER BY i"
+    ),
+    "RANGE frame over an integer key": (
+        "SELECT i, sum(i) OVER (PARTITION BY g ORDER BY k RANGE BETWEEN 2 PRECEDING AND "
+        "CURRENT ROW) AS a FROM t ORDER BY i"
+    ),
+    "RANGE frame without PARTITION BY": (
+        "SELECT i, sum(x) OVER (ORDER BY ts RANGE BETWEEN INTERVAL 5 HOUR PRECEDING AND "
+        "CURRENT ROW) AS a FROM t ORDER BY i"
+    ),
     "LEFT JOIN with a condition on the right side only": (
         "SELECT a.i, b.s FROM t a LEFT JOIN t b ON a.x = b.x AND b.s LIKE '%1%' ORDER BY a.i, b.s"
     ),
@@ -440,3 +462,27 @@ def test_dates_beyond_python_years(con: duckdb.DuckDBPyConnection) -> None:
         shoal.duckdb.sql(
             con, "SELECT year(x) FROM (VALUES ('294247-01-10'::DATE)) v(x)", raise_on_fail=True
         )
+
+
+# ---------------------------------------------------------------- on Ray
+
+
+def test_on_ray(ray_runner: None) -> None:
+    """The new constructs through Ray workers (types with a time zone, lists, ordered
+    aggregates and row-numbered outer joins cross the object store)."""
+    c = _tz_connection("America/New_York")
+    ray = CONFIG.replace(runner="ray")
+    check(
+        c,
+        "SELECT date_trunc('day', ts) AS d, count(*) AS n, "
+        "string_agg(hour(ts)::VARCHAR, ',' ORDER BY i) AS hours, quantile_cont(i, 0.3) AS q "
+        "FROM tz GROUP BY 1 ORDER BY 1",
+        config=ray,
+    )
+    check(
+        c,
+        "SELECT a.i, b.i AS j, unnest([a.ts, b.ts]) AS u FROM tz a "
+        "LEFT JOIN tz b ON a.g = b.g AND a.ts + INTERVAL 1 DAY < b.ts AND b.i < 5 "
+        "WHERE a.i < 40 ORDER BY a.i, j, u",
+        config=ray,
+    )

@@ -62,7 +62,7 @@ from shoal_duckdb.exprs import (
     raise_where,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
-from shoal_duckdb.types import RawTemporal, dtype_of, time_zone, value_of
+from shoal_duckdb.types import Interval, RawTemporal, dtype_of, time_zone, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
 _VIRTUAL = (
@@ -950,8 +950,50 @@ def _window_problem(w: dict[str, Any]) -> str | None:
         return None  # the whole partition, whatever the frame says
     if name not in _RUNNING:
         return f"running {name}() is not supported"
+    if start == "EXPR_PRECEDING_RANGE" and end == "CURRENT_ROW_RANGE":
+        return _range_frame_problem(w)
     if start != "UNBOUNDED_PRECEDING" or end not in ("CURRENT_ROW_RANGE", "CURRENT_ROW_ROWS"):
         return f"window frame {start} .. {end} is not supported"
+    return None
+
+
+def _range_frame_problem(w: dict[str, Any]) -> str | None:
+    """Why ``RANGE BETWEEN <offset> PRECEDING AND CURRENT ROW`` cannot run (None: it can:
+    one ascending ORDER BY key of a date, timestamp or integer type and a constant offset)."""
+    orders = w.get("orders") or []
+    if len(orders) != 1 or orders[0].get("type") not in ("ASCENDING", "ORDER_ASCENDING"):
+        return "a RANGE frame over several or descending ORDER BY keys"
+    key_type = str(orders[0]["expression"]["return_type"]["id"])
+    if key_type not in ("DATE", "TIMESTAMP", "TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
+        return f"a RANGE frame ordered by {key_type}"
+    if _range_offset(w) is None:
+        return "a RANGE frame offset that is not a constant"
+    return None
+
+
+def _range_offset(w: dict[str, Any]) -> str | None:
+    """The kernel's window size of a RANGE frame's ``<offset> PRECEDING`` (DuckDB binds it
+    as ``key - offset``): "3h"-like for an INTERVAL, "5i" for an integer offset."""
+    start = w.get("start_expr") or {}
+    kids = start.get("children") or []
+    if start.get("expression_class") != "BOUND_FUNCTION" or len(kids) != 2:
+        return None
+    if str(start["qname"]["path"][-1]) not in ("-", "subtract"):
+        return None
+    constant = kids[1]
+    if constant.get("expression_class") != "BOUND_CONSTANT":
+        return None
+    try:
+        value = value_of(constant["value"])
+    except UnsupportedError:
+        return None
+    if isinstance(value, Interval):
+        parts = [(value.months, "mo"), (value.days, "d"), (value.micros, "us")]
+        if any(n < 0 for n, _ in parts) or not any(n for n, _ in parts):
+            return None
+        return "".join(f"{n}{unit}" for n, unit in parts if n)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return f"{value}i"
     return None
 
 
@@ -1010,6 +1052,10 @@ def _one_window(
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
     args = [t.expr(c, cols, where) for c in w.get("children", [])]
+    if w.get("start") == "EXPR_PRECEDING_RANGE":
+        size = _range_offset(w)
+        assert size is not None  # _window_problem checked
+        return add(rel, "range_agg", _range_window(name, args, parts, keys[0], size, dtype))
     running = _running(name, args, parts, row_number, dtype)
     rel, value = add(rel, "running", running)
     if w.get("end") == "CURRENT_ROW_RANGE":
@@ -1017,6 +1063,45 @@ def _one_window(
         # last row of its peer group.
         rel, value = add(rel, "running", _over(Agg("last", value, dtype), [*parts, *keys], dtype))
     return rel, value
+
+
+def _range_window(
+    name: str, args: list[Expr], parts: list[Expr], key: Expr, size: str, dtype: DataType
+) -> Expr:
+    """An aggregate over ``RANGE BETWEEN <size> PRECEDING AND CURRENT ROW``: the rows of the
+    partition whose key lies in ``[key - size, key]`` (peers included); NULL when none of
+    their values is non-NULL (``count``: 0). Rows with a NULL key are each other's peers
+    (their frame is those rows)."""
+    if name == "count_star" or (name == "count" and not args):
+        # 1 per row, as a column (a bare literal would be one value, not one per row)
+        x: Expr = Ternary(is_null(key), lit(1, INT64), lit(1, INT64), INT64)
+    else:
+        (x,) = args
+    if x.dtype.is_decimal or not (x.dtype.is_integer or x.dtype.is_float):
+        raise Unsupported(f"{name}() over a RANGE frame of {x.dtype}")
+    counting = name in ("count", "count_star")
+    if counting:
+        x = cast(is_not_null(x), INT64)
+        function, work = "sum", INT64
+    elif name in ("avg", "mean"):
+        function, work = "mean", FLOAT64
+    elif name in ("sum", "sum_no_overflow"):
+        function, work = "sum", FLOAT64 if x.dtype.is_float else INT64
+    else:
+        function, work = name, x.dtype
+    x = cast(x, work)
+    moving = fn("rolling_by", [x, key], work, function=function, window_size=size)
+    whole: Expr = Agg("mean" if function == "mean" else function, x, work)
+    if function == "sum" and not counting:  # the sum of no values is NULL
+        whole = Ternary(
+            compare("eq", Agg("count", x, IDX), lit(0, IDX)), lit(None, work), whole, work
+        )
+    out: Expr = Ternary(
+        is_null(key), _over(whole, [*parts, key], work), _over(moving, parts, work), work
+    )
+    if counting:
+        out = fn("coalesce", [out, lit(0, INT64)], INT64)
+    return cast(out, dtype)
 
 
 def _running(
