@@ -398,6 +398,13 @@ OPERATOR_QUERIES = {
         "SELECT i, sum(x) OVER (ORDER BY ts RANGE BETWEEN INTERVAL 5 HOUR PRECEDING AND "
         "CURRENT ROW) AS a FROM t ORDER BY i"
     ),
+    "interval comparisons of timestamp differences": (
+        "SELECT i FROM t WHERE ts - TIMESTAMP '2024-01-01' > INTERVAL 10 HOUR "
+        "AND TIMESTAMP '2024-01-03' - ts <= INTERVAL '1 day 2 hours' ORDER BY i"
+    ),
+    "interval comparison in a projection": (
+        "SELECT i, ts - TIMESTAMP '2023-12-01' >= INTERVAL 1 MONTH AS a FROM t ORDER BY i"
+    ),
     "LEFT JOIN with a condition on the right side only": (
         "SELECT a.i, b.s FROM t a LEFT JOIN t b ON a.x = b.x AND b.s LIKE '%1%' ORDER BY a.i, b.s"
     ),

@@ -511,6 +511,10 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     kind = e.get("type", "")
     if kind in _COMPARISONS and e.get("is_operator"):
         kids = e["children"]
+        if any(_is_interval(k) for k in kids):
+            return compare(
+                _COMPARISONS[kind], interval_micros(t, kids[0]), interval_micros(t, kids[1])
+            )
         return compare(_COMPARISONS[kind], t.expr(kids[0]), t.expr(kids[1]))
     if kind == "OPERATOR_CAST":
         child = e["children"][0]
@@ -532,10 +536,53 @@ _CLASSES: dict[str, Callable[[ExprTranslator, dict[str, Any]], Expr]] = {
     "BOUND_CAST": _cast_expr,
     "BOUND_OPERATOR": _operator,
     "BOUND_FUNCTION": _function,
-    "BOUND_COMPARISON": lambda t, e: compare(
-        comparison_op(e["type"]), t.expr(e["left"]), t.expr(e["right"])
-    ),
+    "BOUND_COMPARISON": lambda t, e: _comparison(t, e),
 }
+
+
+def _comparison(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    op = comparison_op(e["type"])
+    if _is_interval(e["left"]) or _is_interval(e["right"]):
+        return compare(op, interval_micros(t, e["left"]), interval_micros(t, e["right"]))
+    return compare(op, t.expr(e["left"]), t.expr(e["right"]))
+
+
+def _is_interval(e: dict[str, Any]) -> bool:
+    """Whether a serialised expression is of DuckDB type INTERVAL."""
+    t = e.get("return_type") or (e.get("value") or {}).get("type") or {}
+    return t.get("id") == "INTERVAL"
+
+
+_MICROS_PER_DAY = 86_400_000_000
+
+
+def interval_micros(t: ExprTranslator, e: dict[str, Any]) -> Expr:
+    """An INTERVAL expression as DuckDB compares intervals: normalised, a month as 30 days
+    and a day as 24 hours, i.e. one number of microseconds (BIGINT). Intervals shoal can
+    compute that way: constants, ``TIMESTAMP - TIMESTAMP`` (the exact difference) and
+    DuckDB's ``normalized_interval()`` around them; other INTERVAL expressions raise
+    :class:`Unsupported` (INTERVAL columns are not carried)."""
+    cls = e.get("expression_class")
+    if cls == "BOUND_CONSTANT":
+        value = value_of(e["value"])
+        if value is None:
+            return lit(None, INT64)
+        if not isinstance(value, Interval):
+            raise Unsupported(f"an INTERVAL comparison with {type(value).__name__}")
+        total = (value.months * 30 + value.days) * _MICROS_PER_DAY + value.micros
+        return lit(total, INT64)
+    if cls == "BOUND_FUNCTION":
+        name = str(e["qname"]["path"][-1]).lower()
+        kids = e.get("children", [])
+        if name == "normalized_interval" and len(kids) == 1:
+            return interval_micros(t, kids[0])
+        if name in ("-", "subtract") and len(kids) == 2:
+            a, b = t.expr(kids[0]), t.expr(kids[1])
+            naive = all(_is_timestamp(x) and not is_tstz(x.dtype) for x in (a, b))
+            if naive:  # DuckDB's difference is exact (days and microseconds)
+                return binop("sub", epoch_micros(a), epoch_micros(b), INT64)
+        raise Unsupported(f"an INTERVAL from {name}() in a comparison")
+    raise Unsupported("an INTERVAL value outside date arithmetic")
 
 
 # ---------------------------------------------------------------- scalar functions
