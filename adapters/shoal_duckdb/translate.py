@@ -1090,7 +1090,16 @@ def _range_window(
     else:
         function, work = name, x.dtype
     x = cast(x, work)
-    moving = fn("rolling_by", [x, key], work, function=function, window_size=size)
+    # closed="both": the rows from key - size to key, peers (same key) included
+    moving = fn(
+        "rolling_by",
+        [x, key],
+        work,
+        function=function,
+        window_size=size,
+        min_samples=1,
+        closed="both",
+    )
     whole: Expr = Agg("mean" if function == "mean" else function, x, work)
     if function == "sum" and not counting:  # the sum of no values is NULL
         whole = Ternary(

@@ -270,11 +270,11 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
-    # args: the values, then the ``by`` column; a window of ``window_size`` (a duration
-    # string: "3h", "1mo2d", "5i" for integers) back from each row's ``by``, both ends in
-    # (rows with the same ``by`` share it: SQL's RANGE frames); a NULL ``by`` gives NULL
+    # ``rolling_<function>_by(by, window_size, min_samples=, closed=)``: args are the values,
+    # then the ``by`` column; a window of ``window_size`` (a duration string: "3h", "1mo2d",
+    # "5i" for integers) back from each row's ``by``; a NULL ``by`` gives NULL
     "rolling_by": lambda a, o: getattr(a[0], f"rolling_{o['function']}_by")(
-        a[1], window_size=o["window_size"], closed="both", min_samples=1
+        a[1], window_size=o["window_size"], min_samples=o["min_samples"], closed=o["closed"]
     ),
 }
 
