@@ -268,6 +268,12 @@ LIST_QUERIES = {
         "list_has(fl, 'nan'::DOUBLE) d, list_contains(fl, 0.0) e, array_contains(fl, NULL) f, "
         "len(l) h, length(fl) j FROM t ORDER BY i"
     ),
+    "list_aggr and the list_* aggregates": (
+        "SELECT i, list_count(l) a, list_first(l) b, list_last(l) c, list_sum(l) d, "
+        "list_min(l) e, list_max(l) f, list_aggr(l, 'sum') g, "
+        "list_string_agg(string_split(s, ',')) h, "
+        "list_aggr(string_split(s, ','), 'string_agg', '|') j, list_count(fl) k2 FROM t ORDER BY i"
+    ),
     "list_contains in a filter": "SELECT i FROM t WHERE list_contains(l, 4) ORDER BY i",
     "split_part and string_split": (
         "SELECT i, split_part(s, ',', 2) a, split_part(s, ',', -1) b, split_part(s, ',', 0) c, "

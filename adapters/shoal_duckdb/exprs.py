@@ -1208,6 +1208,47 @@ def _list_value(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     return fn("concat_list", [cast(a, element) for a in args], dtype)
 
 
+@_register("list_aggr", "list_aggregate", "array_aggr", "array_aggregate")
+def _list_aggr(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``list_aggr(l, 'name'[, arg])`` (and the ``list_<name>`` macros DuckDB rewrites to
+    it) for ``count`` (non-NULL elements), ``first``/``last`` (NULL elements count),
+    ``string_agg`` (NULLs skipped; NULL for none), ``sum`` of integers and decimals (exact,
+    NULL for none) and ``min``/``max`` of integers; NULL for a NULL list."""
+    args = _args(t, e)
+    x = args[0]
+    name = _const(args[1], "list_aggr()'s function name") if len(args) > 1 else None
+    if not _is_list(x) or not isinstance(name, str):
+        raise Unsupported("list_aggr() of a non-list or with a computed function name")
+    name = name.lower()
+    element = DataType(x.dtype.arrow.value_type)
+    present = fn("list.drop_nulls", [x], x.dtype)
+    count = cast(fn("list.len", [present], IDX), INT64)
+    none = compare("eq", count, lit(0, INT64))
+    if name == "count":
+        return cast(count, dtype)
+    if name in ("first", "last", "arbitrary"):
+        at = 0 if name in ("first", "arbitrary") else -1
+        return cast(fn("list.get", [x, lit(at, INT64)], element, null_on_oob=True), dtype)
+    if name in ("string_agg", "group_concat", "listagg"):
+        sep = _const(args[2], "the separator") if len(args) > 2 else ","
+        if sep is None:
+            return lit(None, dtype)
+        joined = fn(
+            "list.join",
+            [cast(x, DataType(pa.large_list(STRING.arrow))), lit(str(sep), STRING)],
+            STRING,
+            ignore_nulls=True,
+        )
+        return cast(Ternary(none, lit(None, STRING), joined, STRING), dtype)
+    if name == "sum" and (element.is_integer or element.is_decimal):
+        wide = _decimal(38, _scale(element))
+        total = fn("list.sum", [cast(x, DataType(pa.large_list(wide.arrow)))], wide)
+        return cast(Ternary(none, lit(None, wide), total, wide), dtype)
+    if name in ("min", "max") and element.is_integer:
+        return cast(fn(f"list.{name}", [x], element), dtype)
+    raise Unsupported(f"list_aggr(..., '{name}') of {element}")
+
+
 @_register("list_contains", "list_has", "array_contains", "array_has")
 def _list_contains(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     """Whether the list holds the value (NaN equals NaN, -0.0 equals 0.0; NULL elements

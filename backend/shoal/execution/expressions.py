@@ -188,6 +188,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
     ),
     "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
+    "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
     "concat_list": lambda a, o: pl.concat_list(a),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
