@@ -411,6 +411,9 @@ OPERATOR_QUERIES = {
     "interval comparison in a projection": (
         "SELECT i, ts - TIMESTAMP '2023-12-01' >= INTERVAL 1 MONTH AS a FROM t ORDER BY i"
     ),
+    "PIVOT with the values listed": (
+        "PIVOT t ON g IN (0, 1, 2) USING sum(x) AS s, count(*) AS n GROUP BY k ORDER BY k"
+    ),
     "LEFT JOIN with a condition on the right side only": (
         "SELECT a.i, b.s FROM t a LEFT JOIN t b ON a.x = b.x AND b.s LIKE '%1%' ORDER BY a.i, b.s"
     ),
