@@ -411,6 +411,16 @@ OPERATOR_QUERIES = {
     "interval comparison in a projection": (
         "SELECT i, ts - TIMESTAMP '2023-12-01' >= INTERVAL 1 MONTH AS a FROM t ORDER BY i"
     ),
+    "time_bucket (days, minutes, weeks, months; origins and offsets)": (
+        "SELECT i, time_bucket(INTERVAL 2 DAY, ts) a, time_bucket(INTERVAL 15 MINUTE, ts) b, "
+        "time_bucket(INTERVAL 1 WEEK, ts::DATE) c, time_bucket(INTERVAL 3 MONTH, ts::DATE) d, "
+        "time_bucket(INTERVAL 3 MONTH, ts) e, "
+        "time_bucket(INTERVAL 2 DAY, ts, TIMESTAMP '2024-01-01 06:00') f, "
+        "time_bucket(INTERVAL '1 day 2 hours', ts) g, "
+        "time_bucket(INTERVAL 1 YEAR, ts::DATE, DATE '2023-03-01') h, "
+        "time_bucket(INTERVAL 2 DAY, ts, INTERVAL 1 HOUR) j, "
+        "time_bucket(INTERVAL 5 MONTH, ts - INTERVAL 400 DAY) k FROM t ORDER BY i"
+    ),
     "PIVOT with the values listed": (
         "PIVOT t ON g IN (0, 1, 2) USING sum(x) AS s, count(*) AS n GROUP BY k ORDER BY k"
     ),

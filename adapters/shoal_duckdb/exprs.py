@@ -37,6 +37,7 @@ message that cannot succeed: the kernel has no other way to raise).
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -1496,6 +1497,93 @@ def _timezone(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     if _is_timestamp(x) or _is_date(x):
         return cast(from_local(cast(x, TIMESTAMP_US), there), dtype)
     raise Unsupported(f"timezone() of {x.dtype}")
+
+
+#: time_bucket's default origins: 2000-01-03 (a Monday) for widths in days and smaller,
+#: 2000-01-01 for widths in months (microseconds since 1970-01-01, and months since year 0).
+_BUCKET_ORIGIN_US = 946_857_600_000_000
+_BUCKET_ORIGIN_MONTHS = 2000 * 12
+
+
+@_register("time_bucket")
+def _time_bucket(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``time_bucket(width, x[, origin])`` of a DATE or TIMESTAMP: the start of the bucket
+    of ``width`` (a constant INTERVAL of days and smaller units, or of months only) that
+    holds ``x``, buckets counted from ``origin`` (a DATE/TIMESTAMP constant, or an INTERVAL
+    offset from the default origin). Computed on integers: ``origin + floor((x - origin) /
+    width) * width``."""
+    kids = e["children"]
+    width = t.raw(kids[0])
+    x = t.expr(kids[1])
+    iv = _interval(width)
+    if iv is None or not (_is_date(x) or (_is_timestamp(x) and not is_tstz(x.dtype))):
+        raise Unsupported("time_bucket() of a non-constant width or of TIMESTAMPTZ")
+    origin = t.raw(kids[2]) if len(kids) > 2 else None
+    offset = _interval(origin) if origin is not None else None
+    if iv.months and (iv.days or iv.micros):
+        raise Unsupported("time_bucket() of a width mixing months and days")
+    if iv.months:
+        return _month_bucket(x, iv.months, origin, offset, dtype)
+    step = iv.days * _MICROS_PER_DAY + iv.micros
+    if step <= 0:
+        raise Unsupported("time_bucket() of a width that is not positive")
+    start = _BUCKET_ORIGIN_US
+    if offset is not None:
+        if offset.months:
+            raise Unsupported("time_bucket() offset in months")
+        start += offset.days * _MICROS_PER_DAY + offset.micros
+    elif origin is not None:
+        start = _origin_micros(origin)
+    micros = epoch_micros(x)
+    since = binop("sub", micros, lit(start, INT64), INT64)
+    buckets = binop("floordiv", since, lit(step, INT64), INT64)
+    begin = binop("add", binop("mul", buckets, lit(step, INT64), INT64), lit(start, INT64), INT64)
+    out: Expr = cast(begin, TIMESTAMP_US)
+    return cast(out, dtype)
+
+
+def _origin_micros(origin: Expr) -> int:
+    value = origin.value if isinstance(origin, Lit) else None
+    if isinstance(value, datetime.datetime) and value.tzinfo is None:
+        return (value - datetime.datetime(1970, 1, 1)) // datetime.timedelta(microseconds=1)
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return (value - datetime.date(1970, 1, 1)).days * _MICROS_PER_DAY
+    raise Unsupported("time_bucket() origin that is not a DATE or TIMESTAMP constant")
+
+
+def _month_bucket(
+    x: Expr, width: int, origin: Expr | None, offset: Interval | None, dtype: DataType
+) -> Expr:
+    """time_bucket by ``width`` months: the month start ``(m - origin) mod width`` months
+    before ``x``'s month start (origin: 2000-01, or a first-of-month constant)."""
+    if width > 48:
+        raise Unsupported("time_bucket() of more than 48 months")
+    start = _BUCKET_ORIGIN_MONTHS
+    if offset is not None:
+        if offset.days or offset.micros:
+            raise Unsupported("time_bucket() by months with an offset in days")
+        start += offset.months
+    elif origin is not None:
+        value = origin.value if isinstance(origin, Lit) else None
+        if not isinstance(value, datetime.date) or value.day != 1:
+            raise Unsupported("time_bucket() by months from an origin not on a month's first day")
+        if isinstance(value, datetime.datetime) and value.time() != datetime.time(0):
+            raise Unsupported("time_bucket() by months from an origin not at midnight")
+        start = value.year * 12 + value.month - 1
+    ts = cast(x, TIMESTAMP_US)
+    month_start = fn("dt.truncate", [ts, lit("1mo", STRING)], TIMESTAMP_US)
+    months = binop(
+        "add",
+        binop("mul", cast(fn("dt.year", [ts], INT32), INT64), lit(12, INT64), INT64),
+        binop("sub", cast(fn("dt.month", [ts], INT8), INT64), lit(1, INT64), INT64),
+        INT64,
+    )
+    back = binop("mod", binop("sub", months, lit(start, INT64), INT64), lit(width, INT64), INT64)
+    out: Expr = month_start
+    for k in range(1, width):
+        earlier = fn("dt.offset_by", [month_start], TIMESTAMP_US, by=f"-{k}mo")
+        out = Ternary(compare("eq", back, lit(k, INT64)), earlier, out, TIMESTAMP_US)
+    return cast(out, dtype)
 
 
 @_register("last_day")
