@@ -421,6 +421,14 @@ OPERATOR_QUERIES = {
         "time_bucket(INTERVAL 2 DAY, ts, INTERVAL 1 HOUR) j, "
         "time_bucket(INTERVAL 5 MONTH, ts - INTERVAL 400 DAY) k FROM t ORDER BY i"
     ),
+    "LIMIT and OFFSET given by subqueries": (
+        "SELECT i, x FROM t ORDER BY x DESC NULLS LAST, i LIMIT (SELECT max(g) FROM t) "
+        "OFFSET (SELECT min(g) + 2 FROM t)"
+    ),
+    "LIMIT (SELECT NULL) is no limit": (
+        "SELECT i FROM t ORDER BY i LIMIT (SELECT NULL::INT) OFFSET 50"
+    ),
+    "LIMIT of a DECIMAL subquery": "SELECT i FROM t ORDER BY i DESC LIMIT (SELECT 2.5)",
     "PIVOT with the values listed": (
         "PIVOT t ON g IN (0, 1, 2) USING sum(x) AS s, count(*) AS n GROUP BY k ORDER BY k"
     ),

@@ -862,9 +862,51 @@ def _limit_value(t: Translator, v: dict[str, Any] | None, what: str) -> int | No
     raise _Failed()
 
 
+def _is_expression_bound(v: dict[str, Any] | None) -> bool:
+    return v is not None and v.get("type") == "EXPRESSION_VALUE"
+
+
+def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
+    """LIMIT / OFFSET given by expressions (``LIMIT (SELECT k FROM ...)``; DuckDB joins the
+    value to every row): the rows numbered in order, then kept where ``offset <= n <
+    offset + limit``. A NULL limit or offset is no limit or offset; a negative one fails the
+    query, as in DuckDB; a DECIMAL or DOUBLE is rounded as DuckDB casts it."""
+    where = "LOGICAL_LIMIT"
+    numbered, row = _numbered(t, t.exact(child), "row")
+    n = cast(row, INT64)
+
+    def bound(v: dict[str, Any] | None, what: str) -> Expr | None:
+        if v is None or v.get("type") == "UNSET":
+            return None
+        if v.get("type") == "CONSTANT_VALUE":
+            return lit(int(v["constant_integer"]), INT64)
+        if v.get("type") == "EXPRESSION_VALUE":
+            return duck_cast(t.expr(v["expression"], child.cols, where), INT64)
+        t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
+        raise _Failed()
+
+    limit = bound(op.get("limit_val"), "a LIMIT")
+    offset = bound(op.get("offset_val"), "an OFFSET")
+    zero = lit(0, INT64)
+    start = fn("coalesce", [offset, zero], INT64) if offset is not None else zero
+    keep: list[Expr] = [compare("ge", n, start)]
+    if limit is not None:
+        end = binop("add", start, limit, INT64)
+        keep.append(or_all([is_null(limit), compare("lt", n, end)]))
+    for value, what in ((limit, "LIMIT"), (offset, "OFFSET")):
+        if value is not None and not isinstance(value, Lit):
+            negative = compare("lt", value, zero)
+            message = lit(f"Invalid Input Error: {what} must not be negative", STRING)
+            keep.append(is_null(raise_where(negative, message, BOOL)))
+    kept = t.filter(numbered, and_all(keep))
+    return Rel(kept.node, child.cols)
+
+
 @_register("LOGICAL_LIMIT")
 def _limit(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
+    if _is_expression_bound(op.get("limit_val")) or _is_expression_bound(op.get("offset_val")):
+        return _limit_by_row_numbers(t, child, op)
     limit = _limit_value(t, op.get("limit_val"), "a LIMIT")
     offset = _limit_value(t, op.get("offset_val"), "an OFFSET") or 0
     if limit is None and offset == 0:
