@@ -870,7 +870,8 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
     """LIMIT / OFFSET given by expressions (``LIMIT (SELECT k FROM ...)``; DuckDB joins the
     value to every row): the rows numbered in order, then kept where ``offset <= n <
     offset + limit``. A NULL limit or offset is no limit or offset; a negative one fails the
-    query, as in DuckDB; a DECIMAL or DOUBLE is rounded as DuckDB casts it."""
+    query, as in DuckDB; a DECIMAL or DOUBLE is rounded half to even (DuckDB 2.0.1: ``LIMIT
+    (SELECT 2.5)`` is 2 rows, ``LIMIT (SELECT 2.7)`` 3)."""
     where = "LOGICAL_LIMIT"
     numbered, row = _numbered(t, t.exact(child), "row")
     n = cast(row, INT64)
@@ -881,7 +882,10 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
         if v.get("type") == "CONSTANT_VALUE":
             return lit(int(v["constant_integer"]), INT64)
         if v.get("type") == "EXPRESSION_VALUE":
-            return duck_cast(t.expr(v["expression"], child.cols, where), INT64)
+            value = t.expr(v["expression"], child.cols, where)
+            if value.dtype.is_decimal:  # DuckDB reads it as a DOUBLE: 2.5 rounds to 2
+                value = cast(value, FLOAT64)
+            return duck_cast(value, INT64)
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
         raise _Failed()
 
