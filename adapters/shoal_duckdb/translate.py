@@ -1117,46 +1117,50 @@ def _range_window(
     """An aggregate over ``RANGE BETWEEN <size> PRECEDING AND CURRENT ROW``: the rows of the
     partition whose key lies in ``[key - size, key]`` (peers included); NULL when none of
     their values is non-NULL (``count``: 0). Rows with a NULL key are each other's peers
-    (their frame is those rows)."""
+    (their frame is those rows).
+
+    Only exact computations: counts of anything, and ``sum``/``avg``/``min``/``max`` of
+    integers (the kernel's sliding sums add and subtract, which rounds floating-point
+    values differently from DuckDB and keeps a NaN after it left the frame)."""
     if name == "count_star" or (name == "count" and not args):
         # 1 per row, as a column (a bare literal would be one value, not one per row)
         x: Expr = Ternary(is_null(key), lit(1, INT64), lit(1, INT64), INT64)
     else:
         (x,) = args
-    if x.dtype.is_decimal or not (x.dtype.is_integer or x.dtype.is_float):
-        raise Unsupported(f"{name}() over a RANGE frame of {x.dtype}")
     counting = name in ("count", "count_star")
-    if counting:
-        x = cast(is_not_null(x), INT64)
-        function, work = "sum", INT64
-    elif name in ("avg", "mean"):
-        function, work = "mean", FLOAT64
-    elif name in ("sum", "sum_no_overflow"):
-        function, work = "sum", FLOAT64 if x.dtype.is_float else INT64
-    else:
-        function, work = name, x.dtype
-    x = cast(x, work)
-    # closed="both": the rows from key - size to key, peers (same key) included
-    moving = fn(
-        "rolling_by",
-        [x, key],
-        work,
-        function=function,
-        window_size=size,
-        min_samples=1,
-        closed="both",
-    )
-    whole: Expr = Agg("mean" if function == "mean" else function, x, work)
-    if function == "sum" and not counting:  # the sum of no values is NULL
-        whole = Ternary(
-            compare("eq", Agg("count", x, IDX), lit(0, IDX)), lit(None, work), whole, work
+    if not counting and not x.dtype.is_integer:
+        raise Unsupported(f"{name}() of {x.dtype} over a RANGE frame (inexact when sliding)")
+
+    def sliding(function: str, values: Expr) -> Expr:
+        # closed="both": the rows from key - size to key, peers (same key) included
+        moving = fn(
+            "rolling_by",
+            [values, key],
+            INT64,
+            function=function,
+            window_size=size,
+            min_samples=1,
+            closed="both",
         )
-    out: Expr = Ternary(
-        is_null(key), _over(whole, [*parts, key], work), _over(moving, parts, work), work
-    )
+        whole = Agg(function, values, INT64)
+        return Ternary(
+            is_null(key), _over(whole, [*parts, key], INT64), _over(moving, parts, INT64), INT64
+        )
+
+    present = cast(is_not_null(x), INT64)
+    count = fn("coalesce", [sliding("sum", present), lit(0, INT64)], INT64)
     if counting:
-        out = fn("coalesce", [out, lit(0, INT64)], INT64)
-    return cast(out, dtype)
+        return cast(count, dtype)
+    values = cast(x, INT64)
+    none = compare("eq", count, lit(0, INT64))
+    if name in ("min", "max"):
+        out: Expr = sliding(name, values)
+    else:
+        total = sliding("sum", values)
+        out = total
+        if name in ("avg", "mean"):  # the exact sum over the count, one rounding
+            out = binop("truediv", cast(total, FLOAT64), cast(count, FLOAT64), FLOAT64)
+    return cast(Ternary(none, lit(None, out.dtype), out, out.dtype), dtype)
 
 
 def _running(
