@@ -12,6 +12,7 @@ import pytest
 
 import shoal
 from shoal.config import Config, redact
+from shoal.runners.session import last_query
 
 SECRET = "s3cr3t-t0ken"
 
@@ -93,3 +94,25 @@ def test_credentials_in_the_address_appear_nowhere(tmp_path: Path) -> None:
     assert "127.0.0.1:1" in shown[-1]
     for text in shown:
         assert SECRET not in text
+
+
+@pytest.mark.usefixtures("ray_with_user_env")
+def test_task_cpus_per_query_reach_ray_and_impossible_requests_fail_first() -> None:
+    lf = pl.LazyFrame({"k": [i % 5 for i in range(400)], "v": [float(i) for i in range(400)]})
+    q = lf.group_by("k").agg(pl.col("v").sum()).sort("k")
+    expected = q.collect(engine="in-memory")
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True)
+    # The local instance has 2 CPUs.
+    with (
+        shoal.execution_config(task_cpus=3),
+        pytest.raises(shoal.ShoalError, match=r"task_cpus=3 .* \(the largest has 2\)"),
+    ):
+        q.collect(engine=engine)
+    with shoal.execution_config(task_cpus=2, default_partitions=8, shuffle_partitions=4):
+        assert q.collect(engine=engine).equals(expected)
+    report = last_query()
+    assert report is not None
+    spans = sorted((s.start, s.end) for s in report.task_stats.values())
+    assert len(spans) >= 8
+    # Each task held both CPUs of the instance, so no two ran at the same time.
+    assert all(b[0] >= a[1] - 1e-3 for a, b in zip(spans, spans[1:], strict=False))

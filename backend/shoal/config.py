@@ -21,14 +21,16 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from shoal.errors import ConfigFrozenError, VersionMismatchError
+from shoal.errors import ConfigFrozenError, ShoalWarning, VersionMismatchError
 
 RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
@@ -118,6 +120,47 @@ def redact(text: str) -> str:
     errors) through this."""
     text = _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
     return _SECRET_QUERY.sub(lambda m: f"{m.group('key')}***", text)
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50})
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes in ``text``: a whole number, or a number with a unit (``"128MiB"``,
+    ``"1.5 GiB"``, ``"500kB"``; binary ``KiB/MiB/GiB/TiB`` and decimal ``kB/MB/GB/TB``).
+    Raises ``ValueError`` naming ``what`` when it is neither."""
+    m = _SIZE.match(text.replace("_", ""))
+    if not m:
+        raise ValueError(
+            f"{what}={text!r}: expected a number of bytes, optionally with a unit such as "
+            "KiB, MiB, GiB (or kB, MB, GB)"
+        )
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def _check_type(name: str, annotation: str, value: Any) -> None:
+    """Raise ``ValueError`` naming setting ``name`` when ``value`` is not of its annotated
+    type (bool is not accepted as an int, nor NaN or infinity as a number)."""
+    optional = annotation.endswith(" | None")
+    base = annotation.removesuffix(" | None")
+    if value is None and optional:
+        return
+    if base == "bool":
+        ok, form = isinstance(value, bool), "True or False"
+    elif base == "int":
+        ok, form = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif base == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        form = "a finite number"
+    elif base.startswith("Mapping"):
+        ok, form = isinstance(value, Mapping), "a mapping"
+    else:  # str and the string literals (runner, progress), checked by value below
+        ok, form = isinstance(value, str), "a string"
+    if not ok:
+        none = " or None" if optional else ""
+        raise ValueError(f"shoal setting {name} must be {form}{none}, got {value!r}")
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -321,6 +364,11 @@ class Config:
     )
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if "bytes" in f.name and isinstance(value, str):
+                object.__setattr__(self, f.name, parse_size(value, f"shoal setting {f.name}"))
+            _check_type(f.name, str(f.type), getattr(self, f.name))
         if self.runner not in ("ray", "local"):
             raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
         if self.progress not in ("auto", "always", "never"):
@@ -447,11 +495,33 @@ class Config:
             var = env_var(f.name)
             if var in env:
                 values[f.name] = _parse(var, env[var], f)
+        _warn_unknown_variables(env)
         try:
             return cls(**values)
         except ValueError as exc:
             names = ", ".join(env_var(n) for n in values)
             raise ValueError(f"{exc} (from environment variables {names})") from None
+
+
+#: ``SHOAL_*`` variables that are not settings but are read elsewhere (the CLI's data cache).
+OTHER_VARIABLES = frozenset({"SHOAL_DATA_DIR"})
+
+
+def _warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """Warn (:class:`shoal.errors.ShoalWarning`) about each ``SHOAL_*`` variable that
+    names no setting, with the closest setting's variable: a misspelt variable would
+    otherwise be ignored without a word."""
+    import difflib
+
+    known = {env_var(f.name) for f in fields(Config)} | OTHER_VARIABLES
+    for var in sorted(v for v in env if v.startswith("SHOAL_") and v not in known):
+        close = difflib.get_close_matches(var, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.warn(
+            f"environment variable {var} is not a shoal setting and is ignored{hint}",
+            ShoalWarning,
+            stacklevel=3,
+        )
 
 
 def env_var(name: str) -> str:
@@ -473,6 +543,8 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
                 return False
             raise ValueError
         if typ.startswith("int"):
+            if "bytes" in f.name:
+                return parse_size(text, var)
             return int(text.replace("_", ""))
         if typ.startswith("float"):
             return float(text)

@@ -232,10 +232,30 @@ class RayBackend:
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
         self.task_cpus = config.task_cpus
+        #: CPUs per task of recent queries, by their config snapshot's object id (a query's
+        #: ``task_cpus`` may differ from the runner's: ``execution_config(task_cpus=4)``).
+        self._query_cpus: dict[str, int] = {}
 
     def begin_query(self, config: Config) -> Any:
-        """Put the query's config snapshot in the object store: once per query."""
-        return self._ray.put(config)
+        """Put the query's config snapshot in the object store: once per query.
+
+        Raises :class:`shoal.ShoalError` before any task when no alive node of the cluster
+        has ``config.task_cpus`` CPUs: Ray would keep such tasks pending forever."""
+        largest = max(
+            (n["Resources"].get("CPU", 0.0) for n in self._ray.nodes() if n.get("Alive")),
+            default=0.0,
+        )
+        if config.task_cpus > largest + 1e-9:
+            raise ShoalError(
+                f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
+                f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
+                "never be scheduled"
+            )
+        handle = self._ray.put(config)
+        if len(self._query_cpus) > 256:
+            self._query_cpus.pop(next(iter(self._query_cpus)))
+        self._query_cpus[handle.hex()] = config.task_cpus
+        return handle
 
     def submit(self, task: TaskSpec) -> Any:
         if task.pool is not None:  # a stage of a stateful or GPU UDF: one of its actors
@@ -247,13 +267,18 @@ class RayBackend:
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs,
-            num_cpus=self.task_cpus,
+            num_cpus=self._task_cpus(task),
             max_retries=task.max_retries,
             retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
+
+    def _task_cpus(self, task: TaskSpec) -> int:
+        hex_of = getattr(task.config, "hex", None)
+        key = hex_of() if callable(hex_of) else None
+        return self._query_cpus.get(key, self.task_cpus) if key else self.task_cpus
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ready, rest = self._ray.wait(list(handles), num_returns=1, timeout=timeout)
