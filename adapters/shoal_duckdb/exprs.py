@@ -497,7 +497,8 @@ def _tstz_cast(e: Expr, target: DataType, strict: bool) -> Expr:
         return cast(e, target, strict)
     if is_tstz(src):
         if pa.types.is_timestamp(target.arrow) or pa.types.is_date32(target.arrow):
-            return cast(local_time(e), target, strict)
+            # the wall-clock time, then DuckDB's TIMESTAMP cast (coarser units rounded)
+            return duck_cast(local_time(e), target, not strict)
         raise Unsupported(f"cast of TIMESTAMP WITH TIME ZONE to {target}")
     if pa.types.is_timestamp(src.arrow) or pa.types.is_date32(src.arrow):
         return from_local(cast(e, _naive(target), strict), target)
