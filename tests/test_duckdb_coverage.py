@@ -107,7 +107,7 @@ TZ_QUERIES = {
     ),
     "casts to coarser units round as DuckDB's TIMESTAMP casts": (
         "SELECT i, CAST(ts + INTERVAL 1500 MICROSECOND AS TIMESTAMP_MS) AS a, "
-        "CAST(ts + INTERVAL 500 MILLISECOND AS TIMESTAMP_S) AS b FROM tz ORDER BY i"
+        "CAST(ts - INTERVAL 2500 MICROSECOND AS TIMESTAMP_MS) AS b FROM tz ORDER BY i"
     ),
     "casts from TIMESTAMP and DATE (repeated and skipped times)": (
         "SELECT i, n::TIMESTAMPTZ AS a, n::DATE::TIMESTAMPTZ AS b, TRY_CAST(n AS TIMESTAMPTZ) c "
