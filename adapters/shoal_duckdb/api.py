@@ -33,6 +33,7 @@ import pyarrow as pa
 from shoal.errors import TaskError, UnsupportedError
 from shoal_duckdb.errors import duckdb_error
 from shoal_duckdb.prepare import (
+    bind_parameters,
     lookup,
     parse_tree,
     prepare,
@@ -61,9 +62,12 @@ def _execute(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -
     return execute(plan, runner=runner, config=config)
 
 
-def _check_statement(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
+def _check_statement(
+    con: duckdb.DuckDBPyConnection, query: str, with_params: bool = False
+) -> str | None:
     """Parse ``query`` with DuckDB (raising its ``ParserException``); the reason it cannot
-    run distributed when it is not a single SELECT, else None."""
+    run distributed when it is not a single SELECT (or has parameters but no values for
+    them), else None."""
     statements = con.extract_statements(query)
     if len(statements) != 1:
         return f"{len(statements)} statements (shoal runs one SELECT at a time)"
@@ -74,8 +78,8 @@ def _check_statement(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
         words = query.strip().split(None, 1)
         keyword = words[0].upper() if words else getattr(kind, "name", str(kind))
         return f"{keyword} statements do not run distributed (only SELECT does)"
-    if statements[0].named_parameters:
-        return "prepared-statement parameters"
+    if statements[0].named_parameters and not with_params:
+        return "prepared-statement parameters without values (pass params=)"
     return None
 
 
@@ -237,6 +241,7 @@ def sql(
     con: duckdb.DuckDBPyConnection,
     query: str,
     *,
+    params: Any = None,
     runner: RunnerKind | None = None,
     raise_on_fail: bool | None = None,
     config: Config | None = None,
@@ -246,6 +251,11 @@ def sql(
     Returns a ``duckdb.DuckDBPyRelation`` on ``con`` that holds the result, with the column
     names and types DuckDB's own result has (``.fetchall()``, ``.pl()``, ``.arrow()``, joins
     with other relations of ``con``).
+
+    ``params`` are the values of the query's prepared-statement parameters (``?``, ``$1``,
+    ``$name``), a sequence or a mapping as ``con.sql(query, params=...)`` takes them:
+    DuckDB binds them first, and the query runs with each value written in as a constant
+    of the type DuckDB gives it.
 
     ``runner`` is ``"ray"``, ``"local"`` or None (the configured runner); ``config`` is a
     :class:`shoal.Config` (None: :func:`shoal.get_config`). ``raise_on_fail`` True raises
@@ -261,11 +271,36 @@ def sql(
     (``duckdb.ConversionException``, ``OutOfRangeException``, ``InvalidInputException``)
     with DuckDB's message first; other task errors (``shoal.TaskError``) propagate.
     """
-    reason = _check_statement(con, query)
+    reason = _check_statement(con, query, params is not None)
     if reason is not None:
         return _fallback(con, query, None, UnsupportedError(reason), raise_on_fail, config)
+    if params is not None:
+        # DuckDB binds the query with its values first (its errors for missing or
+        # ill-typed values); shoal runs the query with the values written in as constants
+        # and returns the result with the types of DuckDB's own binding.
+        native = con.sql(query, params=params)
+        try:
+            literal = bind_parameters(con, query, params)
+        except UnsupportedError as exc:
+            return _fallback(con, query, native, exc, raise_on_fail, config)
+        return _sql(con, literal, runner, raise_on_fail, config, native)
+    return _sql(con, query, runner, raise_on_fail, config, None)
+
+
+def _sql(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    runner: RunnerKind | None,
+    raise_on_fail: bool | None,
+    config: Config | None,
+    native: duckdb.DuckDBPyRelation | None,
+) -> duckdb.DuckDBPyRelation:
+    """:func:`sql` of one SELECT; ``native`` is DuckDB's own relation of the query when it
+    was bound with parameter values (its types are the result's)."""
     with _python_objects(con, query, _caller_frame()) as (text, registered):
         bound = con.sql(text)  # binds: DuckDB's CatalogException / BinderException
+        if native is not None:
+            bound = native
         try:
             plan, _ = _translate(con, text, list(bound.columns))
         except Exception as exc:

@@ -157,6 +157,58 @@ def to_sql(con: Any, tree: dict[str, Any]) -> str:
     return str(fetch_one(con, "SELECT json_deserialize_sql(?)", [json.dumps(tree)]))
 
 
+def bind_parameters(con: Any, query: str, params: Any) -> str:
+    """``query`` with its prepared-statement parameters (``?``, ``$1``, ``$name``) replaced
+    by constants: each value as DuckDB's Python client binds it (``typeof($1)``: a Python
+    int is INTEGER or BIGINT, a str VARCHAR, a date DATE, ...), written as
+    ``CAST('<DuckDB's text of the value>' AS <that type>)``, which gives the value back
+    exactly (DuckDB's text forms round-trip). ``params`` is a sequence (positional) or a
+    mapping (named), as ``con.sql(query, params=...)`` takes them.
+
+    Raises :class:`shoal.UnsupportedError` when DuckDB cannot serialise the query or a
+    parameter has no value.
+    """
+    tree = parse_tree(con, query)
+    if tree is None:
+        raise UnsupportedError("prepared-statement parameters in a query DuckDB cannot serialise")
+    constants: dict[str, dict[str, Any]] = {}
+
+    def value_of_parameter(identifier: str) -> Any:
+        if isinstance(params, dict):
+            if identifier not in params:
+                raise UnsupportedError(f"no value for parameter ${identifier}")
+            return params[identifier]
+        index = int(identifier) - 1
+        if not 0 <= index < len(params):
+            raise UnsupportedError(f"no value for parameter ${identifier}")
+        return params[index]
+
+    def constant(identifier: str) -> dict[str, Any]:
+        got = constants.get(identifier)
+        if got is None:
+            value = value_of_parameter(identifier)
+            text, type_name = con.sql(
+                "SELECT CAST($1 AS VARCHAR), typeof($1)", params=[value]
+            ).fetchall()[0]
+            literal = "NULL" if text is None else f"CAST({quote_str(text)} AS {type_name})"
+            select = parse_tree(con, f"SELECT {literal}")
+            assert select is not None
+            got = select["statements"][0]["node"]["select_list"][0]
+            constants[identifier] = got
+        return got
+
+    def replace(node: Any) -> Any:
+        if isinstance(node, dict):
+            if node.get("class") == "PARAMETER":
+                return dict(constant(str(node["identifier"])), alias=node.get("alias", ""))
+            return {k: replace(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [replace(v) for v in node]
+        return node
+
+    return to_sql(con, replace(tree))
+
+
 def _serialize_plan(con: Any, sql: str) -> str:
     with _SETTINGS_LOCK:
         before = str(fetch_one(con, "SELECT current_setting('disabled_optimizers')") or "")
@@ -260,6 +312,10 @@ class Rewriter:
 
         def fn(ref: dict[str, Any]) -> dict[str, Any] | None:
             if ref["type"] == "TABLE_FUNCTION":
+                if _is_unnest(ref):
+                    # unnest(list) in FROM (lateral over the preceding tables): DuckDB's plan
+                    # serialises it as an UNNEST operator, which shoal translates.
+                    return None
                 return self._table_function(ref)
             return self._base_table_ref(ref, ctes)
 
@@ -371,6 +427,15 @@ class Rewriter:
         self.by_sql[source_sql] = standin
         self.prepared.standins[name.lower()] = standin
         return standin
+
+
+def _is_unnest(ref: dict[str, Any]) -> bool:
+    """Whether a TABLE_FUNCTION reference is ``unnest(...)`` of columns of the preceding
+    tables (a lateral unnest; one of constants stays a stand-in that DuckDB fills)."""
+    func = ref.get("function") or {}
+    if str(func.get("function_name", "")).lower() not in ("unnest", "unlist"):
+        return False
+    return any(d.get("class") == "COLUMN_REF" for d in walk_dicts(func))
 
 
 def fill_with_samples(con: Any, standins: list[StandIn]) -> None:

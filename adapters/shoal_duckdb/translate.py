@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
@@ -26,6 +27,7 @@ from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
+    Explode,
     Filter,
     InMemorySource,
     Join,
@@ -33,6 +35,7 @@ from shoal.ir.nodes import (
     ParquetSource,
     PlanNode,
     Project,
+    RowIndex,
     Scan,
     Slice,
     Sort,
@@ -53,6 +56,7 @@ from shoal_duckdb.exprs import (
     fn,
     is_not_null,
     is_null,
+    is_tstz,
     lit,
     or_all,
     python_value,
@@ -61,7 +65,7 @@ from shoal_duckdb.exprs import (
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
-from shoal_duckdb.types import dtype_of, value_of
+from shoal_duckdb.types import Interval, RawTemporal, dtype_of, time_zone, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
 _VIRTUAL = (
@@ -90,7 +94,6 @@ OPERATORS: dict[str, OperatorHandler] = {}
 
 #: Operators shoal cannot run, with the reason.
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    "LOGICAL_UNNEST": "not supported yet",
     "LOGICAL_PIVOT": "not supported",
     "LOGICAL_SAMPLE": "sampling is not supported",
     "LOGICAL_DELIM_JOIN": "this form of correlated subquery (a duplicate-eliminated join) is "
@@ -137,6 +140,9 @@ class Translator:
         self._tables: dict[tuple[str, ...], pa.Table] = {}
         setting = con.sql("SELECT current_setting('error_on_division_by_zero')").fetchall()
         self.error_on_division_by_zero = bool(setting[0][0]) if setting else True
+        #: DuckDB's ``TimeZone`` and ``Calendar`` settings (ICU): the zone of every
+        #: TIMESTAMPTZ in the plan (see :func:`shoal_duckdb.types.time_zone`).
+        self.time_zone, self.calendar = _zone_settings(con)
         try:
             ieee = con.sql("SELECT current_setting('ieee_floating_point_ops')").fetchall()
         except Exception:  # a DuckDB release without the setting: IEEE semantics
@@ -325,6 +331,16 @@ class Translator:
         return got
 
 
+def _zone_settings(con: Any) -> tuple[str, str]:
+    """The connection's ``TimeZone`` and ``Calendar`` settings (``UTC`` and ``gregorian``
+    when DuckDB has no ICU extension loaded, as it then knows only UTC)."""
+    try:
+        rows = con.sql("SELECT current_setting('TimeZone'), current_setting('Calendar')").fetchall()
+    except duckdb.Error:
+        return "UTC", "gregorian"
+    return str(rows[0][0]), str(rows[0][1])
+
+
 class _AnyColumns(Sequence[Col]):
     """Columns of an operator that could not be translated: any index is a column of
     unknown type (its readers translate their expressions only to report their errors)."""
@@ -359,7 +375,8 @@ def translate(
     """
     t = Translator(con, standins, source)
     try:
-        rel = t.exact(t.plan(root))
+        with time_zone(t.time_zone, t.calendar):
+            rel = t.exact(t.plan(root))
         if any(c.name.lower() in t.virtual for c in rel.cols):
             t.error("result", _VIRTUAL)
     except _Failed:
@@ -403,7 +420,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
         source: Any = ParquetSource(standin.paths)
-        schema = Schema.of(scanned)
+        schema = Schema.of(_as_in_files(scanned, standin.paths))
     else:
         if standin is not None:
             arrow = t.con.sql(standin.source_sql).to_arrow_table().select([n for n, _ in scanned])
@@ -467,6 +484,27 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         fields = (*node.schema.fields, (keep.name, keep.dtype))
         rel = Rel(Project(node.input, exprs, Schema(fields)), rel.cols)
     return rel
+
+
+def _as_in_files(
+    scanned: list[tuple[str, DataType]], paths: Sequence[str]
+) -> list[tuple[str, DataType]]:
+    """The scan's column types as the kernel reads them from the Parquet files: a
+    TIMESTAMPTZ column comes with the zone (and unit) the file holds (UTC, or the zone in
+    its Arrow schema), not the session's; the scan's projection converts it (the same
+    instants)."""
+    if not paths or not any(is_tstz(dt) for _, dt in scanned):
+        return scanned
+    import polars as pl
+
+    in_file = pl.read_parquet_schema(paths[0])
+    out = []
+    for name, dtype in scanned:
+        got = in_file.get(name)
+        if is_tstz(dtype) and isinstance(got, pl.Datetime) and got.time_zone is not None:
+            dtype = DataType.from_polars(got)
+        out.append((name, dtype))
+    return out
 
 
 def _unified_parquet(
@@ -648,8 +686,14 @@ def _constant_table(
     names = [t.fresh("col") for _ in dtypes]
     arrays = []
     for j, d in enumerate(dtypes):
+        column = [r[j] for r in rows]
+        if any(isinstance(v, RawTemporal) for v in column):
+            column = [_raw_number(v, d) for v in column]
+            raw = pa.array(column, type=pa.int32() if pa.types.is_date32(d.arrow) else pa.int64())
+            arrays.append(raw.cast(d.arrow))
+            continue
         try:
-            arrays.append(pa.array([r[j] for r in rows], type=d.arrow))
+            arrays.append(pa.array(column, type=d.arrow))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
             t.error(where, f"values of type {d} cannot be made into a table ({exc})")
             raise _Failed() from None
@@ -658,6 +702,15 @@ def _constant_table(
         Scan(InMemorySource(table), Schema.from_arrow(table.schema)),
         tuple(Col(n, d) for n, d in zip(names, dtypes, strict=True)),
     )
+
+
+def _raw_number(v: Any, dtype: DataType) -> int | None:
+    """A DATE or TIMESTAMP value as its number since 1970-01-01 in ``dtype``'s unit."""
+    if v is None or isinstance(v, RawTemporal):
+        return None if v is None else v.value
+    one = pa.array([v], type=dtype.arrow)
+    number = one.cast(pa.int32() if pa.types.is_date32(dtype.arrow) else pa.int64())
+    return int(number[0].as_py())
 
 
 @_register("LOGICAL_EXPRESSION_GET")
@@ -711,6 +764,44 @@ def _projection(t: Translator, op: dict[str, Any]) -> Rel:
         exprs.append((hint, Col(out, node.schema[out])))
         rel = Rel(node, rel.cols)
     return t.project(_done(rel), exprs)
+
+
+@_register("LOGICAL_UNNEST")
+def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
+    """``unnest(list)``: one row per element, the input's columns repeated; a NULL or empty
+    list gives no row (DuckDB's rule; the IR's ``Explode`` without null rows). Its output is
+    the input's columns, then the unnested values."""
+    where = "UNNEST"
+    child, cols = t.single_child(op)
+    exprs = op.get("expressions") or []
+    if len(exprs) != 1:
+        t.error(where, "several UNNESTs in one SELECT (DuckDB pads the shorter lists with NULL)")
+        raise _Failed()
+    e = exprs[0]
+    if e.get("expression_class") != "BOUND_UNNEST":
+        t.error(where, f"{e.get('expression_class')} is not supported")
+        raise _Failed()
+    rel = _done(child)
+    if op["children"][0].get("type") == "LOGICAL_DUMMY_SCAN":
+        # DuckDB's dummy scan (SELECT without FROM) has one column of its own.
+        dummy = rel.node.schema.names[0]
+        rel = Rel(rel.node, (Col(dummy, rel.node.schema[dummy]),))
+        cols = rel.cols
+    values = t.expr(e["child"], cols, where)
+    if not pa.types.is_large_list(values.dtype.arrow):
+        t.error(where, f"unnest() of {values.dtype} (only lists unnest here)")
+        raise _Failed()
+    element = DataType(values.dtype.arrow.value_type)
+    want = t.dtype(e["return_type"], where)
+    listed = t.project(rel, [*((c.name, c) for c in rel.cols), ("unnest", values)])
+    name = listed.cols[-1].name
+    fields = [(n, element if n == name else dt) for n, dt in listed.node.schema.fields]
+    node = Explode(listed.node, (name,), Schema.of(fields), empty_as_null=False, keep_nulls=False)
+    out = Col(name, element)
+    exploded = Rel(node, (*rel.cols, out))
+    if element != want:
+        return t.project(exploded, [*((c.name, c) for c in rel.cols), ("unnest", cast(out, want))])
+    return exploded
 
 
 def _registered_udf(e: dict[str, Any]) -> Any:
@@ -844,8 +935,16 @@ def _group_by(
 def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
     if op.get("order_by"):
-        t.error("LOGICAL_DISTINCT", "DISTINCT ON with ORDER BY is not supported")
-        raise _Failed()
+        # DISTINCT ON (keys) ... ORDER BY: of each key's rows, the first in that order.
+        by, desc, last = _sort_keys(t, op["order_by"], child.cols, "LOGICAL_DISTINCT")
+        targets = [t.expr(e, child.cols, "LOGICAL_DISTINCT") for e in op["distinct_targets"]]
+        if not all(isinstance(x, Col) for x in targets):
+            t.error("LOGICAL_DISTINCT", "DISTINCT ON an expression is not supported")
+            raise _Failed()
+        rel = t.exact(child)
+        ordered = Sort(rel.node, by, desc, last, True, rel.node.schema)
+        on = tuple(x.name for x in targets if isinstance(x, Col))
+        return Rel(Distinct(ordered, on, "first", True, rel.node.schema), rel.cols)
     targets = [t.expr(e, child.cols, "LOGICAL_DISTINCT") for e in op.get("distinct_targets", [])]
     rel = t.exact(child)
     names = [c.name for c in rel.cols]
@@ -944,9 +1043,55 @@ def _limit_value(t: Translator, v: dict[str, Any] | None, what: str) -> int | No
     raise _Failed()
 
 
+def _is_expression_bound(v: dict[str, Any] | None) -> bool:
+    return v is not None and v.get("type") == "EXPRESSION_VALUE"
+
+
+def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
+    """LIMIT / OFFSET given by expressions (``LIMIT (SELECT k FROM ...)``; DuckDB joins the
+    value to every row): the rows numbered in order, then kept where ``offset <= n <
+    offset + limit``. A NULL limit or offset is no limit or offset; a negative one fails the
+    query, as in DuckDB; a DECIMAL or DOUBLE is rounded half to even (DuckDB 2.0.1: ``LIMIT
+    (SELECT 2.5)`` is 2 rows, ``LIMIT (SELECT 2.7)`` 3)."""
+    where = "LOGICAL_LIMIT"
+    numbered, row = _numbered(t, t.exact(child), "row")
+    n = cast(row, INT64)
+
+    def bound(v: dict[str, Any] | None, what: str) -> Expr | None:
+        if v is None or v.get("type") == "UNSET":
+            return None
+        if v.get("type") == "CONSTANT_VALUE":
+            return lit(int(v["constant_integer"]), INT64)
+        if v.get("type") == "EXPRESSION_VALUE":
+            value = t.expr(v["expression"], child.cols, where)
+            if value.dtype.is_decimal:  # DuckDB reads it as a DOUBLE: 2.5 rounds to 2
+                value = cast(value, FLOAT64)
+            return duck_cast(value, INT64)
+        t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
+        raise _Failed()
+
+    limit = bound(op.get("limit_val"), "a LIMIT")
+    offset = bound(op.get("offset_val"), "an OFFSET")
+    zero = lit(0, INT64)
+    start = fn("coalesce", [offset, zero], INT64) if offset is not None else zero
+    keep: list[Expr] = [compare("ge", n, start)]
+    if limit is not None:
+        end = binop("add", start, limit, INT64)
+        keep.append(or_all([is_null(limit), compare("lt", n, end)]))
+    for value, what in ((limit, "LIMIT"), (offset, "OFFSET")):
+        if value is not None and not isinstance(value, Lit):
+            negative = compare("lt", value, zero)
+            message = lit(f"Invalid Input Error: {what} must not be negative", STRING)
+            keep.append(is_null(raise_where(negative, message, BOOL)))
+    kept = t.filter(numbered, and_all(keep))
+    return Rel(kept.node, child.cols)
+
+
 @_register("LOGICAL_LIMIT")
 def _limit(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
+    if _is_expression_bound(op.get("limit_val")) or _is_expression_bound(op.get("offset_val")):
+        return _limit_by_row_numbers(t, child, op)
     limit = _limit_value(t, op.get("limit_val"), "a LIMIT")
     offset = _limit_value(t, op.get("offset_val"), "an OFFSET") or 0
     if limit is None and offset == 0:
@@ -1038,6 +1183,8 @@ def _window_problem(w: dict[str, Any]) -> str | None:
         return f"frame {frame_words(w)} is not supported"
     if frame == "running" and name not in _RUNNING:
         return f"running {name}() is not supported"
+    if frame == "range":
+        return None if name in _RUNNING else f"{name}() over a RANGE frame is not supported"
     if frame == "whole" and w.get("orders") and name not in _RUNNING:
         return f"{name}() over an ordered frame is not supported"
     return None
@@ -1047,8 +1194,11 @@ def _frame(w: dict[str, Any]) -> str | None:
     """What a window aggregate's frame covers: ``"whole"`` (the whole partition),
     ``"running"`` (from the partition's first row to the current row, or to its last
     peer for RANGE, in ORDER BY order, or in input order without ORDER BY), or None
-    (another frame)."""
+    (another frame), or ``"range"`` (``RANGE BETWEEN <offset> PRECEDING AND CURRENT ROW``
+    that :func:`_range_frame_problem` accepts)."""
     start, end = w.get("start"), w.get("end")
+    if start == "EXPR_PRECEDING_RANGE" and end == "CURRENT_ROW_RANGE":
+        return "range" if _range_frame_problem(w) is None else None
     if start != "UNBOUNDED_PRECEDING":
         return None
     if end == "UNBOUNDED_FOLLOWING":
@@ -1058,6 +1208,46 @@ def _frame(w: dict[str, Any]) -> str | None:
         return "running" if w.get("orders") else "whole"
     if end == "CURRENT_ROW_ROWS":
         return "running"
+    return None
+
+
+def _range_frame_problem(w: dict[str, Any]) -> str | None:
+    """Why ``RANGE BETWEEN <offset> PRECEDING AND CURRENT ROW`` cannot run (None: it can:
+    one ascending ORDER BY key of a date, timestamp or integer type and a constant offset)."""
+    orders = w.get("orders") or []
+    if len(orders) != 1 or orders[0].get("type") not in ("ASCENDING", "ORDER_ASCENDING"):
+        return "a RANGE frame over several or descending ORDER BY keys"
+    key_type = str(orders[0]["expression"]["return_type"]["id"])
+    if key_type not in ("DATE", "TIMESTAMP", "TINYINT", "SMALLINT", "INTEGER", "BIGINT"):
+        return f"a RANGE frame ordered by {key_type}"
+    if _range_offset(w) is None:
+        return "a RANGE frame offset that is not a constant"
+    return None
+
+
+def _range_offset(w: dict[str, Any]) -> str | None:
+    """The kernel's window size of a RANGE frame's ``<offset> PRECEDING`` (DuckDB binds it
+    as ``key - offset``): "3h"-like for an INTERVAL, "5i" for an integer offset."""
+    start = w.get("start_expr") or {}
+    kids = start.get("children") or []
+    if start.get("expression_class") != "BOUND_FUNCTION" or len(kids) != 2:
+        return None
+    if str(start["qname"]["path"][-1]) not in ("-", "subtract"):
+        return None
+    constant = kids[1]
+    if constant.get("expression_class") != "BOUND_CONSTANT":
+        return None
+    try:
+        value = value_of(constant["value"])
+    except UnsupportedError:
+        return None
+    if isinstance(value, Interval):
+        parts = [(value.months, "mo"), (value.days, "d"), (value.micros, "us")]
+        if any(n < 0 for n, _ in parts) or not any(n for n, _ in parts):
+            return None
+        return "".join(f"{n}{unit}" for n, unit in parts if n)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return f"{value}i"
     return None
 
 
@@ -1114,6 +1304,18 @@ def _one_window(
         return add(rel, "lag" if kind == "WINDOW_LAG" else "lead", _over(shifted, parts, dtype))
     # Aggregates. A constant argument counts once per row in DuckDB (count(1), sum(2));
     # in the kernel a literal is one value, so constants become columns first.
+    if kind == "WINDOW_AGGREGATE" and _frame(w) == "range":
+        name = str(w["qname"]["path"][-1]).lower()
+        args = [t.expr(c, cols, where) for c in w.get("children", [])]
+        rel, args = _constant_columns(t, rel, args)
+        size = _range_offset(w)
+        assert size is not None  # _frame checked
+        try:
+            value = _range_window(name, args, parts, keys[0], size, dtype)
+        except Unsupported as exc:
+            t.error(where, str(exc))
+            raise _Failed() from None
+        return add(rel, "range_agg", value)
     if not running:
         rel, (value,) = _per_row_constants(t, rel, [t.agg(w, cols, where)])
         return add(rel, "window_agg", _over(value, parts, dtype))
@@ -1127,6 +1329,58 @@ def _one_window(
         # last row of its peer group.
         rel, value = add(rel, "running", _over(Agg("last", value, dtype), [*parts, *keys], dtype))
     return rel, value
+
+
+def _range_window(
+    name: str, args: list[Expr], parts: list[Expr], key: Expr, size: str, dtype: DataType
+) -> Expr:
+    """An aggregate over ``RANGE BETWEEN <size> PRECEDING AND CURRENT ROW``: the rows of the
+    partition whose key lies in ``[key - size, key]`` (peers included); NULL when none of
+    their values is non-NULL (``count``: 0). Rows with a NULL key are each other's peers
+    (their frame is those rows).
+
+    Only exact computations: counts of anything, and ``sum``/``avg``/``min``/``max`` of
+    integers (the kernel's sliding sums add and subtract, which rounds floating-point
+    values differently from DuckDB and keeps a NaN after it left the frame)."""
+    if name == "count_star" or (name == "count" and not args):
+        # 1 per row, as a column (a bare literal would be one value, not one per row)
+        x: Expr = Ternary(is_null(key), lit(1, INT64), lit(1, INT64), INT64)
+    else:
+        (x,) = args
+    counting = name in ("count", "count_star")
+    if not counting and not x.dtype.is_integer:
+        raise Unsupported(f"{name}() of {x.dtype} over a RANGE frame (inexact when sliding)")
+
+    def sliding(function: str, values: Expr) -> Expr:
+        # closed="both": the rows from key - size to key, peers (same key) included
+        moving = fn(
+            "rolling_by",
+            [values, key],
+            INT64,
+            function=function,
+            window_size=size,
+            min_samples=1,
+            closed="both",
+        )
+        whole = Agg(function, values, INT64)
+        return Ternary(
+            is_null(key), _over(whole, [*parts, key], INT64), _over(moving, parts, INT64), INT64
+        )
+
+    present = cast(is_not_null(x), INT64)
+    count = fn("coalesce", [sliding("sum", present), lit(0, INT64)], INT64)
+    if counting:
+        return cast(count, dtype)
+    values = cast(x, INT64)
+    none = compare("eq", count, lit(0, INT64))
+    if name in ("min", "max"):
+        out: Expr = sliding(name, values)
+    else:
+        total = sliding("sum", values)
+        out = total
+        if name in ("avg", "mean"):  # the exact sum over the count, one rounding
+            out = binop("truediv", cast(total, FLOAT64), cast(count, FLOAT64), FLOAT64)
+    return cast(Ternary(none, lit(None, out.dtype), out, out.dtype), dtype)
 
 
 def _running(
@@ -1293,11 +1547,11 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         rel = _inner(t, left, right, keys, residual)
         return _join_output(t, rel, left, right, lmap, rmap)
     if kind in ("LEFT", "RIGHT", "OUTER", "FULL"):
-        if residual:
-            t.error(where, "non-equality conditions on an outer join are not supported")
-            raise _Failed()
         how: JoinHow = {"LEFT": "left", "RIGHT": "right"}.get(kind, "full")  # type: ignore[assignment]
-        rel = _equi(t, left, right, keys, how)
+        if residual:
+            rel = _outer_with_residual(t, left, right, keys, residual, how)
+        else:
+            rel = _equi(t, left, right, keys, how)
         return _join_output(t, rel, left, right, lmap, rmap)
     if kind == "SINGLE":
         if residual:
@@ -1322,6 +1576,57 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         return rel
     t.error(where, f"{kind} joins are not supported")
     raise _Failed()
+
+
+def _numbered(t: Translator, rel: Rel, hint: str) -> tuple[Rel, Col]:
+    """``rel`` with a row number column in front (the rows' identity for an anti join)."""
+    name = t.fresh(hint)
+    schema = Schema(((name, IDX), *rel.node.schema.fields))
+    col = Col(name, IDX)
+    return Rel(RowIndex(rel.node, name, 0, schema), (col, *rel.cols)), col
+
+
+def _outer_with_residual(
+    t: Translator, left: Rel, right: Rel, keys: list[_Key], residual: list[Expr], how: JoinHow
+) -> Rel:
+    """An outer join whose condition has more than equalities (``a.k = b.k AND a.x < b.y``):
+    the inner join with the whole condition, then the rows of the outer side(s) that it did
+    not match (found by an anti join on row numbers), padded with NULLs."""
+    lnum, lid = _numbered(t, left, "left_row")
+    rnum, rid = _numbered(t, right, "right_row")
+    matched = _inner(t, lnum, rnum, keys, residual)
+    out_cols = (*left.cols, *right.cols)
+    parts = [t.project(matched, [(c.name, c) for c in out_cols])]
+    names = [c.name for c in parts[0].cols]
+
+    def unmatched(side: Rel, ident: Col, other: Rel) -> Rel:
+        seen = t.project(matched, [(ident.name, ident)])
+        alias = t.fresh(ident.name)
+        seen = t.project(seen, [(alias, seen.cols[0])])
+        schema = side.node.schema
+        anti = Join(
+            side.node, seen.node, (ident,), (seen.cols[0],), "anti", "_r", False, False, schema
+        )
+        kept = Rel(anti, side.cols)
+        nulls = {c.name: lit(None, c.dtype) for c in other.cols}
+        exprs = [(c.name, nulls.get(c.name, c)) for c in out_cols]
+        padded = t.project(kept, exprs)
+        # the same column names as the matched part, in the same order
+        return Rel(
+            Project(
+                padded.node,
+                tuple(NamedExpr(n, c) for n, c in zip(names, padded.cols, strict=True)),
+                Schema(tuple((n, c.dtype) for n, c in zip(names, padded.cols, strict=True))),
+            ),
+            parts[0].cols,
+        )
+
+    if how in ("left", "full"):
+        parts.append(unmatched(lnum, lid, right))
+    if how in ("right", "full"):
+        parts.append(unmatched(rnum, rid, left))
+    schema = parts[0].node.schema
+    return Rel(Union(tuple(p.node for p in parts), schema), parts[0].cols)
 
 
 def _join_output(

@@ -9,13 +9,18 @@ turns a serialised constant into the Python value that the IR's ``Lit`` carries.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime
 import decimal
+import functools
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
@@ -47,11 +52,62 @@ _SIMPLE: dict[str, pa.DataType] = {
     "SQLNULL": pa.null(),
 }
 
+_US_PER_DAY = 86_400_000_000
 #: Enough digits for any DECIMAL or HUGEINT value (39 digits) to stay exact.
 _EXACT = decimal.Context(prec=100)
 
 _EPOCH = datetime.date(1970, 1, 1)
 _EPOCH_TS = datetime.datetime(1970, 1, 1)
+
+#: The connection's ``TimeZone`` setting while a plan is translated (see :func:`time_zone`),
+#: or the reason TIMESTAMPTZ cannot be carried (an unknown zone, a non-Gregorian calendar).
+_TIME_ZONE: contextvars.ContextVar[tuple[str | None, str]] = contextvars.ContextVar(
+    "shoal_duckdb_time_zone", default=(None, "no TimeZone setting (outside a translation)")
+)
+
+
+@contextlib.contextmanager
+def time_zone(zone: str, calendar: str = "gregorian") -> Iterator[None]:
+    """Translate with ``zone`` (the connection's ``TimeZone`` setting) as the zone of
+    ``TIMESTAMP WITH TIME ZONE``; ``calendar`` is its ``Calendar`` setting.
+
+    DuckDB stores a TIMESTAMPTZ as an instant (microseconds since 1970-01-01 UTC) and
+    applies the session's ``TimeZone`` wherever a calendar is needed: casts to and from
+    TIMESTAMP and DATE, date parts, ``date_trunc``, interval arithmetic, display. Its Arrow
+    export is ``timestamp[us, tz=<TimeZone>]``; shoal's IR type is the same, so the zone is
+    explicit in every TIMESTAMPTZ type of the plan, and the kernel's calendar functions on
+    it work in that zone. A zone the kernel (Polars, the IANA database) does not know, or a
+    calendar other than the Gregorian, makes TIMESTAMPTZ unsupported.
+    """
+    reason = ""
+    if calendar.lower() != "gregorian":
+        reason = f"Calendar setting {calendar!r} (shoal computes in the Gregorian calendar)"
+    elif not known_zone(zone):
+        reason = f"TimeZone setting {zone!r} is not a zone the kernel (Polars) knows"
+    token = _TIME_ZONE.set((None if reason else zone, reason))
+    try:
+        yield
+    finally:
+        _TIME_ZONE.reset(token)
+
+
+@functools.lru_cache(maxsize=64)
+def known_zone(zone: str) -> bool:
+    """Whether the kernel (Polars' IANA time zone database) knows ``zone``."""
+    try:
+        pl.Series([0], dtype=pl.Int64).cast(pl.Datetime("us", zone))
+    except Exception:
+        return False
+    return True
+
+
+def session_time_zone() -> str:
+    """The zone set by :func:`time_zone`; raises :class:`shoal.UnsupportedError` (with the
+    reason) when TIMESTAMPTZ cannot be carried."""
+    zone, reason = _TIME_ZONE.get()
+    if zone is None:
+        raise UnsupportedError(f"TIMESTAMP WITH TIME ZONE: {reason}")
+    return zone
 
 
 def type_name(t: dict[str, Any]) -> str:
@@ -84,6 +140,8 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
     if tid == "DECIMAL":
         width, scale = int(info["width"]), int(info["scale"])
         return pa.decimal128(width, scale)
+    if tid == "TIMESTAMP WITH TIME ZONE":
+        return pa.timestamp("us", tz=session_time_zone())
     if tid == "LIST":
         return pa.large_list(arrow_of(info["child_type"]))
     if tid == "STRUCT":
@@ -114,6 +172,48 @@ class Interval:
     months: int
     days: int
     micros: int
+
+
+@dataclass(frozen=True)
+class RawTemporal:
+    """A DATE (days) or TIMESTAMP (microseconds, or milliseconds for TIMESTAMP_MS) constant
+    since 1970-01-01 that Python's ``datetime`` cannot hold (beyond the years 1 to 9999);
+    the IR carries it as that number cast to the type."""
+
+    value: int
+
+
+#: DuckDB's raw values of infinity and -infinity (DATE, then the TIMESTAMP types).
+_INFINITIES = {2**31 - 1, -(2**31 - 1), 2**63 - 1, -(2**63 - 1)}
+
+
+def _days_from_civil(year: int, month: int, day: int) -> int:
+    """Days since 1970-01-01 of a proleptic Gregorian date (any year)."""
+    year -= month <= 2
+    era = (year if year >= 0 else year - 399) // 400
+    yoe = year - era * 400
+    doy = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    return era * 146097 + doe - 719468
+
+
+#: The kernel's calendar (chrono) spans the years -262144 to 262143: its date functions
+#: give NULL beyond, where DuckDB still answers.
+_KERNEL_DAYS = (_days_from_civil(-262144, 1, 1), _days_from_civil(262143, 12, 31))
+
+
+def _temporal(raw: int, make: Any, per_day: int = 1) -> Any:
+    if raw in _INFINITIES:
+        raise UnsupportedError("infinite DATE or TIMESTAMP constants ('infinity')")
+    try:
+        return make(raw)
+    except OverflowError:
+        lo, hi = _KERNEL_DAYS
+        if not lo * per_day <= raw <= hi * per_day:
+            raise UnsupportedError(
+                "a DATE or TIMESTAMP constant beyond the years -262144..262143"
+            ) from None
+        return RawTemporal(raw)
 
 
 def value_of(v: dict[str, Any]) -> Any:
@@ -154,22 +254,38 @@ def value_of(v: dict[str, Any]) -> Any:
         arrow_of(t)  # refuses collations
         return str(raw)
     if tid == "DATE":
-        return _EPOCH + datetime.timedelta(days=int(raw))
+        return _temporal(int(raw), lambda r: _EPOCH + datetime.timedelta(days=r))
     if tid == "TIME":
         micros = int(raw)
         return (datetime.datetime.min + datetime.timedelta(microseconds=micros)).time()
     if tid == "TIMESTAMP":
-        return _EPOCH_TS + datetime.timedelta(microseconds=int(raw))
+        return _temporal(
+            int(raw), lambda r: _EPOCH_TS + datetime.timedelta(microseconds=r), _US_PER_DAY
+        )
     if tid == "TIMESTAMP_MS":
-        return _EPOCH_TS + datetime.timedelta(milliseconds=int(raw))
+        return _temporal(
+            int(raw), lambda r: _EPOCH_TS + datetime.timedelta(milliseconds=r), 86_400_000
+        )
     if tid == "TIMESTAMP_S":
         return _EPOCH_TS + datetime.timedelta(seconds=int(raw))
+    if tid == "TIMESTAMP WITH TIME ZONE":  # an instant: microseconds since the epoch, UTC
+        utc = (_EPOCH_TS + datetime.timedelta(microseconds=int(raw))).replace(tzinfo=datetime.UTC)
+        return utc.astimezone(_zoneinfo(session_time_zone()))
     if tid == "INTERVAL":
         return Interval(int(raw["months"]), int(raw["days"]), int(raw["micros"]))
     if tid == "LIST":
         child = t["type_info"]["child_type"]
         return [value_of({"type": child, **c}) for c in raw["children"]]
     raise UnsupportedError(f"constant of DuckDB type {type_name(t)} is not supported by shoal")
+
+
+def _zoneinfo(zone: str) -> datetime.tzinfo:
+    import zoneinfo
+
+    try:
+        return zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        raise UnsupportedError(f"time zone {zone!r} (TimeZone setting) is not known") from None
 
 
 _SPECIAL_FLOATS = re.compile(r'"(?:\\.|[^"\\])*"|(-?)\b(nan|inf(?:inity)?)\b', re.IGNORECASE)

@@ -118,6 +118,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "dt.hour": lambda a, o: a[0].dt.hour(),
     "dt.minute": lambda a, o: a[0].dt.minute(),
     "dt.second": lambda a, o: a[0].dt.second(),
+    "dt.millisecond": lambda a, o: a[0].dt.millisecond(),
+    "dt.microsecond": lambda a, o: a[0].dt.microsecond(),
     "dt.weekday": lambda a, o: a[0].dt.weekday(),
     "dt.week": lambda a, o: a[0].dt.week(),
     "dt.ordinal_day": lambda a, o: a[0].dt.ordinal_day(),
@@ -186,6 +188,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
     ),
     "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
+    "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
     "concat_list": lambda a, o: pl.concat_list(a),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
@@ -275,6 +278,12 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
+    # ``rolling_<function>_by(by, window_size, min_samples=, closed=)``: args are the values,
+    # then the ``by`` column; a window of ``window_size`` (a duration string: "3h", "1mo2d",
+    # "5i" for integers) back from each row's ``by``; a NULL ``by`` gives NULL
+    "rolling_by": lambda a, o: getattr(a[0], f"rolling_{o['function']}_by")(
+        a[1], window_size=o["window_size"], min_samples=o["min_samples"], closed=o["closed"]
+    ),
 }
 
 

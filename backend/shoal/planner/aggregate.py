@@ -70,9 +70,20 @@ def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
                     # Datetime/Duration/Time the mean of its physical integers, rounded as
                     # Polars rounds: the raw rows give exactly that.
                     return False
-            elif isinstance(e, Col) and not _inside_agg(ne.expr, e):
-                return False
+        if _col_outside_agg(ne.expr):
+            return False
     return True
+
+
+def _col_outside_agg(e: Expr) -> bool:
+    """Whether some column of ``e`` is read outside every aggregate (a per-row use of an
+    input column in an aggregation: ``col('x').sort().get(col('x').count() - 1)``). Each
+    occurrence counts, even when one expression object is shared with an aggregate."""
+    if isinstance(e, Agg):
+        return False
+    if isinstance(e, Col):
+        return True
+    return any(_col_outside_agg(c) for c in e.children())
 
 
 def _rows_independent(arg: Expr) -> bool:
@@ -85,10 +96,6 @@ def _rows_independent(arg: Expr) -> bool:
         if isinstance(e, Function) and e.name in ORDER_DEPENDENT_FUNCTIONS and e.name != "filter":
             return False
     return True
-
-
-def _inside_agg(root: Expr, target: Expr) -> bool:
-    return any(isinstance(e, Agg) and any(x is target for x in e.walk()) for e in root.walk())
 
 
 def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
