@@ -22,6 +22,7 @@ from polars._plr import PySeries
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DataType
 from shoal_polars.functions import function_key, lookup
+from shoal_polars.rewrite import OPAQUE_EVAL, EvalStandIn, eval_stand_in
 
 if TYPE_CHECKING:
     from shoal_polars.translate import Translator
@@ -88,6 +89,8 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
         else:  # e.g. sort_by(...).last() rewritten to max_by: "total order min_by/max_by"
             reason = "Polars does not show this expression to engines"
         t.error(f"{where}: expression ({exc})", reason)
+        if str(exc) == OPAQUE_EVAL:
+            t.rewritable.add(f"{where}: expression ({exc}): {reason}")
         return t.placeholder_expr()
     dtype = t.dtype(node, where)
     name = type(view).__name__
@@ -164,6 +167,12 @@ def _logical_operands(left: DataType, right: DataType) -> bool:
 
 
 def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    stand_in = _eval_stand_in(t, view.expr)
+    if stand_in is not None:
+        spec, arg = stand_in
+        lst = translate_expr(t, arg, where)
+        options = (("eval", spec.template), ("element", spec.element))
+        return Function(spec.name, (lst,), options, dtype)
     inner = translate_expr(t, view.expr, where)
     strict = _CAST_STRICT.get(view.options)
     if strict is None:
@@ -186,6 +195,22 @@ def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> E
         return Cast(inner, dtype, strict=False, wrap=True)
     # A wrapping cast that cannot wrap (Polars adds these for supertypes) is a plain one.
     return Cast(inner, dtype, strict or view.options == _CAST_WRAP)
+
+
+def _eval_stand_in(t: Translator, node: int) -> tuple[EvalStandIn, int] | None:
+    """The ``Eval`` whose stand-in ``<list>.hash(seed).cast(dtype)`` is the cast of
+    expression ``node`` (see :mod:`shoal_polars.rewrite`), and the list expression."""
+    try:
+        view = t.nt.view_expression(node)
+    except NotImplementedError:
+        return None
+    if type(view).__name__ != "Function" or len(view.function_data) != 2:
+        return None
+    head, seed = view.function_data
+    if function_key(head) != "hash":
+        return None
+    spec = eval_stand_in(seed)
+    return None if spec is None else (spec, view.input[0])
 
 
 def _widening(src: DataType, dst: DataType) -> bool:

@@ -43,6 +43,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
+from shoal_polars.rewrite import origin_of
 from shoal_polars.temporal import asof_join, temporal_group_by
 from shoal_polars.translate import NODES, NodeHandler, Translator, Unsupported
 
@@ -104,9 +105,10 @@ def _cols_outside_aggs(e: Expr) -> bool:
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # ``projection`` is already reflected in the node's schema; the table keeps every column.
-    table = pl.DataFrame._from_pydf(node.df).to_arrow()
+    frame = pl.DataFrame._from_pydf(node.df)
+    origin = origin_of(frame) or ""
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
-    return _scan(t, "DataFrameScan", InMemorySource(table), schema, pred)
+    return _scan(t, "DataFrameScan", InMemorySource(frame.to_arrow(), origin), schema, pred)
 
 
 def _scan(t: Translator, where: str, source: Any, schema: Schema, pred: Expr | None) -> PlanNode:

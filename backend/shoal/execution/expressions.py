@@ -6,6 +6,9 @@ in the table raises :class:`shoal.UnsupportedError` naming the function.
 
 from __future__ import annotations
 
+import io
+import json
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -187,6 +190,14 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
     "concat_list": lambda a, o: pl.concat_list(a),
+    # Polars' own ``Eval`` over the list argument: option ``eval`` is Polars' JSON of the
+    # expression with its input left out (``list.eval``, ``arr.eval``-like lowerings such as
+    # ``list.unique``/``arr.unique``: row by row, each list on its own), ``element`` the
+    # element expression as text (for explain)
+    "list.eval": lambda a, o: _polars_eval(o["eval"], a[0]),
+    # the same for ``Expr.cumulative_eval`` (order-dependent: every row reads the rows
+    # before it)
+    "cumulative_eval": lambda a, o: _polars_eval(o["eval"], a[0]),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
@@ -269,6 +280,17 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
 }
+
+
+def _polars_eval(template: str, arg: pl.Expr) -> pl.Expr:
+    """Polars' ``Eval`` expression whose JSON (Polars' serialised form, ``"expr": null``) is
+    ``template``, over ``arg``: the expression Polars itself would run."""
+    with warnings.catch_warnings():
+        # Polars 2.1 deprecates (UserWarning) the JSON form, which a program can edit.
+        warnings.filterwarnings("ignore", message=".*serializ.*format")
+        body = json.loads(template)
+        body["Eval"]["expr"] = json.loads(arg.meta.serialize(format="json"))
+        return pl.Expr.deserialize(io.StringIO(json.dumps(body)), format="json")
 
 
 def _int_range(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:

@@ -69,6 +69,7 @@ AGGREGATING_FUNCTIONS = frozenset(
 ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
+        "cumulative_eval",
         "cum_prod",
         "cum_min",
         "cum_max",
