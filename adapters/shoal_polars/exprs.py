@@ -288,6 +288,11 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "RangeFunction.IntRanges":
         # int_ranges(start, end, step, dtype): one list per row; the dtype is its items'.
         return Function("int_ranges", args, (("dtype", DataType(dtype.arrow.value_type)),), dtype)
+    if key in _TEMPORAL_RANGES:
+        return _temporal_range(t, key, extra, args, dtype, where)
+    if key in ("shuffle", "sample") and extra[-1] is None:
+        t.error(f"{where}: expression Function({key})", "a draw without a seed is not repeatable")
+        return t.placeholder_expr(dtype)
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
     if key == "rank" and extra and extra[0] == "random":
@@ -312,6 +317,33 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if name in _TYPED_FUNCTIONS:
         options += (("dtype", dtype),)
     return Function(name, args, options, dtype)
+
+
+#: Polars' date and datetime range functions -> IR function name.
+_TEMPORAL_RANGES = {
+    "RangeFunction.DatetimeRanges": "datetime_ranges",
+    "RangeFunction.DateRanges": "date_ranges",
+    "RangeFunction.DatetimeRange": "datetime_range",
+    "RangeFunction.DateRange": "date_range",
+}
+
+
+def _temporal_range(
+    t: Translator, key: str, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``datetime_ranges``/``date_ranges`` (a list per row) and ``datetime_range``/
+    ``date_range`` (a column) from start, end and an interval. ``function_data`` is
+    (interval, closed, [time_unit, time_zone,] mode); the interval is Polars' ``Duration``
+    as (months, weeks, days, nanoseconds, negative, parsed_int); Polars has already cast
+    start and end to the output's unit and zone. Only the start/end/interval form."""
+    interval, closed, *_rest, mode = extra
+    if mode != "start_end_interval" or len(args) != 2 or len(interval) != 6:
+        t.error(f"{where}: expression Function({key}, {mode})", "only start, end and interval")
+        return t.placeholder_expr(dtype)
+    months, weeks, days, nanoseconds, negative, _parsed_int = interval
+    every = f"{'-' if negative else ''}{months}mo{weeks}w{days}d{nanoseconds}ns"
+    options = (("interval", every), ("closed", str(closed)))
+    return Function(_TEMPORAL_RANGES[key], args, options, dtype)
 
 
 #: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.

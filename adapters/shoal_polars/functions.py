@@ -101,6 +101,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ListFunction.Sort": ("list.sort", ("descending", "nulls_last")),
     "ListFunction.Slice": ("list.slice", ()),
     "ListFunction.Concat": ("concat_list", ()),
+    "ListFunction.ToArray": ("list.to_array", ("width",)),
     "StructFunction.FieldByName": ("struct.field", ("name",)),
     "StructFunction.RenameFields": ("struct.rename_fields", ("names",)),
     # numeric and general
@@ -170,6 +171,19 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "EwmFunction.Mean": ("ewm_mean", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
     "EwmFunction.Std": ("ewm_std", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
     "EwmFunction.Var": ("ewm_var", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
+    # ranges: one list (or array of ``array_width``) per row; a single range is a column
+    # of its own length (order-dependent, like int_range)
+    "RangeFunction.LinearSpaces": ("linear_spaces", ("closed", "array_width")),
+    "RangeFunction.LinearSpace": ("linear_space", ("closed",)),
+    # pl.repeat(value, n): a column of n rows (order-dependent: the planner gathers)
+    "repeat": ("repeat", ()),
+    # pl.datetime(year, month, day, hour, minute, second, microsecond, ambiguous)
+    "TemporalFunction.DatetimeFunction": ("datetime", ("time_unit", "time_zone")),
+    # seeded random permutations and samples of the whole column (or group): Polars'
+    # draw for a seed depends only on the values in order, so the planner gathers them and
+    # one task draws exactly Polars' permutation (an unseeded draw is refused)
+    "shuffle": ("shuffle", ("seed",)),
+    "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
     "BooleanFunction.IsUnique": ("is_unique", ()),
     "BooleanFunction.IsDuplicated": ("is_duplicated", ()),
     "BooleanFunction.IsFirstDistinct": ("is_first_distinct", ()),
@@ -178,8 +192,6 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: Functions shoal does not run, with the reason.
 UNSUPPORTED_FUNCTIONS: dict[str, str] = {
-    "shuffle": "random order is not repeatable",
-    "sample": "random samples are not repeatable",
     "mode": "the order of tied modes is not defined",
     "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",

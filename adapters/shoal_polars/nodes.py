@@ -365,7 +365,10 @@ def _null_values(value: Any) -> str | tuple[str, ...] | tuple[tuple[str, str], .
 def _select(t: Translator, node: Any, schema: Schema) -> PlanNode:
     child = t.plan(node.input)
     exprs = t.named_at(node.input, node.expr, "Select")
-    scalar = all(ne.expr.has_agg() and not _cols_outside_aggs(ne.expr) for ne in exprs)
+    scalar = all(
+        ne.expr.has_agg() and not _cols_outside_aggs(ne.expr) and not ne.expr.sized_outside_aggs()
+        for ne in exprs
+    )
     if exprs and scalar:
         # Every column is an aggregate of the whole input: one row, computed in two phases.
         return Aggregate(child, (), exprs, False, schema)
@@ -421,6 +424,14 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     keys = t.named_at(node.input, node.keys, "GroupBy")
     aggs = t.named_at(node.input, node.aggs, "GroupBy")
     for ne in aggs:
+        if any(isinstance(e, Function) and e.name in _EVALS for e in ne.expr.walk()):
+            # Polars 2.1 gives list.eval(...).first() per group as something other than
+            # the first row's list.eval (both of its engines): not reproduced.
+            t.error(
+                f"GroupBy: aggregation {ne.name!r}",
+                "list.eval inside group_by().agg() is not supported (Polars evaluates it "
+                "on the group, not row by row)",
+            )
         if not ne.expr.has_agg() and not t.failed(ne.expr):
             t.error(f"GroupBy: aggregation {ne.name!r}", _not_an_aggregate(ne.expr))
     out: PlanNode
@@ -429,6 +440,10 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     else:
         out = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
     return _sliced(out, getattr(options, "slice", None))
+
+
+#: IR functions that run Polars' own ``Eval`` (see :mod:`shoal_polars.rewrite`).
+_EVALS = frozenset({"list.eval", "cumulative_eval"})
 
 
 def _not_an_aggregate(expr: Expr) -> str:

@@ -249,6 +249,8 @@ def _evals(expr: Any, schema: pl.Schema | None, evals: dict[int, EvalStandIn]) -
 def _stand_in(body: dict[str, Any], schema: pl.Schema, evals: dict[int, EvalStandIn]) -> Any:
     """The JSON of ``<list>.hash(seed).cast(<dtype>)`` for the ``Eval`` ``body`` over a
     frame of ``schema``, registering it in ``evals``; None when shoal cannot carry it."""
+    # An Eval in the list input (``list.eval(...).list.any()``) gets its own stand-in.
+    body = {**body, "expr": _evals(body.get("expr"), schema, evals)}
     element = json.dumps(body.get("evaluation"))
     if any(word in element for word in _RANDOM) or _reads_columns(body.get("evaluation")):
         return None

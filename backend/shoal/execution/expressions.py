@@ -190,6 +190,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
     "concat_list": lambda a, o: pl.concat_list(a),
+    "list.to_array": lambda a, o: a[0].list.to_array(o["width"]),
     # Polars' own ``Eval`` over the list argument: option ``eval`` is Polars' JSON of the
     # expression with its input left out (``list.eval``, ``arr.eval``-like lowerings such as
     # ``list.unique``/``arr.unique``: row by row, each list on its own), ``element`` the
@@ -200,6 +201,25 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "cumulative_eval": lambda a, o: _polars_eval(o["eval"], a[0]),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
+    # one list per row from start, end and a count: Polars' linear_spaces (an Array of
+    # ``array_width`` items when the width is set, the count being fixed)
+    "linear_spaces": lambda a, o: (
+        pl.linear_spaces(a[0], a[1], a[2], closed=o.get("closed", "both"))
+        if o.get("array_width") is None
+        else pl.linear_spaces(a[0], a[1], o["array_width"], closed=o["closed"], as_array=True)
+    ),
+    # one list per row from start, end and an interval ("1mo2w3d4ns"); start and end come
+    # in the output's unit and zone
+    "datetime_ranges": lambda a, o: pl.datetime_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    "date_ranges": lambda a, o: pl.date_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # pl.datetime(year, month, day, hour, minute, second, microsecond, ambiguous)
+    "datetime": lambda a, o: pl.datetime(
+        *a[:7], time_unit=o.get("time_unit", "us"), time_zone=o.get("time_zone"), ambiguous=a[7]
+    ),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
     "struct.rename_fields": lambda a, o: a[0].struct.rename_fields(list(o["names"])),
     # args: the struct, then one expression per new or replaced field (option ``names``)
@@ -254,6 +274,29 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
+    # columns of their own length (order-dependent: evaluated once, after a gather)
+    "repeat": lambda a, o: pl.repeat(a[0], a[1]),
+    "linear_space": lambda a, o: pl.linear_space(a[0], a[1], a[2], closed=o.get("closed", "both")),
+    "datetime_range": lambda a, o: pl.datetime_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    "date_range": lambda a, o: pl.date_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # seeded draws over the whole column (group): Polars' own, on the gathered rows
+    "shuffle": lambda a, o: a[0].shuffle(o["seed"]),
+    "sample": lambda a, o: (
+        a[0].sample(
+            fraction=a[1],
+            with_replacement=o["with_replacement"],
+            shuffle=o["shuffle"],
+            seed=o["seed"],
+        )
+        if o["is_fraction"]
+        else a[0].sample(
+            n=a[1], with_replacement=o["with_replacement"], shuffle=o["shuffle"], seed=o["seed"]
+        )
+    ),
     **{name: _ewm(name) for name in ("ewm_mean", "ewm_std", "ewm_var")},
     # ``series``: a column of literal values (dtype from the IR node: see to_polars).
     "series": lambda a, o: pl.lit(pl.Series(list(o["values"]))),

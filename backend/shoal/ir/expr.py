@@ -70,6 +70,12 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
         "cumulative_eval",
+        "repeat",
+        "linear_space",
+        "datetime_range",
+        "date_range",
+        "shuffle",
+        "sample",
         "cum_prod",
         "cum_min",
         "cum_max",
@@ -185,6 +191,18 @@ class Expr:
         if isinstance(self, Function) and self.name in AGGREGATING_FUNCTIONS:
             return True
         return any(c.has_agg() for c in self.children())
+
+    def sized_outside_aggs(self) -> bool:
+        """True when an order-dependent function sits outside every aggregate of this
+        expression (``pl.repeat(sum(a), 3)``): its length is its own, so a ``select`` of it
+        is no one-row aggregation (it is evaluated once, on the gathered rows)."""
+        if isinstance(self, Agg) or (
+            isinstance(self, Function) and self.name in AGGREGATING_FUNCTIONS
+        ):
+            return False
+        if isinstance(self, Function) and self.name in ORDER_DEPENDENT_FUNCTIONS:
+            return True
+        return any(c.sized_outside_aggs() for c in self.children())
 
     def is_row_local(self) -> bool:
         """True when each output row depends only on the same input row (no aggregate,

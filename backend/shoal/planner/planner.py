@@ -260,8 +260,10 @@ class _Builder:
         reads_cols = any(e.expr.columns() for e in node.exprs)
         if op.num_tasks == 1:
             return op.wrap(Project(op.node, node.exprs, node.schema))
-        if any(with_agg) and all(
-            with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs)
+        if (
+            any(with_agg)
+            and all(with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs))
+            and not any(e.expr.sized_outside_aggs() for e in node.exprs)
         ):
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)

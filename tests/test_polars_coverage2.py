@@ -1,0 +1,259 @@
+"""Constructs Polars hides from engines or shoal refused before, against native Polars.
+
+Scans Polars does not show to engines (in-memory buffers, IPC) read on the driver,
+``list.eval`` and the list/array functions Polars lowers to it, ``cumulative_eval``, ranges,
+``pl.repeat``, ``pl.datetime``, seeded ``shuffle``/``sample``. Every query runs on the local
+runner at 1, 3 and 7 partitions per in-memory frame (7 leaves some empty: checked), with
+``raise_on_fail=True``, and is compared with ``collect(engine="in-memory")``, row order
+included where Polars defines it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import shoal
+from shoal.errors import UnsupportedError
+from shoal_polars import DistEngine, ShoalFallbackWarning
+from tests.test_polars_coverage import PARTITIONS, assert_split_with_an_empty_partition, run_dist
+
+NAN = float("nan")
+
+
+def _frame() -> pl.DataFrame:
+    """Six rows: nulls, NaN, -0.0, duplicates, empty and null lists."""
+    return pl.DataFrame(
+        {
+            "k": [1, 2, 2, None, 3, 1],
+            "g": ["a", "b", "b", None, "a", "a"],
+            "v": [1.5, NAN, -0.0, None, -4.0, 2.0],
+            "n": [2, 3, 0, 1, 4, 2],
+            "l": [[1, 2, 2], [], None, [3, None], [-5, 4, 6], [7]],
+            "f": [[1.0, NAN], [-0.0, 0.0], None, [None], [2.5, -1.0], []],
+            "s": [["a", "Bb"], ["c"], None, [], ["d", None], ["e", "e"]],
+            "d": [dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2), None,
+                  dt.datetime(2020, 3, 28, 12), dt.datetime(2020, 1, 1), dt.datetime(2021, 2, 28)],
+            "e": [dt.datetime(2020, 1, 3), dt.datetime(2020, 1, 2), dt.datetime(2020, 1, 1),
+                  dt.datetime(2020, 4, 2), dt.datetime(2019, 1, 1), dt.datetime(2021, 3, 3)],
+        }
+    )  # fmt: skip
+
+
+def check(lf: pl.LazyFrame, *, ordered: bool = True, empty: bool = True) -> None:
+    """``lf`` gives Polars' answer at every partition count."""
+    expected = lf.collect(engine="in-memory")
+    for partitions in PARTITIONS:
+        got = run_dist(lf, partitions)
+        assert_frame_equal(got, expected, check_row_order=ordered)
+    if empty:
+        assert_split_with_an_empty_partition()
+
+
+# ---------------------------------------------------------------- sources on the driver
+
+
+def _buffer(kind: str) -> io.BytesIO:
+    buf = io.BytesIO()
+    df = _frame().select("k", "g", "v", "n")
+    if kind == "csv":
+        df.write_csv(buf)
+    elif kind == "ndjson":
+        df.write_ndjson(buf)
+    elif kind == "ipc":
+        df.write_ipc(buf)
+    else:
+        df.write_parquet(buf)
+    buf.seek(0)
+    return buf
+
+
+SCANS: dict[str, Callable[[io.BytesIO], pl.LazyFrame]] = {
+    "parquet": lambda b: pl.scan_parquet(b),
+    "csv": lambda b: pl.scan_csv(b),
+    "ndjson": lambda b: pl.scan_ndjson(b),
+    "ipc": lambda b: pl.scan_ipc(b),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SCANS))
+def test_buffer_scans(kind: str) -> None:
+    lf = SCANS[kind](_buffer(kind))
+    check(
+        lf.filter(pl.col("v").is_not_nan() | pl.col("v").is_null()).with_columns(w=pl.col("n") * 2)
+    )
+    check(lf.group_by("g").agg(pl.col("v").sum(), pl.col("n").max()), ordered=False)
+    other = pl.LazyFrame({"k": [2, 3, None], "x": ["p", "q", "r"]})
+    check(lf.join(other, on="k", how="left", maintain_order="left"))
+
+
+def test_buffer_scan_options_apply_on_the_driver() -> None:
+    """Options of the scan itself (row index, slice) are Polars' own, read on the driver."""
+    lf = pl.scan_parquet(_buffer("parquet"), row_index_name="i", row_index_offset=10, n_rows=5)
+    check(lf.filter(pl.col("n") > 0).select("i", "k", "v"))
+
+
+def test_buffer_scan_explain_says_read_on_the_driver() -> None:
+    lf = pl.scan_parquet(_buffer("parquet")).join(pl.LazyFrame({"k": [1]}), on="k")
+    text = shoal.explain(lf, runner="local")
+    assert "read on the driver: Parquet scan of an in-memory buffer" in text
+    assert text.count("read on the driver") == 2  # logical and physical plan
+
+
+def test_ipc_files(tmp_path: Path) -> None:
+    df = _frame().select("k", "g", "v", "n")
+    df.head(4).write_ipc(tmp_path / "a.arrow")
+    df.tail(2).write_ipc(tmp_path / "b.arrow")
+    df.clear().write_ipc(tmp_path / "c.arrow")
+    lf = pl.scan_ipc(tmp_path / "*.arrow")
+    check(lf.filter(pl.col("k").is_not_null()).select("k", "v", pl.col("n").cum_sum()))
+    check(lf.group_by("k").agg(pl.len(), pl.col("v").mean()), ordered=False)
+    assert "IPC scan of" in shoal.explain(lf, runner="local")
+
+
+def test_buffer_scan_under_an_untranslatable_operator_falls_back() -> None:
+    """Only sources are read on the driver: a Python function above one still falls back,
+    on the original query, for that reason."""
+    lf = pl.scan_parquet(_buffer("parquet")).map_batches(lambda df: df.head(2))
+    expected = lf.collect(engine="in-memory")
+    with pytest.raises(UnsupportedError, match="mapfunction"):
+        lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
+    with pytest.warns(ShoalFallbackWarning):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, expected)
+
+
+# ---------------------------------------------------------------- list.eval
+
+
+@pytest.fixture(scope="module")
+def frame() -> pl.LazyFrame:
+    return _frame().lazy()
+
+
+EVALS: dict[str, Callable[[], pl.Expr]] = {
+    "arith": lambda: pl.col("l").list.eval(pl.element() * 2 + 1),
+    "cast": lambda: pl.col("l").list.eval(pl.element().cast(pl.Float64)),
+    "cast-nonstrict": lambda: pl.col("f").list.eval(pl.element().cast(pl.Int8, strict=False)),
+    "compare": lambda: pl.col("f").list.eval(pl.element() > 0),
+    "is_nan": lambda: pl.col("f").list.eval(pl.element().is_nan()),
+    "string": lambda: pl.col("s").list.eval(pl.element().str.to_uppercase() + "!"),
+    "when": lambda: pl.col("l").list.eval(pl.when(pl.element() > 2).then(pl.element())),
+    "sum-per-list": lambda: pl.col("l").list.eval(pl.element().sum()),
+    "rank": lambda: pl.col("f").list.eval(pl.element().rank()),
+    "sort": lambda: pl.col("f").list.eval(pl.element().sort(nulls_last=True)),
+    "cum_sum": lambda: pl.col("l").list.eval(pl.element().cum_sum()),
+    "nested": lambda: pl.col("l").list.eval(pl.concat_list(pl.element(), pl.element())),
+    "unique": lambda: pl.col("l").list.unique(maintain_order=True),
+    "reverse": lambda: pl.col("s").list.reverse(),
+    "n_unique": lambda: pl.col("f").list.n_unique(),
+    "any": lambda: pl.col("l").list.eval(pl.element() > 2).list.any(),
+    "all": lambda: pl.col("l").list.eval(pl.element().is_not_null()).list.all(),
+    "agg": lambda: pl.col("l").list.agg(pl.element().max() - pl.element().min()),
+    "array": lambda: pl.concat_list("k", "n", "k").list.to_array(3).arr.unique(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EVALS))
+def test_list_eval(frame: pl.LazyFrame, name: str) -> None:
+    check(frame.select("k", x=EVALS[name]()))
+
+
+def test_list_eval_in_filter_and_sort(frame: pl.LazyFrame) -> None:
+    check(frame.filter(pl.col("l").list.eval(pl.element() > 2).list.any()).select("k", "l"))
+    check(frame.sort(pl.col("l").list.eval(pl.element().abs()).list.sum(), "k").select("k", "l"))
+
+
+def test_list_eval_in_group_by_is_refused(frame: pl.LazyFrame) -> None:
+    """Polars 2.1 (both engines) evaluates ``list.eval`` inside ``agg`` on the group
+    (``[[1, 2, 2], ...]`` gives ``[2]`` for ``list.eval(element() + 1).first()``), not row
+    by row: refused rather than answered differently."""
+    lf = frame.group_by("g").agg(pl.col("l").list.eval(pl.element() + 1).first())
+    with pytest.raises(UnsupportedError, match="list.eval inside group_by"):
+        run_dist(lf, 3)
+
+
+def test_cumulative_eval(frame: pl.LazyFrame) -> None:
+    check(frame.select("k", x=pl.col("n").cumulative_eval(pl.element().max() - pl.element().min())))
+
+
+def test_list_eval_with_a_random_element_expression_is_refused(frame: pl.LazyFrame) -> None:
+    """A random draw per list is not repeatable: refused, and the fallback runs the
+    original query (not the rewritten one)."""
+    lf = frame.select(pl.col("l").list.eval(pl.element().shuffle()))
+    with pytest.raises(UnsupportedError, match="list.eval"):
+        run_dist(lf, 3)
+    with pytest.warns(ShoalFallbackWarning):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert got.schema == lf.collect_schema()
+    assert got["l"].list.len().to_list() == frame.collect()["l"].list.len().to_list()
+
+
+def test_list_eval_over_a_buffer_scan() -> None:
+    lf = pl.scan_ipc(_buffer("ipc")).select(
+        "k", x=pl.concat_list("k", "n").list.eval(pl.element() ** 2)
+    )
+    check(lf)
+
+
+# ---------------------------------------------------------------- ranges, repeat, seeds
+
+
+GENERATORS: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "linear_spaces": lambda f: f.select("k", x=pl.linear_spaces("v", "n", "n")),
+    "linear_spaces-array": lambda f: f.select(
+        x=pl.linear_spaces(pl.col("n"), 10, 3, as_array=True, closed="left")
+    ),
+    "datetime_ranges": lambda f: f.select("k", x=pl.datetime_ranges("d", "e", "1d12h")),
+    "datetime_ranges-zone": lambda f: f.select(
+        x=pl.datetime_ranges(
+            "d", "e", "1w", closed="right", time_unit="ms", time_zone="Europe/Berlin"
+        )
+    ),
+    "date_ranges": lambda f: f.select(
+        x=pl.date_ranges(pl.col("d").dt.date(), pl.col("e").dt.date(), "1mo", closed="none")
+    ),
+    "datetime": lambda f: f.with_columns(x=pl.datetime(2020, 2, pl.col("n") + 25, pl.col("n"))),
+    "repeat-len": lambda f: f.with_columns(x=pl.repeat(pl.lit("r"), pl.len())),
+    "repeat-n": lambda f: f.select(x=pl.repeat(1.5, 4)),
+    "repeat-agg": lambda f: f.select(x=pl.repeat(pl.col("n").sum(), 3)),
+    "linear_space": lambda f: f.select(x=pl.linear_space(0, 1, 5)),
+    "datetime_range": lambda f: f.select(
+        x=pl.datetime_range(dt.datetime(2020, 1, 1), dt.datetime(2020, 1, 2), "7h")
+    ),
+    "shuffle": lambda f: f.select(pl.col("v").shuffle(seed=3), pl.col("k").shuffle(seed=3)),
+    "shuffle-with_columns": lambda f: f.with_columns(x=pl.col("n").shuffle(seed=11)),
+    "sample": lambda f: f.select(pl.col("v").sample(n=3, seed=2)),
+    "sample-fraction": lambda f: f.select(
+        pl.col("n").sample(fraction=0.5, with_replacement=True, shuffle=True, seed=5)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generators(frame: pl.LazyFrame, name: str) -> None:
+    check(GENERATORS[name](frame))
+
+
+def test_seeded_shuffle_per_group(frame: pl.LazyFrame) -> None:
+    check(frame.group_by("g").agg(pl.col("n").shuffle(seed=1).first()), ordered=False)
+
+
+def test_unseeded_draws_are_refused(frame: pl.LazyFrame) -> None:
+    for expr in (pl.col("n").shuffle(), pl.col("n").sample(2)):
+        with pytest.raises(UnsupportedError, match="without a seed"):
+            run_dist(frame.select(expr), 3)
+
+
+def test_no_rewrite_without_need(frame: pl.LazyFrame) -> None:
+    """Queries Polars shows whole are translated once, without serialising them."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check(frame.select("k", pl.col("l").list.len()))
