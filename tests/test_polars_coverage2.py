@@ -257,3 +257,46 @@ def test_no_rewrite_without_need(frame: pl.LazyFrame) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         check(frame.select("k", pl.col("l").list.len()))
+
+
+# ---------------------------------------------------------------- group_by and structs
+
+
+def test_lists_per_group(frame: pl.LazyFrame) -> None:
+    """``agg(pl.col("x"))``: the group's values as a list, in row order."""
+    check(
+        frame.group_by("g").agg(pl.col("v"), ks=pl.col("k").sort(), w=pl.col("n") * 2),
+        ordered=False,
+    )
+    check(frame.group_by("g", maintain_order=True).agg(pl.col("v"), pl.col("n").max()))
+
+
+def test_pivot(frame: pl.LazyFrame) -> None:
+    """``LazyFrame.pivot`` aggregates with ``item``: the group's only value."""
+    lf = frame.filter(pl.col("k").is_not_null()).unique(["k", "g"], keep="first")
+    check(lf.pivot(on="g", on_columns=["a", "b"], index="k", values="v"), ordered=False)
+
+
+def test_item_of_a_group_with_two_values_raises_as_polars(frame: pl.LazyFrame) -> None:
+    lf = frame.group_by("g").agg(pl.col("n").item())
+    with pytest.raises(pl.exceptions.ComputeError):
+        lf.collect(engine="in-memory")
+    with pytest.raises(pl.exceptions.ComputeError, match="item"):
+        run_dist(lf, 3)
+
+
+def test_with_fields_reading_the_struct() -> None:
+    lf = pl.LazyFrame(
+        {
+            "k": [1, 2, 3, 4, 5, 6],
+            "s": [{"a": 1, "b": "p"}, None, {"a": 3, "b": None}, {"a": None, "b": "q"},
+                  {"a": -5, "b": "r"}, {"a": 6, "b": "s"}],
+        }
+    )  # fmt: skip
+    check(
+        lf.with_columns(
+            pl.col("s").struct.with_fields(
+                pl.field("a") * 2, c=pl.field("b").str.to_uppercase(), d=pl.col("k") + pl.field("a")
+            )
+        )
+    )

@@ -252,6 +252,9 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
         return Agg("len", None, dtype) if options else Agg("count", arg, dtype)
     if name in ("std", "var"):
         return Agg(name, arg, dtype, (("ddof", int(options)),))
+    if name == "item":
+        # Expr.item(allow_empty=): the group's single value (LazyFrame.pivot's aggregate)
+        return Agg("item", arg, dtype, (("allow_empty", bool(options)),))
     t.error(f"{where}: expression Agg({name})", "aggregate not supported by shoal")
     return t.placeholder_expr(dtype)
 
@@ -474,10 +477,12 @@ def _struct_eval(t: Translator, view: Any, node: int, dtype: DataType, where: st
         try:
             t.nt.get_dtype(e.node)
         except pl.exceptions.InvalidOperationError:  # "`field` is not allowed in this context"
-            t.error(
-                f"{where}: expression StructEval(with_fields, {e.output_name!r})",
-                "reads the struct's fields with pl.field, which Polars does not show to engines",
+            entry = f"{where}: expression StructEval(with_fields, {e.output_name!r})"
+            reason = (
+                "reads the struct's fields with pl.field, which Polars does not show to engines"
             )
+            t.error(entry, reason)
+            t.rewritable.add(f"{entry}: {reason}")
             return t.placeholder_expr(dtype)
     fields = tuple(translate_expr(t, e.node, where) for e in view.evaluation)
     names = tuple(str(e.output_name) for e in view.evaluation)

@@ -422,7 +422,7 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
         t.error("GroupBy", "map_groups (a Python function per group) is not supported")
     child = t.plan(node.input)
     keys = t.named_at(node.input, node.keys, "GroupBy")
-    aggs = t.named_at(node.input, node.aggs, "GroupBy")
+    aggs = tuple(_implode(ne, schema) for ne in t.named_at(node.input, node.aggs, "GroupBy"))
     for ne in aggs:
         if any(isinstance(e, Function) and e.name in _EVALS for e in ne.expr.walk()):
             # Polars 2.1 gives list.eval(...).first() per group as something other than
@@ -440,6 +440,19 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     else:
         out = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
     return _sliced(out, getattr(options, "slice", None))
+
+
+def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
+    """A ``group_by().agg()`` item that aggregates nothing but reads columns
+    (``agg(pl.col("x"))``, ``agg(pl.col("x").sort())``) is the list of its values per group,
+    in the group's row order: Polars' ``implode`` of it (the output dtype, a list, is the
+    one Polars resolved). Anything else stays as it is."""
+    e = ne.expr
+    if e.has_agg() or not _cols_outside_aggs(e) or ne.name not in schema.names:
+        return ne
+    if any(isinstance(x, Function) and x.option("scalar") for x in e.walk()):
+        return ne  # Expr.get: one value per group, refused below
+    return NamedExpr(ne.name, Agg("implode", e, schema[ne.name]))
 
 
 #: IR functions that run Polars' own ``Eval`` (see :mod:`shoal_polars.rewrite`).

@@ -21,6 +21,9 @@ parts shoal could not translate are of these kinds (:class:`RewriteNeeded`),
   query as usual (pushing projections and predicates into the in-memory scan), and shoal
   distributes it like any in-memory frame: row ranges, every operator above the scan in
   shoal's tasks.
+* each ``pl.field(name)`` in ``struct.with_fields`` (Polars does not show ``pl.field``)
+  is written as ``<the struct>.struct.field(name)``, which Polars shows and which means
+  the same there.
 * each ``Eval`` expression in a ``select``, ``with_columns``, ``filter``, ``group_by`` or
   ``sort`` is replaced by a stand-in that Polars shows and never rewrites,
   ``<list>.hash(seed=<marker>).cast(<the Eval's dtype>)``, which keeps the list expression
@@ -184,7 +187,7 @@ def rewrite(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, Rewritten]:
         frames: list[DriverFrame] = []
         evals: dict[int, EvalStandIn] = {}
         edited = _plan(plan, frames, evals)
-        if not frames and not evals:
+        if edited == plan:
             raise UnsupportedError("nothing in the query could be rewritten")
         out = pl.LazyFrame.deserialize(io.StringIO(json.dumps(edited)), format="json")
     return out, Rewritten(tuple(frames), evals)
@@ -209,8 +212,9 @@ def _plan(node: Any, frames: list[DriverFrame], evals: dict[int, EvalStandIn]) -
         fields = _EXPRESSION_FIELDS.get(kind)
         if fields and isinstance(body, dict) and isinstance(body.get("input"), dict):
             out = {k: _plan(v, frames, evals) if k == "input" else v for k, v in body.items()}
-            if any(OPAQUE_EVAL_KEY in json.dumps(out.get(f)) for f in fields):
-                schema = _schema(out["input"])
+            text = "".join(json.dumps(out.get(f)) for f in fields)
+            if OPAQUE_EVAL_KEY in text or _FIELD_KEY in text:
+                schema = _schema(out["input"]) if OPAQUE_EVAL_KEY in text else None
                 for f in fields:
                     if f in out:
                         out[f] = _evals(out[f], schema, evals)
@@ -220,6 +224,9 @@ def _plan(node: Any, frames: list[DriverFrame], evals: dict[int, EvalStandIn]) -
 
 #: How an ``Eval`` expression starts in Polars' JSON.
 OPAQUE_EVAL_KEY = '{"Eval": '
+
+#: How ``pl.field(...)`` starts in Polars' JSON.
+_FIELD_KEY = '{"Field": '
 
 
 def _schema(plan: Any) -> pl.Schema | None:
@@ -243,7 +250,32 @@ def _evals(expr: Any, schema: pl.Schema | None, evals: dict[int, EvalStandIn]) -
         stand_in = _stand_in(body, schema, evals)
         if stand_in is not None:
             return stand_in
-    return {k: _evals(v, schema, evals) for k, v in expr.items()}
+    out = {k: _evals(v, schema, evals) for k, v in expr.items()}
+    struct_eval = out.get("StructEval") if len(out) == 1 else None
+    if isinstance(struct_eval, dict) and isinstance(struct_eval.get("evaluation"), list):
+        struct_eval["evaluation"] = _fields(struct_eval["evaluation"], struct_eval.get("expr"))
+    return out
+
+
+def _fields(expr: Any, struct: Any) -> Any:
+    """``expr`` (JSON, an evaluation of ``struct.with_fields``) with each ``pl.field(name)``
+    written as ``<struct>.struct.field(name)``, which Polars shows to engines and means the
+    same there (``with_fields`` reads fields of its own struct). A nested ``with_fields``
+    keeps its own ``pl.field`` (they name fields of another struct)."""
+    if isinstance(expr, list):
+        return [_fields(x, struct) for x in expr]
+    if not isinstance(expr, dict):
+        return expr
+    names = expr.get("Field") if len(expr) == 1 else None
+    if isinstance(names, list) and len(names) == 1:
+        try:
+            with_struct = pl.Expr.deserialize(io.StringIO(json.dumps(struct)), format="json")
+            return json.loads(with_struct.struct.field(names[0]).meta.serialize(format="json"))
+        except Exception:
+            return expr
+    if "StructEval" in expr:
+        return expr
+    return {k: _fields(v, struct) for k, v in expr.items()}
 
 
 def _stand_in(body: dict[str, Any], schema: pl.Schema, evals: dict[int, EvalStandIn]) -> Any:

@@ -460,6 +460,10 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
         return getattr(arg, name)(ddof=options.get("ddof", 1))
     if name in ("nan_min", "nan_max", "implode", "product", "arg_min", "arg_max"):
         return getattr(arg, name)()
+    if name == "item":
+        # the group's only value (null for no value with ``allow_empty``); more values
+        # raise Polars' ComputeError in the task
+        return arg.item(allow_empty=options.get("allow_empty", False))
     if name in ("first_non_null", "last_non_null"):
         return getattr(arg, name.removesuffix("_non_null"))(ignore_nulls=True)
     if name == "quantile":

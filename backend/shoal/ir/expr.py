@@ -50,6 +50,7 @@ AGG_FUNCTIONS = frozenset(
         "product",
         "arg_min",
         "arg_max",
+        "item",
     }
 )
 
