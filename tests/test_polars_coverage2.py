@@ -300,3 +300,152 @@ def test_with_fields_reading_the_struct() -> None:
             )
         )
     )
+
+
+# ---------------------------------------------------------------- the long tail
+
+
+def _tail_frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "g": ["a", "b", "b", None, "a", "a"],
+            "x": [0.5, NAN, -0.0, None, -0.25, 1.0],
+            "i": [3, -2, None, 0, 7, 3],
+            "s": ['{"a": 1}', "Hello wORLD", None, "ab.c", "über straße", ""],
+            "d": [dt.datetime(2020, 2, 29, 1, 2, 3, 456789), None, dt.datetime(1999, 12, 31),
+                  dt.datetime(2024, 1, 1), dt.datetime(2000, 6, 15, 12), dt.datetime(2021, 3, 3)],
+            "l": [[1, 2, 2], [], None, [3, None], [-5, 4, 6], [7]],
+            "a": pl.Series([[1, 2], [None, 4], None, [0, 0], [5, -6], [3, 3]],
+                           dtype=pl.Array(pl.Int64, 2)),
+            "st": [{"p": 1}, None, {"p": 3}, {"p": None}, {"p": 5}, {"p": 6}],
+        }
+    )  # fmt: skip
+
+
+ROW_WISE: dict[str, Callable[[], pl.Expr]] = {
+    **{
+        f: (lambda f=f: getattr(pl.col("x"), f)())
+        for f in (
+            "sin",
+            "cos",
+            "tan",
+            "cot",
+            "arcsin",
+            "arccos",
+            "arctan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "arcsinh",
+            "arctanh",
+            "degrees",
+            "radians",
+        )
+    },
+    "arccosh": lambda: (pl.col("x") + 1).arccosh(),
+    "to_physical": lambda: pl.col("d").to_physical(),
+    "is_close": lambda: pl.col("x").is_close(0.5, abs_tol=0.3, nans_equal=True),
+    "titlecase": lambda: pl.col("s").str.to_titlecase(),
+    "encode-hex": lambda: pl.col("s").str.encode("hex"),
+    "encode-base64": lambda: pl.col("s").str.encode("base64"),
+    "json_path_match": lambda: pl.col("s").str.json_path_match("$.a"),
+    "splitn": lambda: pl.col("s").str.splitn(" ", 2),
+    "replace_many": lambda: pl.col("s").str.replace_many(["l", "ß"], ["L", "ss"]),
+    "escape_regex": lambda: pl.col("s").str.escape_regex(),
+    "normalize": lambda: pl.col("s").str.normalize("NFD"),
+    "extract_groups": lambda: pl.col("s").str.extract_groups(r"(?<w>\w)(\w)"),
+    "extract_many": lambda: pl.col("s").str.extract_many(["l", "o"], overlapping=True),
+    "find_many": lambda: pl.col("s").str.find_many(["l", "o"]),
+    **{
+        f"dt.{f}": (lambda f=f: getattr(pl.col("d").dt, f)())
+        for f in (
+            "nanosecond",
+            "microsecond",
+            "millisecond",
+            "is_leap_year",
+            "days_in_month",
+            "iso_year",
+            "century",
+            "millennium",
+        )
+    },
+    "cast_time_unit": lambda: pl.col("d").dt.cast_time_unit("ms"),
+    "total_nanoseconds": lambda: (pl.col("d") - dt.datetime(2000, 1, 1)).dt.total_nanoseconds(),
+    "dt.replace": lambda: pl.col("d").dt.replace(day=1, hour=pl.col("i").abs()),
+    "list.median": lambda: pl.col("l").list.median(),
+    "list.std": lambda: pl.col("l").list.std(ddof=0),
+    "list.var": lambda: pl.col("l").list.var(),
+    "list.arg_min": lambda: pl.col("l").list.arg_min(),
+    "list.arg_max": lambda: pl.col("l").list.arg_max(),
+    "list.shift": lambda: pl.col("l").list.shift(pl.col("i").fill_null(1) % 2),
+    "list.count_matches": lambda: pl.col("l").list.count_matches(2),
+    "list.drop_nulls": lambda: pl.col("l").list.drop_nulls(),
+    "list.set_union": lambda: pl.col("l").list.set_union([2, 9]),
+    "list.set_difference": lambda: pl.col("l").list.set_difference([2, 9]),
+    "list.gather_every": lambda: pl.col("l").list.gather_every(2),
+    "list.gather": lambda: pl.col("l").list.gather([0, -1], null_on_oob=True),
+    "list.to_struct": lambda: pl.col("l").list.to_struct(fields=["u", "w"]),
+    **{
+        f"arr.{f}": (lambda f=f: getattr(pl.col("a").arr, f)())
+        for f in (
+            "len",
+            "sum",
+            "max",
+            "min",
+            "mean",
+            "median",
+            "std",
+            "var",
+            "arg_min",
+            "arg_max",
+            "to_list",
+            "first",
+            "last",
+            "sort",
+        )
+    },
+    "arr.get": lambda: pl.col("a").arr.get(pl.col("i").fill_null(0) % 3, null_on_oob=True),
+    "arr.count_matches": lambda: pl.col("a").arr.count_matches(3),
+    "arr.contains": lambda: pl.col("a").arr.contains(4),
+    "arr.to_struct": lambda: pl.col("a").arr.to_struct(),
+    "arr.join": lambda: pl.col("a").cast(pl.Array(pl.String, 2)).arr.join("-"),
+    "arr.shift": lambda: pl.col("a").arr.shift(1),
+    "json_encode": lambda: pl.col("st").struct.json_encode(),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ROW_WISE))
+def test_row_wise_functions(name: str) -> None:
+    check(_tail_frame().lazy().select("g", x=ROW_WISE[name]()))
+
+
+AGGREGATING: dict[str, Callable[[], pl.Expr]] = {
+    "any": lambda: (pl.col("x") > 0).any(),
+    "all-nulls": lambda: (pl.col("x") > -1).all(ignore_nulls=False),
+    "has_nulls": lambda: pl.col("i").has_nulls(),
+    "is_sorted": lambda: pl.col("i").is_sorted(),
+    "skew": lambda: pl.col("i").skew(),
+    "kurtosis": lambda: pl.col("i").kurtosis(fisher=False, bias=False),
+    "str.join": lambda: pl.col("s").str.join("|"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AGGREGATING))
+def test_aggregating_functions(name: str) -> None:
+    lf = _tail_frame().lazy()
+    check(lf.select(AGGREGATING[name]()))
+    check(lf.group_by("g").agg(AGGREGATING[name]()), ordered=False)
+
+
+ORDERED: dict[str, Callable[[], pl.Expr]] = {
+    "peak_max": lambda: pl.col("i").peak_max(),
+    "peak_min": lambda: pl.col("x").peak_min(),
+    "arg_unique": lambda: pl.col("g").arg_unique(),
+    "explode": lambda: pl.col("l").explode(),
+    "explode-empty_as_null": lambda: pl.col("l").explode(empty_as_null=False, keep_nulls=False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ORDERED))
+def test_order_dependent_functions(name: str) -> None:
+    check(_tail_frame().lazy().select(ORDERED[name]()))

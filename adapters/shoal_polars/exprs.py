@@ -71,7 +71,6 @@ _UNSUPPORTED_EXPRS: dict[str, str] = {
     "Rolling": "rolling windows are not supported",
     "RollingFunction": "rolling windows are not supported",
     "RollingFunctionBy": "rolling windows are not supported",
-    "Explode": "explode inside an expression is not supported (LazyFrame.explode is)",
 }
 
 
@@ -268,7 +267,9 @@ def _alias(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> 
 
 
 def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
-    head, *extra = view.function_data
+    data = view.function_data
+    # A function without parameters may come as its name alone (TemporalFunction.Replace).
+    head, *extra = data if isinstance(data, tuple) else (data,)
     key = function_key(head)
     if key == "dynamic_pred":
         # A runtime filter Polars adds below a top-k sort; always true is exact.
@@ -291,6 +292,14 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "RangeFunction.IntRanges":
         # int_ranges(start, end, step, dtype): one list per row; the dtype is its items'.
         return Function("int_ranges", args, (("dtype", DataType(dtype.arrow.value_type)),), dtype)
+    if key == "to_physical" and pa.types.is_dictionary(args[0].dtype.arrow):
+        # Categorical codes are Polars' own numbering; shoal carries categories as Arrow
+        # dictionaries, whose codes differ.
+        t.error(f"{where}: expression Function(to_physical)", "codes of a Categorical or Enum")
+        return t.placeholder_expr(dtype)
+    if key == "StringFunction.ExtractGroups":
+        # (dtype, pattern): the struct dtype is the function's own
+        return Function("str.extract_groups", args, (("pattern", str(extra[1])),), dtype)
     if key in _TEMPORAL_RANGES:
         return _temporal_range(t, key, extra, args, dtype, where)
     if key in ("shuffle", "sample") and extra[-1] is None:
@@ -424,6 +433,14 @@ def _window(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     return Function("over", (fn, *keys, *order), options, dtype)
 
 
+def _explode(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.explode(empty_as_null=, keep_nulls=)`` inside an expression: a column of its
+    own length (order-dependent: evaluated after a gather)."""
+    empty_as_null, keep_nulls = view.options
+    options = (("empty_as_null", bool(empty_as_null)), ("keep_nulls", bool(keep_nulls)))
+    return Function("explode", (translate_expr(t, view.expr, where),), options, dtype)
+
+
 def _gather(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
     """``expr.gather(indices)`` and ``expr.get(index)`` (``scalar``): values by position,
     negative positions counting from the end, as Polars defines them."""
@@ -502,6 +519,7 @@ _EXPRS: dict[str, ExprHandler] = {
     "Window": _window,
     "Filter": _filter,
     "Gather": _gather,
+    "Explode": _explode,
     "Slice": _slice,
     "Sort": _sort,
     "SortBy": _sort_by,

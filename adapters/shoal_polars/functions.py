@@ -15,6 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Polars' trigonometric and angle functions (one IR function each, Polars' name).
+_TRIGONOMETRY = (
+    "sin", "cos", "tan", "cot", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+    "arcsinh", "arccosh", "arctanh", "degrees", "radians",
+)  # fmt: skip
+
 #: Polars function key -> (IR function name, names of the extra ``function_data`` items).
 SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # boolean
@@ -184,6 +190,85 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # one task draws exactly Polars' permutation (an unseeded draw is refused)
     "shuffle": ("shuffle", ("seed",)),
     "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
+    # trigonometry and conversions (row by row)
+    **{name: (name, ()) for name in _TRIGONOMETRY},
+    "to_physical": ("to_physical", ()),
+    "BooleanFunction.IsClose": ("is_close", ("abs_tol", "rel_tol", "nans_equal")),
+    # aggregating (AGGREGATING_FUNCTIONS: one value per group, on the raw rows in order)
+    "BooleanFunction.Any": ("any", ("ignore_nulls",)),
+    "BooleanFunction.All": ("all", ("ignore_nulls",)),
+    "BooleanFunction.HasNulls": ("has_nulls", ()),
+    "BooleanFunction.IsSorted": ("is_sorted", ("descending", "nulls_last")),
+    "skew": ("skew", ("bias",)),
+    "kurtosis": ("kurtosis", ("fisher", "bias")),
+    "StringFunction.ConcatVertical": ("str.join", ("delimiter", "ignore_nulls")),
+    # order-dependent (the planner gathers their input first)
+    "peak_max": ("peak_max", ()),
+    "peak_min": ("peak_min", ()),
+    "arg_unique": ("arg_unique", ()),
+    # strings (row by row)
+    "StringFunction.Titlecase": ("str.to_titlecase", ()),
+    "StringFunction.HexEncode": ("str.encode_hex", ()),
+    "StringFunction.Base64Encode": ("str.encode_base64", ()),
+    "StringFunction.JsonPathMatch": ("str.json_path_match", ()),
+    "StringFunction.SplitN": ("str.splitn", ("n",)),
+    "StringFunction.ReplaceMany": ("str.replace_many", ("ascii_case_insensitive", "leftmost")),
+    "StringFunction.EscapeRegex": ("str.escape_regex", ()),
+    "StringFunction.Normalize": ("str.normalize", ("form",)),
+    "StringFunction.ExtractMany": (
+        "str.extract_many",
+        ("ascii_case_insensitive", "overlapping", "leftmost"),
+    ),
+    "StringFunction.FindMany": (
+        "str.find_many",
+        ("ascii_case_insensitive", "overlapping", "leftmost"),
+    ),
+    # temporal (row by row)
+    "TemporalFunction.Nanosecond": ("dt.nanosecond", ()),
+    "TemporalFunction.Microsecond": ("dt.microsecond", ()),
+    "TemporalFunction.Millisecond": ("dt.millisecond", ()),
+    "TemporalFunction.IsLeapYear": ("dt.is_leap_year", ()),
+    "TemporalFunction.DaysInMonth": ("dt.days_in_month", ()),
+    "TemporalFunction.IsoYear": ("dt.iso_year", ()),
+    "TemporalFunction.Century": ("dt.century", ()),
+    "TemporalFunction.Millennium": ("dt.millennium", ()),
+    "TemporalFunction.CastTimeUnit": ("dt.cast_time_unit", ("time_unit",)),
+    "TemporalFunction.TotalNanoseconds": ("dt.total_nanoseconds", ("fractional",)),
+    # args: the datetimes, year, month, day, hour, minute, second, microsecond, ambiguous
+    "TemporalFunction.Replace": ("dt.replace", ()),
+    # lists (row by row: each list on its own)
+    "ListFunction.Median": ("list.median", ()),
+    "ListFunction.Std": ("list.std", ("ddof",)),
+    "ListFunction.Var": ("list.var", ("ddof",)),
+    "ListFunction.ArgMin": ("list.arg_min", ()),
+    "ListFunction.ArgMax": ("list.arg_max", ()),
+    "ListFunction.Shift": ("list.shift", ()),
+    "ListFunction.CountMatches": ("list.count_matches", ()),
+    "ListFunction.DropNulls": ("list.drop_nulls", ()),
+    "ListFunction.SetOperation": ("list.set_operation", ("operation",)),
+    "ListFunction.GatherEvery": ("list.gather_every", ()),
+    "ListFunction.Gather": ("list.gather", ("null_on_oob",)),
+    "ListFunction.ToStruct": ("list.to_struct", ("fields",)),
+    # arrays (row by row)
+    "ArrayFunction.Length": ("arr.len", ()),
+    "ArrayFunction.Sum": ("arr.sum", ()),
+    "ArrayFunction.Max": ("arr.max", ()),
+    "ArrayFunction.Min": ("arr.min", ()),
+    "ArrayFunction.Mean": ("arr.mean", ()),
+    "ArrayFunction.Median": ("arr.median", ()),
+    "ArrayFunction.Std": ("arr.std", ("ddof",)),
+    "ArrayFunction.Var": ("arr.var", ("ddof",)),
+    "ArrayFunction.Get": ("arr.get", ("null_on_oob",)),
+    "ArrayFunction.ArgMin": ("arr.arg_min", ()),
+    "ArrayFunction.ArgMax": ("arr.arg_max", ()),
+    "ArrayFunction.CountMatches": ("arr.count_matches", ()),
+    "ArrayFunction.ToList": ("arr.to_list", ()),
+    "ArrayFunction.Contains": ("arr.contains", ("nulls_equal",)),
+    "ArrayFunction.ToStruct": ("arr.to_struct", ("fields",)),
+    "ArrayFunction.Join": ("arr.join", ("ignore_nulls",)),
+    "ArrayFunction.Sort": ("arr.sort", ("descending", "nulls_last")),
+    "ArrayFunction.Shift": ("arr.shift", ()),
+    "StructFunction.JsonEncode": ("struct.json_encode", ()),
     "BooleanFunction.IsUnique": ("is_unique", ()),
     "BooleanFunction.IsDuplicated": ("is_duplicated", ()),
     "BooleanFunction.IsFirstDistinct": ("is_first_distinct", ()),
@@ -196,6 +281,9 @@ UNSUPPORTED_FUNCTIONS: dict[str, str] = {
     "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",
+    # Polars 2.1's streaming engine (the kernel's) panics on list.diff of some row ranges
+    # (``[None, [3, None]]``: "type Int64 is incompatible with expected type Null")
+    "ListFunction.Diff": "Polars' streaming engine panics on list.diff of some inputs",
     "approx_n_unique": "Polars' HyperLogLog estimate is not reproduced exactly "
     "(n_unique gives the exact count)",
 }

@@ -51,6 +51,16 @@ def _bitwise(op: str) -> Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]:
     return lambda a, o: getattr(a[0], f"bitwise_{op}")()
 
 
+def _method(name: str) -> FunctionImpl:
+    """``Expr.<name>()``, no arguments."""
+    return lambda a, o: getattr(a[0], name)()
+
+
+def _dt_method(name: str) -> FunctionImpl:
+    """``Expr.dt.<name>()``, no arguments."""
+    return lambda a, o: getattr(a[0].dt, name)()
+
+
 FUNCTIONS: dict[str, FunctionImpl] = {
     # boolean and null handling
     "is_null": lambda a, o: a[0].is_null(),
@@ -220,6 +230,133 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "datetime": lambda a, o: pl.datetime(
         *a[:7], time_unit=o.get("time_unit", "us"), time_zone=o.get("time_zone"), ambiguous=a[7]
     ),
+    # trigonometry and conversions
+    **{
+        name: _method(name)
+        for name in (
+            "sin",
+            "cos",
+            "tan",
+            "cot",
+            "arcsin",
+            "arccos",
+            "arctan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "arcsinh",
+            "arccosh",
+            "arctanh",
+            "degrees",
+            "radians",
+            "to_physical",
+        )
+    },  # fmt: skip
+    "is_close": lambda a, o: a[0].is_close(
+        a[1], abs_tol=o["abs_tol"], rel_tol=o["rel_tol"], nans_equal=o["nans_equal"]
+    ),
+    # aggregating (AGGREGATING_FUNCTIONS): one value per group, on its rows in order
+    "any": lambda a, o: a[0].any(ignore_nulls=o.get("ignore_nulls", True)),
+    "all": lambda a, o: a[0].all(ignore_nulls=o.get("ignore_nulls", True)),
+    "has_nulls": lambda a, o: a[0].has_nulls(),
+    "is_sorted": lambda a, o: a[0].is_sorted(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
+    "skew": lambda a, o: a[0].skew(bias=o.get("bias", True)),
+    "kurtosis": lambda a, o: a[0].kurtosis(fisher=o["fisher"], bias=o["bias"]),
+    "str.join": lambda a, o: a[0].str.join(o["delimiter"], ignore_nulls=o["ignore_nulls"]),
+    # order-dependent (the planner gathers their input)
+    "peak_max": lambda a, o: a[0].peak_max(),
+    "peak_min": lambda a, o: a[0].peak_min(),
+    "arg_unique": lambda a, o: a[0].arg_unique(),
+    "explode": lambda a, o: a[0].explode(
+        empty_as_null=o.get("empty_as_null", True), keep_nulls=o.get("keep_nulls", True)
+    ),
+    # strings
+    "str.to_titlecase": lambda a, o: a[0].str.to_titlecase(),
+    "str.encode_hex": lambda a, o: a[0].str.encode("hex"),
+    "str.encode_base64": lambda a, o: a[0].str.encode("base64"),
+    "str.json_path_match": lambda a, o: a[0].str.json_path_match(a[1]),
+    "str.splitn": lambda a, o: a[0].str.splitn(a[1], o["n"]),
+    "str.replace_many": lambda a, o: a[0].str.replace_many(
+        a[1], a[2], ascii_case_insensitive=o["ascii_case_insensitive"], leftmost=o["leftmost"]
+    ),
+    "str.escape_regex": lambda a, o: a[0].str.escape_regex(),
+    "str.normalize": lambda a, o: a[0].str.normalize(str(o["form"]).upper()),  # type: ignore[arg-type]
+    "str.extract_groups": lambda a, o: a[0].str.extract_groups(o["pattern"]),
+    "str.extract_many": lambda a, o: a[0].str.extract_many(
+        a[1],
+        ascii_case_insensitive=o["ascii_case_insensitive"],
+        overlapping=o["overlapping"],
+        leftmost=o["leftmost"],
+    ),
+    "str.find_many": lambda a, o: a[0].str.find_many(
+        a[1],
+        ascii_case_insensitive=o["ascii_case_insensitive"],
+        overlapping=o["overlapping"],
+        leftmost=o["leftmost"],
+    ),
+    # temporal
+    **{
+        f"dt.{name}": _dt_method(name)
+        for name in (
+            "nanosecond",
+            "microsecond",
+            "millisecond",
+            "is_leap_year",
+            "days_in_month",
+            "iso_year",
+            "century",
+            "millennium",
+        )
+    },  # fmt: skip
+    "dt.cast_time_unit": lambda a, o: a[0].dt.cast_time_unit(o["time_unit"]),
+    "dt.total_nanoseconds": lambda a, o: a[0].dt.total_nanoseconds(
+        fractional=o.get("fractional", False)
+    ),
+    "dt.replace": lambda a, o: a[0].dt.replace(
+        year=a[1],
+        month=a[2],
+        day=a[3],
+        hour=a[4],
+        minute=a[5],
+        second=a[6],
+        microsecond=a[7],
+        ambiguous=a[8],
+    ),  # fmt: skip
+    # lists (each list on its own)
+    "list.median": lambda a, o: a[0].list.median(),
+    "list.std": lambda a, o: a[0].list.std(ddof=o["ddof"]),
+    "list.var": lambda a, o: a[0].list.var(ddof=o["ddof"]),
+    "list.arg_min": lambda a, o: a[0].list.arg_min(),
+    "list.arg_max": lambda a, o: a[0].list.arg_max(),
+    "list.shift": lambda a, o: a[0].list.shift(a[1]),
+    "list.count_matches": lambda a, o: a[0].list.count_matches(a[1]),
+    "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
+    "list.set_operation": lambda a, o: getattr(a[0].list, f"set_{o['operation']}")(a[1]),
+    "list.gather_every": lambda a, o: a[0].list.gather_every(a[1], a[2]),
+    "list.gather": lambda a, o: a[0].list.gather(a[1], null_on_oob=o["null_on_oob"]),
+    "list.to_struct": lambda a, o: a[0].list.to_struct(fields=list(o["fields"])),
+    # arrays (each array on its own)
+    "arr.len": lambda a, o: a[0].arr.len(),
+    "arr.sum": lambda a, o: a[0].arr.sum(),
+    "arr.max": lambda a, o: a[0].arr.max(),
+    "arr.min": lambda a, o: a[0].arr.min(),
+    "arr.mean": lambda a, o: a[0].arr.mean(),
+    "arr.median": lambda a, o: a[0].arr.median(),
+    "arr.std": lambda a, o: a[0].arr.std(ddof=o["ddof"]),
+    "arr.var": lambda a, o: a[0].arr.var(ddof=o["ddof"]),
+    "arr.get": lambda a, o: a[0].arr.get(a[1], null_on_oob=o["null_on_oob"]),
+    "arr.arg_min": lambda a, o: a[0].arr.arg_min(),
+    "arr.arg_max": lambda a, o: a[0].arr.arg_max(),
+    "arr.count_matches": lambda a, o: a[0].arr.count_matches(a[1]),
+    "arr.to_list": lambda a, o: a[0].arr.to_list(),
+    "arr.contains": lambda a, o: a[0].arr.contains(a[1], nulls_equal=o["nulls_equal"]),
+    "arr.to_struct": lambda a, o: a[0].arr.to_struct(list(o["fields"])),
+    "arr.join": lambda a, o: a[0].arr.join(a[1], ignore_nulls=o["ignore_nulls"]),
+    "arr.sort": lambda a, o: a[0].arr.sort(descending=o["descending"], nulls_last=o["nulls_last"]),
+    "arr.shift": lambda a, o: a[0].arr.shift(a[1]),
+    "struct.json_encode": lambda a, o: a[0].struct.json_encode(),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
     "struct.rename_fields": lambda a, o: a[0].struct.rename_fields(list(o["names"])),
     # args: the struct, then one expression per new or replaced field (option ``names``)

@@ -91,8 +91,18 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 
 def frame_of(table: pa.Table) -> pl.DataFrame:
-    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows)."""
-    df = pl.from_arrow(table)
+    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows).
+
+    Polars 2.1 cannot import a *sliced* fixed-size list (Array) column with nulls (a row
+    range of an in-memory frame): ``ComputeError: validity mask length must be equal to
+    the number of values divided by size``. Such a table is copied into fresh arrays
+    (``take``) and imported again."""
+    try:
+        df = pl.from_arrow(table)
+    except pl.exceptions.ComputeError as exc:
+        if "validity mask length" not in str(exc):
+            raise
+        df = pl.from_arrow(table.take(pa.array(range(table.num_rows), pa.int64())))
     assert isinstance(df, pl.DataFrame)
     return df
 

@@ -61,8 +61,9 @@ AGG_FUNCTIONS = frozenset(
 #: ``Agg`` nodes; :meth:`Expr.has_agg` counts them and the planner aggregates their input
 #: rows once (after a gather, or a hash exchange on the group keys), which is exact.
 AGGREGATING_FUNCTIONS = frozenset(
-    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor"}
-)
+    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor",
+     "any", "all", "has_nulls", "is_sorted", "skew", "kurtosis", "str.join"}
+)  # fmt: skip
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
@@ -71,6 +72,10 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
         "cumulative_eval",
+        "peak_max",
+        "peak_min",
+        "arg_unique",
+        "explode",
         "repeat",
         "linear_space",
         "datetime_range",
