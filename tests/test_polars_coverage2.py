@@ -449,3 +449,20 @@ ORDERED: dict[str, Callable[[], pl.Expr]] = {
 @pytest.mark.parametrize("name", sorted(ORDERED))
 def test_order_dependent_functions(name: str) -> None:
     check(_tail_frame().lazy().select(ORDERED[name]()))
+
+
+def test_ray(ray_runner: None) -> None:
+    """A buffer scan read on the driver, list.eval run by Ray workers (Polars' JSON of the
+    expression deserialised in other processes) and a seeded shuffle, on the Ray runner."""
+    config = shoal.Config(runner="ray", default_partitions=4)
+    engine = DistEngine(config=config, raise_on_fail=True)
+    lf = (
+        pl.scan_parquet(_buffer("parquet"))
+        .join(_frame().lazy().select("k", "l", "s"), on="k", how="left", maintain_order="left")
+        .with_columns(
+            x=pl.col("l").list.eval(pl.element().cast(pl.Float64) / 2),
+            u=pl.col("s").list.unique(maintain_order=True),
+            y=pl.col("n").shuffle(seed=5),
+        )
+    )
+    assert_frame_equal(lf.collect(engine=engine), lf.collect(engine="in-memory"))
