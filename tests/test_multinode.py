@@ -29,6 +29,9 @@ def cluster() -> Iterator[object]:
     shoal.shutdown()
     if ray.is_initialized():  # pragma: no cover
         ray.shutdown()
+    # Cluster writes Ray's address file under /tmp/ray without creating the folder: on a
+    # machine where no Ray ever ran, it raised FileNotFoundError.
+    os.makedirs("/tmp/ray", exist_ok=True)
     c = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "temp_dir": f"/tmp/shoal-ray-mn-{os.getpid()}"},
