@@ -466,3 +466,33 @@ def test_ray(ray_runner: None) -> None:
         )
     )
     assert_frame_equal(lf.collect(engine=engine), lf.collect(engine="in-memory"))
+
+
+MORE: dict[str, tuple[Callable[[], pl.Expr], bool]] = {
+    # name: (expression, whether it needs the frame sorted by "d" first)
+    "duration": (lambda: pl.duration(days=pl.col("i"), hours=2, time_unit="ms"), False),
+    "format": (lambda: pl.format("<{}|{}>", "g", "i"), False),
+    "cut": (
+        lambda: pl.col("x").cut([-0.1, 0.5], labels=["lo", "mid", "hi"], left_closed=True),
+        False,
+    ),
+    "cut-breaks": (lambda: pl.col("x").cut([0.0], include_breaks=True), False),
+    "qcut": (lambda: pl.col("i").qcut(2, allow_duplicates=True), False),
+    "arctan2": (lambda: pl.arctan2("x", "i"), False),
+    "rolling_sum_by": (lambda: pl.col("i").rolling_sum_by("d", "400d", closed="left"), True),
+    "rolling_std_by": (lambda: pl.col("x").rolling_std_by("d", "3000d", min_samples=1), True),
+    "rolling_quantile_by": (
+        lambda: pl.col("i").rolling_quantile_by("d", "400d", quantile=0.3),
+        True,
+    ),
+    "ewm_mean_by": (lambda: pl.col("i").ewm_mean_by("d", half_life="100d"), True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MORE))
+def test_more_functions(name: str) -> None:
+    expr, by_d = MORE[name]
+    lf = _tail_frame().lazy()
+    if by_d:
+        lf = lf.drop_nulls("d").sort("d")
+    check(lf.select("g", x=expr()), empty=not by_d)

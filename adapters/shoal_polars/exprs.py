@@ -297,6 +297,13 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         # dictionaries, whose codes differ.
         t.error(f"{where}: expression Function(to_physical)", "codes of a Categorical or Enum")
         return t.placeholder_expr(dtype)
+    if key.startswith("RollingFunctionBy."):
+        return _rolling_by(t, key, extra, args, dtype, where)
+    if key == "StringFunction.Format":
+        return _format(t, extra, args, dtype, where)
+    if key == "EwmFunction.MeanBy":
+        # ewm_mean_by(by, half_life): order-dependent (gather)
+        return Function("ewm_mean_by", args, (("half_life", _duration(extra[0])),), dtype)
     if key == "StringFunction.ExtractGroups":
         # (dtype, pattern): the struct dtype is the function's own
         return Function("str.extract_groups", args, (("pattern", str(extra[1])),), dtype)
@@ -352,10 +359,62 @@ def _temporal_range(
     if mode != "start_end_interval" or len(args) != 2 or len(interval) != 6:
         t.error(f"{where}: expression Function({key}, {mode})", "only start, end and interval")
         return t.placeholder_expr(dtype)
-    months, weeks, days, nanoseconds, negative, _parsed_int = interval
-    every = f"{'-' if negative else ''}{months}mo{weeks}w{days}d{nanoseconds}ns"
-    options = (("interval", every), ("closed", str(closed)))
+    options = (("interval", _duration(interval)), ("closed", str(closed)))
     return Function(_TEMPORAL_RANGES[key], args, options, dtype)
+
+
+def _duration(value: Any) -> str:
+    """Polars' ``Duration`` as the NodeTraverser shows it, (months, weeks, days,
+    nanoseconds, negative, parsed_int), as a duration string (``"-1mo2w3d4ns"``)."""
+    months, weeks, days, nanoseconds, negative, _parsed_int = value
+    return f"{'-' if negative else ''}{months}mo{weeks}w{days}d{nanoseconds}ns"
+
+
+#: Polars ``rolling_<fn>_by`` functions shoal runs.
+_ROLLING_BY = frozenset({"sum", "mean", "min", "max", "std", "var", "quantile"})
+
+
+def _rolling_by(
+    t: Translator, key: str, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``rolling_<fn>_by(by, window_size, min_samples=, closed=)``: ``function_data`` is
+    (window, min_samples, closed, params), params ``(ddof,)`` for std and var,
+    ``(quantile, interpolation)`` for quantile (and median); args are (values, by).
+    Order-dependent: evaluated after a gather, or per window group inside ``over``."""
+    name = key.rsplit(".", 1)[-1].lower().removesuffix("by")
+    if name not in _ROLLING_BY or len(extra) != 4 or len(args) != 2:
+        t.error(f"{where}: expression Function({key})", "this rolling function is not supported")
+        return t.placeholder_expr(dtype)
+    window, min_samples, closed, params = extra
+    options: tuple[tuple[str, Any], ...] = (
+        ("function", name),
+        ("window_size", _duration(window)),
+        ("min_samples", int(min_samples)),
+        ("closed", str(closed)),
+    )
+    if name in ("std", "var"):
+        options += (("ddof", int(params[0]) if params else 1),)
+    if name == "quantile":
+        options += (("quantile", float(params[0])), ("interpolation", str(params[1])))
+    return Function("rolling_by", args, options, dtype)
+
+
+def _format(
+    t: Translator, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``pl.format(fmt, *args)``: ``function_data`` is (the text, the positions in it where
+    the arguments go), rebuilt into Polars' format string."""
+    text, positions = str(extra[0]), list(extra[1])
+    if "{" in text or "}" in text or len(positions) != len(args):
+        t.error(f"{where}: expression Function(StringFunction.Format)", "braces in the text")
+        return t.placeholder_expr(dtype)
+    pieces, last = [], 0
+    for pos in positions:
+        piece = text.encode()[last:pos].decode()
+        pieces.append(piece + "{}")
+        last = pos
+    fmt = "".join(pieces) + text.encode()[last:].decode()
+    return Function("str.format", args, (("format", fmt),), dtype)
 
 
 #: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.

@@ -193,6 +193,14 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # trigonometry and conversions (row by row)
     **{name: (name, ()) for name in _TRIGONOMETRY},
     "to_physical": ("to_physical", ()),
+    "atan2": ("arctan2", ()),
+    # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,
+    # nanoseconds) of columns
+    "TemporalFunction.Duration": ("duration", ("time_unit",)),
+    # cut by fixed breaks (row by row); qcut by the column's quantiles (order-dependent:
+    # the quantiles are those of every row, so the planner gathers)
+    "cut": ("cut", ("breaks", "labels", "left_closed", "include_breaks")),
+    "qcut": ("qcut", ("quantiles", "labels", "left_closed", "allow_duplicates", "include_breaks")),
     "BooleanFunction.IsClose": ("is_close", ("abs_tol", "rel_tol", "nans_equal")),
     # aggregating (AGGREGATING_FUNCTIONS: one value per group, on the raw rows in order)
     "BooleanFunction.Any": ("any", ("ignore_nulls",)),

@@ -252,6 +252,25 @@ FUNCTIONS: dict[str, FunctionImpl] = {
             "to_physical",
         )
     },  # fmt: skip
+    "arctan2": lambda a, o: pl.arctan2(a[0], a[1]),
+    "duration": lambda a, o: pl.duration(
+        weeks=a[0],
+        days=a[1],
+        hours=a[2],
+        minutes=a[3],
+        seconds=a[4],
+        milliseconds=a[5],
+        microseconds=a[6],
+        nanoseconds=a[7],
+        time_unit=o.get("time_unit", "us"),
+    ),  # fmt: skip
+    "str.format": lambda a, o: pl.format(o["format"], *a),
+    # the user's cut/qcut (deprecated in Polars 2.1 for bin_*, which Polars shows
+    # differently); qcut is order-dependent: the quantiles of every row, after a gather
+    "cut": lambda a, o: _binning("cut", a, o),
+    "qcut": lambda a, o: _binning("qcut", a, o),
+    "rolling_by": lambda a, o: _rolling_by(a, o),
+    "ewm_mean_by": lambda a, o: a[0].ewm_mean_by(a[1], half_life=o["half_life"]),
     "is_close": lambda a, o: a[0].is_close(
         a[1], abs_tol=o["abs_tol"], rel_tol=o["rel_tol"], nans_equal=o["nans_equal"]
     ),
@@ -509,6 +528,41 @@ def _rolling(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
         weights=None if weights is None else list(weights),
         min_samples=o.get("min_samples"),
         center=o.get("center", False),
+        **extra,
+    )
+
+
+def _binning(name: str, a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``cut(breaks, ...)`` or ``qcut(quantiles, ...)`` as the user called it (Polars 2.1
+    warns that both are deprecated; the warning was the user's, not the task's)."""
+    labels = None if o.get("labels") is None else list(o["labels"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if name == "cut":
+            return a[0].cut(
+                list(o["breaks"]),
+                labels=labels,
+                left_closed=o["left_closed"],
+                include_breaks=o["include_breaks"],
+            )
+        return a[0].qcut(
+            list(o["quantiles"]),
+            labels=labels,
+            left_closed=o["left_closed"],
+            allow_duplicates=o["allow_duplicates"],
+            include_breaks=o["include_breaks"],
+        )
+
+
+def _rolling_by(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``rolling_<function>_by(by, window_size, min_samples=, closed=)``: ``a`` is (values,
+    by)."""
+    extra = {k: o[k] for k in ("ddof", "quantile", "interpolation") if k in o}
+    return getattr(a[0], f"rolling_{o['function']}_by")(
+        a[1],
+        window_size=o["window_size"],
+        min_samples=o["min_samples"],
+        closed=o["closed"],
         **extra,
     )
 

@@ -72,6 +72,9 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
         "cumulative_eval",
+        "qcut",
+        "rolling_by",
+        "ewm_mean_by",
         "peak_max",
         "peak_min",
         "arg_unique",
