@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -171,12 +172,22 @@ def test_list_eval_in_filter_and_sort(frame: pl.LazyFrame) -> None:
     check(frame.sort(pl.col("l").list.eval(pl.element().abs()).list.sum(), "k").select("k", "l"))
 
 
-def test_list_eval_in_group_by_is_refused(frame: pl.LazyFrame) -> None:
-    """Polars 2.1 (both engines) evaluates ``list.eval`` inside ``agg`` on the group
-    (``[[1, 2, 2], ...]`` gives ``[2]`` for ``list.eval(element() + 1).first()``), not row
-    by row: refused rather than answered differently."""
+def test_list_eval_in_group_by(frame: pl.LazyFrame) -> None:
+    check(
+        frame.group_by("g").agg(
+            x=pl.col("l").list.eval(pl.element() + 1),
+            n=pl.col("l").list.eval(pl.element()).list.len().sum(),
+        ),
+        ordered=False,
+    )
+
+
+def test_first_of_list_eval_in_group_by_is_refused(frame: pl.LazyFrame) -> None:
+    """Polars 2.1 (both engines) answers ``list.eval(...).first()`` inside ``agg`` with the
+    first element of the group's evaluated lists (``[2]`` for a first row ``[1, 2, 2]``
+    and ``element() + 1``), not the first list: refused rather than answered differently."""
     lf = frame.group_by("g").agg(pl.col("l").list.eval(pl.element() + 1).first())
-    with pytest.raises(UnsupportedError, match="list.eval inside group_by"):
+    with pytest.raises(UnsupportedError, match="an aggregate of list.eval lists"):
         run_dist(lf, 3)
 
 
@@ -496,3 +507,40 @@ def test_more_functions(name: str) -> None:
     if by_d:
         lf = lf.drop_nulls("d").sort("d")
     check(lf.select("g", x=expr()), empty=not by_d)
+
+
+def test_a_read_error_on_the_driver_is_refused_not_raised_as_the_query_s() -> None:
+    """The driver reads every column of the scan: an error there need not be the query's.
+    Strict: refused, naming Polars' error; otherwise Polars runs the query itself."""
+    lf = pl.scan_ndjson(
+        io.BytesIO(b'{"a": 1, "b": true}\n{"a": 2, "b": "x"}\n'),
+        schema={"a": pl.Int64, "b": pl.Boolean},
+    )
+    with pytest.raises(UnsupportedError, match="cannot be rewritten"):
+        lf.select("a").collect(engine=DistEngine(runner="local", raise_on_fail=True))
+    native = lf.select("a").collect(engine="in-memory") if _reads(lf.select("a")) else None
+    with pytest.warns(ShoalFallbackWarning):
+        if native is None:
+            with pytest.raises(pl.exceptions.ComputeError):
+                lf.select("a").collect(engine=DistEngine(runner="local", raise_on_fail=False))
+        else:
+            got = lf.select("a").collect(engine=DistEngine(runner="local", raise_on_fail=False))
+            assert_frame_equal(got, native)
+
+
+def _reads(lf: pl.LazyFrame) -> bool:
+    try:
+        lf.collect(engine="in-memory")
+    except pl.exceptions.ComputeError:
+        return False
+    return True
+
+
+@pytest.mark.filterwarnings("ignore:.*serialization format")
+def test_a_query_whose_json_form_differs_is_not_rewritten() -> None:
+    from shoal_polars.rewrite import _check_round_trip
+
+    lf = pl.LazyFrame({"a": [1]}).select(pl.col("a") + 1)
+    other = json.loads(pl.LazyFrame({"a": [1]}).select(pl.col("a") + 2).serialize(format="json"))
+    with pytest.raises(UnsupportedError, match="does not read back"):
+        _check_round_trip(lf, other)

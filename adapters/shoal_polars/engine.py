@@ -216,11 +216,13 @@ class DistEngine(InMemoryEngine):
         from shoal_polars.rewrite import labelled, rewrite
 
         needed: list[Exception] = []
-        out = super().collect(
-            lf,
-            optimizations=optimizations,
-            post_opt_callback=lambda nt, *a: self._callback(nt, *a, deferred=needed),
-        )
+        needed_schema: list[Any] = []
+
+        def first(nt: Any, *args: Any) -> None:
+            needed_schema.append(nt.get_schema())
+            self._callback(nt, *args, deferred=needed)
+
+        out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
         if not needed:
             assert isinstance(out, pl.DataFrame)
             return out
@@ -231,14 +233,18 @@ class DistEngine(InMemoryEngine):
             self._fallback(why, "falling back")
             return InMemoryEngine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         failed: list[Exception] = []
+
+        def second(nt: Any, *args: Any) -> None:
+            # The rewritten query must give exactly the original's columns and types.
+            schema = nt.get_schema()
+            if schema != needed_schema[0]:
+                failed.append(UnsupportedError("the rewritten query's schema differs"))
+                nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
+                return
+            self._callback(nt, *args, deferred=failed, defer_all=True)
+
         with labelled(done):
-            got = super().collect(
-                rewritten,
-                optimizations=optimizations,
-                post_opt_callback=lambda nt, *a: self._callback(
-                    nt, *a, deferred=failed, defer_all=True
-                ),
-            )
+            got = super().collect(rewritten, optimizations=optimizations, post_opt_callback=second)
         if failed:
             # The rewritten query is shoal's to run, never Polars': fall back on the original.
             self._fallback(failed[0], "falling back")

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.errors import UnsupportedError
@@ -424,13 +425,11 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     keys = t.named_at(node.input, node.keys, "GroupBy")
     aggs = tuple(_implode(ne, schema) for ne in t.named_at(node.input, node.aggs, "GroupBy"))
     for ne in aggs:
-        if any(isinstance(e, Function) and e.name in _EVALS for e in ne.expr.walk()):
-            # Polars 2.1 gives list.eval(...).first() per group as something other than
-            # the first row's list.eval (both of its engines): not reproduced.
+        if _aggregated_eval(ne.expr):
             t.error(
                 f"GroupBy: aggregation {ne.name!r}",
-                "list.eval inside group_by().agg() is not supported (Polars evaluates it "
-                "on the group, not row by row)",
+                "an aggregate of list.eval lists inside group_by().agg() is not supported "
+                "(Polars 2.1 takes first/last of the group's elements, not of its lists)",
             )
         if not ne.expr.has_agg() and not t.failed(ne.expr):
             t.error(f"GroupBy: aggregation {ne.name!r}", _not_an_aggregate(ne.expr))
@@ -457,6 +456,24 @@ def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
 
 #: IR functions that run Polars' own ``Eval`` (see :mod:`shoal_polars.rewrite`).
 _EVALS = frozenset({"list.eval", "cumulative_eval"})
+
+
+def _aggregated_eval(expr: Expr) -> bool:
+    """Whether an aggregate other than ``implode`` reads the lists a ``list.eval`` made.
+    Polars 2.1 (both engines) answers ``agg(pl.col("l").list.eval(e).first())`` with the
+    first *element* of the group's evaluated lists (``[2]`` for a first row ``[1, 2, 2]``
+    and ``e = element() + 1``), not the first list; lists per group (``implode``) and
+    aggregates of values derived from the lists (``list.len().sum()``) are right."""
+    for e in expr.walk():
+        if not isinstance(e, Agg) or e.name == "implode" or e.arg is None:
+            continue
+        if not pa.types.is_list(e.arg.dtype.arrow) and not pa.types.is_large_list(
+            e.arg.dtype.arrow
+        ):
+            continue
+        if any(isinstance(x, Function) and x.name in _EVALS for x in e.arg.walk()):
+            return True
+    return False
 
 
 def _not_an_aggregate(expr: Expr) -> str:

@@ -172,10 +172,12 @@ def rewrite(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, Rewritten]:
     reads (read now, on the driver, by Polars' in-memory engine) and every ``Eval`` in a
     plan node's expressions replaced by its stand-in; and what was done.
 
-    Raises :class:`shoal.UnsupportedError` when the query cannot be rewritten (Polars
-    cannot serialise it, for example a Python function in the plan) or nothing in it was
-    rewritten. Errors of a read itself (a corrupt buffer, a missing file) propagate as
-    Polars raises them.
+    Raises :class:`shoal.UnsupportedError` when the query cannot be rewritten: Polars
+    cannot serialise it (a Python function in the plan), its JSON form does not read back
+    as the same query (same unoptimised plan and schema), or nothing in it was rewritten.
+    Errors of a read itself (a corrupt buffer, a missing file) propagate as Polars raises
+    them; the engine refuses the query for them (the read on the driver takes every column
+    of the scan, so an error there need not be the query's).
     """
     with _quiet():
         try:
@@ -184,6 +186,7 @@ def rewrite(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, Rewritten]:
             raise UnsupportedError(
                 f"the query cannot be serialised by Polars ({type(exc).__name__}: {exc})"
             ) from exc
+        _check_round_trip(lf, plan)
         frames: list[DriverFrame] = []
         evals: dict[int, EvalStandIn] = {}
         edited = _plan(plan, frames, evals)
@@ -191,6 +194,22 @@ def rewrite(lf: pl.LazyFrame) -> tuple[pl.LazyFrame, Rewritten]:
             raise UnsupportedError("nothing in the query could be rewritten")
         out = pl.LazyFrame.deserialize(io.StringIO(json.dumps(edited)), format="json")
     return out, Rewritten(tuple(frames), evals)
+
+
+def _check_round_trip(lf: pl.LazyFrame, plan: Any) -> None:
+    """Raise :class:`shoal.UnsupportedError` unless Polars' JSON form of ``lf`` (``plan``)
+    reads back as the same query: the same unoptimised plan (as ``explain`` prints it)
+    and the same schema. A query whose JSON form lost an option is never rewritten."""
+    back = pl.LazyFrame.deserialize(io.StringIO(json.dumps(plan)), format="json")
+    try:
+        same = (
+            back.explain(optimized=False) == lf.explain(optimized=False)
+            and back.collect_schema() == lf.collect_schema()
+        )
+    except Exception as exc:
+        raise UnsupportedError(f"the query's JSON form cannot be read back ({exc})") from exc
+    if not same:
+        raise UnsupportedError("Polars' JSON form of this query does not read back as the query")
 
 
 def _plan(node: Any, frames: list[DriverFrame], evals: dict[int, EvalStandIn]) -> Any:
