@@ -253,6 +253,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ListFunction.Shift": ("list.shift", ()),
     "ListFunction.CountMatches": ("list.count_matches", ()),
     "ListFunction.DropNulls": ("list.drop_nulls", ()),
+    "ListFunction.Diff": ("list.diff", ("n", "null_behavior")),
     "ListFunction.SetOperation": ("list.set_operation", ("operation",)),
     "ListFunction.GatherEvery": ("list.gather_every", ()),
     "ListFunction.Gather": ("list.gather", ("null_on_oob",)),
@@ -289,9 +290,6 @@ UNSUPPORTED_FUNCTIONS: dict[str, str] = {
     "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",
-    # Polars 2.1's streaming engine (the kernel's) panics on list.diff of some row ranges
-    # (``[None, [3, None]]``: "type Int64 is incompatible with expected type Null")
-    "ListFunction.Diff": "Polars' streaming engine panics on list.diff of some inputs",
     "approx_n_unique": "Polars' HyperLogLog estimate is not reproduced exactly "
     "(n_unique gives the exact count)",
 }
