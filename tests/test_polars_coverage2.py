@@ -282,6 +282,29 @@ def test_lists_per_group(frame: pl.LazyFrame) -> None:
     check(frame.group_by("g", maintain_order=True).agg(pl.col("v"), pl.col("n").max()))
 
 
+def test_literals_per_group(frame: pl.LazyFrame) -> None:
+    """``agg(pl.lit(1) + pl.lit(2))``: one value per group (no group: no row)."""
+    for lf in (frame, frame.filter(pl.col("k") > 100)):
+        check(
+            lf.group_by("g").agg(
+                z=(pl.lit(1, pl.Int64) + pl.lit(2)).pow(pl.lit(3)),
+                s=pl.struct(pl.lit(7).alias("a"), pl.lit("x").alias("b")),
+                n=pl.col("n") + pl.lit(1),
+            ),
+            ordered=False,
+            empty=False,
+        )
+
+
+def test_hconcat_not_strict(frame: pl.LazyFrame) -> None:
+    """``concat(how="horizontal_extend")`` pads the shorter input with nulls;
+    ``how="horizontal"`` with heights that differ raises Polars' ShapeError."""
+    short = frame.select("k").head(2)
+    check(pl.concat([frame.select("g", "v"), short], how="horizontal_extend"), empty=False)
+    with pytest.raises(pl.exceptions.ShapeError):
+        run_dist(pl.concat([frame.select("g"), short], how="horizontal"), 3)
+
+
 def test_pivot(frame: pl.LazyFrame) -> None:
     """``LazyFrame.pivot`` aggregates with ``item``: the group's only value."""
     lf = frame.filter(pl.col("k").is_not_null()).unique(["k", "g"], keep="first")
@@ -425,6 +448,12 @@ ROW_WISE: dict[str, Callable[[], pl.Expr]] = {
     "arr.join": lambda: pl.col("a").cast(pl.Array(pl.String, 2)).arr.join("-"),
     "arr.shift": lambda: pl.col("a").arr.shift(1),
     "json_encode": lambda: pl.col("st").struct.json_encode(),
+    "as_list": lambda: pl.list("i"),
+    "as_list-of-lists": lambda: pl.list("l"),
+    "arr.dot": lambda: pl.col("a").arr.dot(pl.col("a")),
+    "reinterpret": lambda: pl.col("i").reinterpret(dtype=pl.UInt64),
+    "offset_by-expression": lambda: pl.col("d").dt.offset_by(pl.format("{}d", pl.col("i"))),
+    "time_ranges": lambda: pl.time_ranges(pl.col("d").dt.time(), dt.time(13), "3h7m"),
 }
 
 
@@ -493,6 +522,7 @@ MORE: dict[str, tuple[Callable[[], pl.Expr], bool]] = {
     "cut-breaks": (lambda: pl.col("x").cut([0.0], include_breaks=True), False),
     "qcut": (lambda: pl.col("i").qcut(2, allow_duplicates=True), False),
     "arctan2": (lambda: pl.arctan2("x", "i"), False),
+    "time_range": (lambda: pl.time_range(dt.time(1), dt.time(5), "50m", closed="left"), False),
     "rolling_sum_by": (lambda: pl.col("i").rolling_sum_by("d", "400d", closed="left"), True),
     "rolling_std_by": (lambda: pl.col("x").rolling_std_by("d", "3000d", min_samples=1), True),
     "rolling_quantile_by": (
@@ -509,7 +539,8 @@ def test_more_functions(name: str) -> None:
     lf = _tail_frame().lazy()
     if by_d:
         lf = lf.drop_nulls("d").sort("d")
-    check(lf.select("g", x=expr()), empty=not by_d)
+    q = lf.select(x=expr()) if name == "time_range" else lf.select("g", x=expr())
+    check(q, empty=not by_d and name != "time_range")
 
 
 def test_a_read_error_on_the_driver_is_refused_not_raised_as_the_query_s() -> None:

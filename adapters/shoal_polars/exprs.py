@@ -322,12 +322,21 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         fields = tuple(f.name for f in dtype.arrow)
         return Function("as_struct", args, (("fields", fields),), dtype)
     if key == "TemporalFunction.OffsetBy":
-        # dt.offset_by("1mo"): the kernel takes the offset as an option.
+        # dt.offset_by("1mo"): a literal offset is an option; an expression (one offset per
+        # row) is the second argument.
         by = args[1]
-        if not isinstance(by, Lit) or not isinstance(by.value, str):
-            t.error(f"{where}: expression Function({key})", "the offset must be a literal")
-            return t.placeholder_expr(dtype)
-        return Function("dt.offset_by", args[:1], (("by", by.value),), dtype)
+        if isinstance(by, Lit) and isinstance(by.value, str):
+            return Function("dt.offset_by", args[:1], (("by", by.value),), dtype)
+        return Function("dt.offset_by", args[:2], (), dtype)
+    if key == "reinterpret":
+        # reinterpret(dtype=): the bits of each value as the function's own dtype
+        return Function("reinterpret", args, (("dtype", dtype),), dtype)
+    if key in ("RangeFunction.TimeRanges", "RangeFunction.TimeRange") and len(extra) == 2:
+        # (interval, closed): one list of times per row, or a column of times
+        name = "time_ranges" if key.endswith("Ranges") else "time_range"
+        return Function(
+            name, args, (("interval", _duration(extra[0])), ("closed", str(extra[1]))), dtype
+        )
     found = lookup(key, tuple(extra))
     if isinstance(found, str):
         t.error(f"{where}: expression Function({key})", found)
@@ -365,9 +374,13 @@ def _temporal_range(
 
 def _duration(value: Any) -> str:
     """Polars' ``Duration`` as the NodeTraverser shows it, (months, weeks, days,
-    nanoseconds, negative, parsed_int), as a duration string (``"-1mo2w3d4ns"``)."""
+    nanoseconds, negative, parsed_int), as a duration string (``"-1mo2w3d4ns"``; zero
+    parts left out, as ``time_range`` takes no months)."""
     months, weeks, days, nanoseconds, negative, _parsed_int = value
-    return f"{'-' if negative else ''}{months}mo{weeks}w{days}d{nanoseconds}ns"
+    parts = [f"{n}{unit}" for n, unit in ((months, "mo"), (weeks, "w"), (days, "d")) if n]
+    if nanoseconds or not parts:
+        parts.append(f"{nanoseconds}ns")
+    return ("-" if negative else "") + "".join(parts)
 
 
 #: Polars ``rolling_<fn>_by`` functions shoal runs.

@@ -194,6 +194,9 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     **{name: (name, ()) for name in _TRIGONOMETRY},
     "to_physical": ("to_physical", ()),
     "atan2": ("arctan2", ()),
+    # pl.list(x): each value wrapped in a one-element list (a list value too)
+    "as_list": ("as_list", ()),
+    "ArrayFunction.Dot": ("arr.dot", ()),
     # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,
     # nanoseconds) of columns
     "TemporalFunction.Duration": ("duration", ("time_unit",)),

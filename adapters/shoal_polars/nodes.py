@@ -445,9 +445,15 @@ def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
     """A ``group_by().agg()`` item that aggregates nothing but reads columns
     (``agg(pl.col("x"))``, ``agg(pl.col("x").sort())``) is the list of its values per group,
     in the group's row order: Polars' ``implode`` of it (the output dtype, a list, is the
-    one Polars resolved). Anything else stays as it is."""
+    one Polars resolved). A literal item (``agg(pl.lit(1) + pl.lit(2))``) is one value per
+    group: its ``first``. Anything else stays as it is."""
     e = ne.expr
-    if e.has_agg() or not _cols_outside_aggs(e) or ne.name not in schema.names:
+    if e.has_agg() or ne.name not in schema.names:
+        return ne
+    if not e.columns():
+        # A literal (lit(7) + lit(2), pl.struct of literals): one value per group.
+        if e.is_row_local():
+            return NamedExpr(ne.name, Agg("first", e, schema[ne.name]))
         return ne
     if any(isinstance(x, Function) and x.option("scalar") for x in e.walk()):
         return ne  # Expr.get: one value per group, refused below
@@ -737,10 +743,12 @@ def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # Polars' options: (parallel, strict, broadcast unit-length inputs); heights must match.
     _parallel, strict, broadcast = node.options
     inputs = tuple(t.plan(i) for i in node.inputs)
-    if not strict or broadcast:
-        t.error(f"HConcat(options={node.options})", "these options are not supported")
+    if broadcast:
+        t.error(
+            f"HConcat(options={node.options})", "broadcasting unit-length inputs is not supported"
+        )
         return t.placeholder(schema)
-    return HConcat(inputs, schema)
+    return HConcat(inputs, schema, bool(strict))
 
 
 def _fast_count(t: Translator, args: list[Any], schema: Schema) -> PlanNode:

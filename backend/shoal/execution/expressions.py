@@ -253,6 +253,16 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         )
     },  # fmt: skip
     "arctan2": lambda a, o: pl.arctan2(a[0], a[1]),
+    "as_list": lambda a, o: pl.list(a[0]),
+    "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
+    "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
+    "time_ranges": lambda a, o: pl.time_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # a column of its own length (order-dependent)
+    "time_range": lambda a, o: pl.time_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
     "duration": lambda a, o: pl.duration(
         weeks=a[0],
         days=a[1],
@@ -418,7 +428,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         a[0].cast(pl.Enum(list(o["categories"])), strict=o.get("strict", True)).cast(pl.Categorical)
     ),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
-    "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
+    "dt.offset_by": lambda a, o: a[0].dt.offset_by(a[1] if len(a) > 1 else o["by"]),
     # Polars' int_range(start, end, step, dtype) when given arguments; without arguments
     # row numbers start, start + 1, ... (per group inside ``over``); order-dependent
     "int_range": lambda a, o: _int_range(a, o),

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 import pyarrow as pa
@@ -290,7 +290,11 @@ def build(
     if isinstance(node, Union):
         return pl.concat([build(i, inputs, scan) for i in node.inputs], how="vertical")
     if isinstance(node, HConcat):
-        return pl.concat([build(i, inputs, scan) for i in node.inputs], how="horizontal")
+        # Polars 2.1: "horizontal" is strict; "horizontal_extend" pads with nulls.
+        how: Literal["horizontal", "horizontal_extend"] = (
+            "horizontal" if node.strict else "horizontal_extend"
+        )
+        return pl.concat([build(i, inputs, scan) for i in node.inputs], how=how)
     if isinstance(node, Explode):
         return build(node.input, inputs, scan).explode(
             list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls

@@ -72,6 +72,7 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
         "cumulative_eval",
+        "time_range",
         "qcut",
         "rolling_by",
         "ewm_mean_by",

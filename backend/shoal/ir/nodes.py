@@ -245,11 +245,13 @@ class Union(PlanNode):
 
 @dataclass(frozen=True)
 class HConcat(PlanNode):
-    """Columns of every input side by side (Polars ``concat(how="horizontal")``); the inputs
-    must have the same number of rows (Polars raises ``ShapeError`` otherwise)."""
+    """Columns of every input side by side (Polars ``concat(how="horizontal")``); with
+    ``strict`` the inputs must have the same number of rows (Polars raises ``ShapeError``
+    otherwise), without it shorter inputs are padded with nulls."""
 
     inputs: tuple[PlanNode, ...]
     schema: Schema
+    strict: bool = True
 
 
 @dataclass(frozen=True)

@@ -195,7 +195,9 @@ class _Builder:
             return self.union(node)
         if isinstance(node, HConcat):
             ops = [self.gather(self.visit(i), "gather") for i in node.inputs]
-            return self._combine_single(ops, lambda kids: HConcat(kids, node.schema), "hconcat")
+            return self._combine_single(
+                ops, lambda kids: node.with_children(tuple(kids)), "hconcat"
+            )
         if isinstance(node, Explode | Unnest):
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
