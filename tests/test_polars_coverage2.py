@@ -470,6 +470,11 @@ AGGREGATING: dict[str, Callable[[], pl.Expr]] = {
     "skew": lambda: pl.col("i").skew(),
     "kurtosis": lambda: pl.col("i").kurtosis(fisher=False, bias=False),
     "str.join": lambda: pl.col("s").str.join("|"),
+    "index_of": lambda: pl.col("i").index_of(3),
+    "index_of-null": lambda: pl.col("x").index_of(None),
+    "max_by": lambda: pl.col("s").max_by("i"),
+    "min_by": lambda: pl.col("i").min_by(pl.col("x") * 2),
+    "search_sorted": lambda: pl.col("i").sort().search_sorted(3, "right"),
 }
 
 

@@ -213,6 +213,10 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "skew": ("skew", ("bias",)),
     "kurtosis": ("kurtosis", ("fisher", "bias")),
     "StringFunction.ConcatVertical": ("str.join", ("delimiter", "ignore_nulls")),
+    "index_of": ("index_of", ()),
+    "max_by": ("max_by", ()),
+    "min_by": ("min_by", ()),
+    "search_sorted": ("search_sorted", ("side", "descending")),
     # order-dependent (the planner gathers their input first)
     "peak_max": ("peak_max", ()),
     "peak_min": ("peak_min", ()),

@@ -294,6 +294,12 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "skew": lambda a, o: a[0].skew(bias=o.get("bias", True)),
     "kurtosis": lambda a, o: a[0].kurtosis(fisher=o["fisher"], bias=o["bias"]),
     "str.join": lambda a, o: a[0].str.join(o["delimiter"], ignore_nulls=o["ignore_nulls"]),
+    "index_of": lambda a, o: a[0].index_of(a[1]),
+    "max_by": lambda a, o: a[0].max_by(a[1]),
+    "min_by": lambda a, o: a[0].min_by(a[1]),
+    "search_sorted": lambda a, o: a[0].search_sorted(
+        a[1], o.get("side", "any"), descending=o.get("descending", False)
+    ),
     # order-dependent (the planner gathers their input)
     "peak_max": lambda a, o: a[0].peak_max(),
     "peak_min": lambda a, o: a[0].peak_min(),
