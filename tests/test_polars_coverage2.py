@@ -535,6 +535,14 @@ MORE: dict[str, tuple[Callable[[], pl.Expr], bool]] = {
         True,
     ),
     "ewm_mean_by": (lambda: pl.col("i").ewm_mean_by("d", half_life="100d"), True),
+    "rolling_sum_by-closed-none": (
+        lambda: pl.col("i").rolling_sum_by("d", "1000d", closed="none"),
+        True,
+    ),
+    "rolling_sum_by-integer-index": (
+        lambda: pl.col("x").rolling_sum_by(pl.int_range(pl.len()), "2i", closed="both"),
+        False,
+    ),
 }
 
 
@@ -583,3 +591,15 @@ def test_a_query_whose_json_form_differs_is_not_rewritten() -> None:
     other = json.loads(pl.LazyFrame({"a": [1]}).select(pl.col("a") + 2).serialize(format="json"))
     with pytest.raises(UnsupportedError, match="does not read back"):
         _check_round_trip(lf, other)
+
+
+def test_durations_as_polars_shows_them() -> None:
+    """(months, weeks, days, nanoseconds, parsed_int, negative), as NodeTraverser 16.0
+    shows ``"1mo2w3d4ns"``, ``"-1mo2w3d4h"``, ``"2i"``."""
+    from shoal_polars.exprs import _duration
+
+    assert _duration((1, 2, 3, 4, False, False)) == "1mo2w3d4ns"
+    assert _duration((1, 2, 3, 14_400_000_000_000, False, True)) == "-1mo2w3d14400000000000ns"
+    assert _duration((0, 0, 0, 2, True, False)) == "2i"
+    assert _duration((0, 0, 0, 0, False, False)) == "0ns"
+    assert pl.duration(hours=4).meta is not None  # the units are Polars' own

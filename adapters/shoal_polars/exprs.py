@@ -362,7 +362,7 @@ def _temporal_range(
     """``datetime_ranges``/``date_ranges`` (a list per row) and ``datetime_range``/
     ``date_range`` (a column) from start, end and an interval. ``function_data`` is
     (interval, closed, [time_unit, time_zone,] mode); the interval is Polars' ``Duration``
-    as (months, weeks, days, nanoseconds, negative, parsed_int); Polars has already cast
+    as :func:`_duration` reads it; Polars has already cast
     start and end to the output's unit and zone. Only the start/end/interval form."""
     interval, closed, *_rest, mode = extra
     if mode != "start_end_interval" or len(args) != 2 or len(interval) != 6:
@@ -374,9 +374,12 @@ def _temporal_range(
 
 def _duration(value: Any) -> str:
     """Polars' ``Duration`` as the NodeTraverser shows it, (months, weeks, days,
-    nanoseconds, negative, parsed_int), as a duration string (``"-1mo2w3d4ns"``; zero
+    nanoseconds, parsed_int, negative), as a duration string (``"-1mo2w3d4ns"``; zero
     parts left out, as ``time_range`` takes no months)."""
-    months, weeks, days, nanoseconds, negative, _parsed_int = value
+    months, weeks, days, nanoseconds, parsed_int, negative = value
+    if parsed_int:
+        # "3i": a number of index steps (an integer index)
+        return f"{'-' if negative else ''}{nanoseconds}i"
     parts = [f"{n}{unit}" for n, unit in ((months, "mo"), (weeks, "w"), (days, "d")) if n]
     if nanoseconds or not parts:
         parts.append(f"{nanoseconds}ns")
