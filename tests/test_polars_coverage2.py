@@ -527,6 +527,9 @@ MORE: dict[str, tuple[Callable[[], pl.Expr], bool]] = {
     "cut-breaks": (lambda: pl.col("x").cut([0.0], include_breaks=True), False),
     "qcut": (lambda: pl.col("i").qcut(2, allow_duplicates=True), False),
     "arctan2": (lambda: pl.arctan2("x", "i"), False),
+    "fused-fma": (lambda: pl.col("x") * pl.col("i") + pl.col("x"), False),
+    "fused-fsm": (lambda: pl.col("x") - pl.col("i") * pl.col("x"), False),
+    "fused-fms": (lambda: pl.col("x") * 1.5 - pl.col("i"), False),
     "time_range": (lambda: pl.time_range(dt.time(1), dt.time(5), "50m", closed="left"), False),
     "rolling_sum_by": (lambda: pl.col("i").rolling_sum_by("d", "400d", closed="left"), True),
     "rolling_std_by": (lambda: pl.col("x").rolling_std_by("d", "3000d", min_samples=1), True),
@@ -602,4 +605,3 @@ def test_durations_as_polars_shows_them() -> None:
     assert _duration((1, 2, 3, 14_400_000_000_000, False, True)) == "-1mo2w3d14400000000000ns"
     assert _duration((0, 0, 0, 2, True, False)) == "2i"
     assert _duration((0, 0, 0, 0, False, False)) == "0ns"
-    assert pl.duration(hours=4).meta is not None  # the units are Polars' own

@@ -194,6 +194,8 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     **{name: (name, ()) for name in _TRIGONOMETRY},
     "to_physical": ("to_physical", ()),
     "atan2": ("arctan2", ()),
+    # Polars' optimiser fuses a*b+c ("fma"), a-b*c ("fsm"), a*b-c ("fms")
+    "fused": ("fused", ("op",)),
     # pl.list(x): each value wrapped in a one-element list (a list value too)
     "as_list": ("as_list", ()),
     "ArrayFunction.Dot": ("arr.dot", ()),

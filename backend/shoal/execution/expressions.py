@@ -51,6 +51,14 @@ def _bitwise(op: str) -> Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]:
     return lambda a, o: getattr(a[0], f"bitwise_{op}")()
 
 
+#: Polars' fused arithmetic: fma a*b+c, fsm a-b*c, fms a*b-c.
+_FUSED: dict[str, Callable[[pl.Expr, pl.Expr, pl.Expr], pl.Expr]] = {
+    "fma": lambda a, b, c: a * b + c,
+    "fsm": lambda a, b, c: a - b * c,
+    "fms": lambda a, b, c: a * b - c,
+}
+
+
 def _method(name: str) -> FunctionImpl:
     """``Expr.<name>()``, no arguments."""
     return lambda a, o: getattr(a[0], name)()
@@ -253,6 +261,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         )
     },  # fmt: skip
     "arctan2": lambda a, o: pl.arctan2(a[0], a[1]),
+    # Polars' fused arithmetic, written out (Polars fuses it again; the same IEEE
+    # operations in the same order, so the same bits)
+    "fused": lambda a, o: _FUSED[o["op"]](a[0], a[1], a[2]),
     "as_list": lambda a, o: pl.list(a[0]),
     "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
     "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
