@@ -220,7 +220,7 @@ class DistEngine(InMemoryEngine):
 
         def first(nt: Any, *args: Any) -> None:
             needed_schema.append(nt.get_schema())
-            self._callback(nt, *args, deferred=needed)
+            self._callback(nt, *args, deferred=needed, plan_text=_plan_text(lf, optimizations))
 
         out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
         if not needed:
@@ -241,7 +241,13 @@ class DistEngine(InMemoryEngine):
                 failed.append(UnsupportedError("the rewritten query's schema differs"))
                 nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
                 return
-            self._callback(nt, *args, deferred=failed, defer_all=True)
+            self._callback(
+                nt,
+                *args,
+                deferred=failed,
+                defer_all=True,
+                plan_text=_plan_text(rewritten, optimizations),
+            )
 
         with labelled(done):
             got = super().collect(rewritten, optimizations=optimizations, post_opt_callback=second)
@@ -258,19 +264,21 @@ class DistEngine(InMemoryEngine):
         *args: Any,
         deferred: list[Exception] | None = None,
         defer_all: bool = False,
+        plan_text: Callable[[], str] | None = None,
     ) -> None:
         """Polars' post-optimisation callback: translate, then hand Polars the function
         that runs the plan, or leave the plan to Polars (fallback). With ``deferred``, a
         plan that needs rewriting (:class:`~shoal_polars.rewrite.RewriteNeeded`; any
         failure with ``defer_all``) is not run: the error is appended to ``deferred`` for
-        the caller and Polars gets an empty frame."""
+        the caller and Polars gets an empty frame. ``plan_text`` gives Polars' text of the
+        plan (see :func:`shoal_polars.translate.translate_plan`)."""
         from shoal.errors import UnsupportedError
         from shoal_polars.rewrite import RewriteNeeded
         from shoal_polars.translate import translate_plan
 
         expected = nt.get_schema()
         try:
-            plan = translate_plan(nt)
+            plan = translate_plan(nt, plan_text)
         except Exception as exc:
             if deferred is not None and (defer_all or isinstance(exc, RewriteNeeded)):
                 deferred.append(exc)
@@ -298,6 +306,11 @@ class DistEngine(InMemoryEngine):
             return to_polars_frame(_execute(plan, self.runner, self.config), expected)
 
         nt.set_udf(run)
+
+
+def _plan_text(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Callable[[], str]:
+    """Polars' text of ``lf``'s optimised plan, when called (see ``translate_plan``)."""
+    return lambda: lf.explain(engine="in-memory", optimizations=optimizations)
 
 
 def _raiser(exc: BaseException) -> Callable[..., pl.DataFrame]:
@@ -383,13 +396,15 @@ def optimised_plan(
     from shoal.errors import UnsupportedError
 
     found: dict[str, Any] = {}
+    flags = optimizations or pl.QueryOptFlags()
+    query = [lf]  # the query being translated (the rewritten one on the second pass)
 
     def record(nt: Any, *args: Any) -> None:
         from shoal_polars.translate import translate_plan
 
         schema = found["schema"] = nt.get_schema()
         try:
-            found["plan"] = translate_plan(nt)
+            found["plan"] = translate_plan(nt, _plan_text(query[0], flags))
         except Exception as exc:
             nt.set_udf(_raiser(exc))
             return
@@ -397,7 +412,6 @@ def optimised_plan(
 
     from shoal_polars.rewrite import RewriteNeeded, labelled, rewrite
 
-    flags = optimizations or pl.QueryOptFlags()
     try:
         InMemoryEngine().collect(lf, optimizations=flags, post_opt_callback=record)
     except RewriteNeeded as exc:
@@ -406,6 +420,7 @@ def optimised_plan(
             rewritten, done = rewrite(lf)
         except UnsupportedError as why:
             raise UnsupportedError(f"{exc}\n(the query cannot be rewritten: {why})") from why
+        query[0] = rewritten
         with labelled(done):
             InMemoryEngine().collect(rewritten, optimizations=flags, post_opt_callback=record)
     if "plan" not in found:  # pragma: no cover - Polars did not call the callback

@@ -296,7 +296,6 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: Functions shoal does not run, with the reason.
 UNSUPPORTED_FUNCTIONS: dict[str, str] = {
     "mode": "the order of tied modes is not defined",
-    "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",
     "approx_n_unique": "Polars' HyperLogLog estimate is not reproduced exactly "
