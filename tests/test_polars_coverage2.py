@@ -95,6 +95,12 @@ def test_buffer_scans(kind: str) -> None:
     check(lf.join(other, on="k", how="left", maintain_order="left"))
 
 
+@pytest.mark.parametrize("kind", ["csv", "ndjson"])
+def test_buffer_scan_count(kind: str) -> None:
+    """``select(pl.len())`` of a buffer: Polars' fast count, which it does not show either."""
+    check(SCANS[kind](_buffer(kind)).select(pl.len()), empty=False)
+
+
 def test_buffer_scan_options_apply_on_the_driver() -> None:
     """Options of the scan itself (row index, slice) are Polars' own, read on the driver."""
     lf = pl.scan_parquet(_buffer("parquet"), row_index_name="i", row_index_offset=10, n_rows=5)
@@ -379,6 +385,8 @@ ROW_WISE: dict[str, Callable[[], pl.Expr]] = {
     "arccosh": lambda: (pl.col("x") + 1).arccosh(),
     "to_physical": lambda: pl.col("d").to_physical(),
     "is_close": lambda: pl.col("x").is_close(0.5, abs_tol=0.3, nans_equal=True),
+    "truncate": lambda: (pl.col("x") * 7.77).truncate(1),
+    "truncate-decimal": lambda: pl.col("x").fill_nan(None).cast(pl.Decimal(10, 3)).truncate(1),
     "titlecase": lambda: pl.col("s").str.to_titlecase(),
     "encode-hex": lambda: pl.col("s").str.encode("hex"),
     "encode-base64": lambda: pl.col("s").str.encode("base64"),
@@ -466,6 +474,10 @@ AGGREGATING: dict[str, Callable[[], pl.Expr]] = {
     "any": lambda: (pl.col("x") > 0).any(),
     "all-nulls": lambda: (pl.col("x") > -1).all(ignore_nulls=False),
     "has_nulls": lambda: pl.col("i").has_nulls(),
+    "is_empty": lambda: pl.col("i").filter(pl.col("i") > 5).is_empty(),
+    "is_empty-ignore_nulls": lambda: (
+        pl.col("x").filter(pl.col("x") > 0.75).is_empty(ignore_nulls=True)
+    ),
     "is_sorted": lambda: pl.col("i").is_sorted(),
     "skew": lambda: pl.col("i").skew(),
     "kurtosis": lambda: pl.col("i").kurtosis(fisher=False, bias=False),

@@ -132,6 +132,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sum_horizontal": ("sum_horizontal", ("ignore_nulls",)),
     "mean_horizontal": ("mean_horizontal", ("ignore_nulls",)),
     "round_sig_figs": ("round_sig_figs", ("digits",)),
+    "truncate": ("truncate", ("decimals",)),
     # Polars' hash of one value with ``seed``: the same for one Polars version and seed
     "hash": ("hash", ("seed",)),
     # args: values, old, new, then default when given; unmapped values without a default
@@ -211,6 +212,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "BooleanFunction.Any": ("any", ("ignore_nulls",)),
     "BooleanFunction.All": ("all", ("ignore_nulls",)),
     "BooleanFunction.HasNulls": ("has_nulls", ()),
+    "BooleanFunction.IsEmpty": ("is_empty", ("ignore_nulls",)),
     "BooleanFunction.IsSorted": ("is_sorted", ("descending", "nulls_last")),
     "skew": ("skew", ("bias",)),
     "kurtosis": ("kurtosis", ("fisher", "bias")),

@@ -61,7 +61,7 @@ from shoal.errors import UnsupportedError
 
 #: What ``view_current_node()`` says (``NotImplementedError``) at a scan that
 #: :func:`rewrite` reads on the driver.
-OPAQUE_SCANS = ("scan with BytesIO", "ipc scan")
+OPAQUE_SCANS = ("scan with BytesIO", "ipc scan", "FastCount with BytesIO sources")
 
 #: What ``view_expression`` says (``NotImplementedError``) at an ``Eval`` expression.
 OPAQUE_EVAL = "list.eval"

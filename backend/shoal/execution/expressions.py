@@ -299,6 +299,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "any": lambda a, o: a[0].any(ignore_nulls=o.get("ignore_nulls", True)),
     "all": lambda a, o: a[0].all(ignore_nulls=o.get("ignore_nulls", True)),
     "has_nulls": lambda a, o: a[0].has_nulls(),
+    "is_empty": lambda a, o: a[0].is_empty(ignore_nulls=o.get("ignore_nulls", False)),
     "is_sorted": lambda a, o: a[0].is_sorted(
         descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
     ),
@@ -425,6 +426,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     # Polars' InvalidOperationError (as native Polars does)
     "replace_strict": lambda a, o: _replace_strict(a, o),
     "round_sig_figs": lambda a, o: a[0].round_sig_figs(o["digits"]),
+    # toward zero at ``decimals`` places (floats and decimals)
+    "truncate": lambda a, o: a[0].truncate(o.get("decimals", 0)),
     "hash": lambda a, o: a[0].hash(o.get("seed", 0)),
     # aggregating functions (AGGREGATING_FUNCTIONS: the planner gives them all rows of a group)
     "corr": lambda a, o: _corr(a, o),

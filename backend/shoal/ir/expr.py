@@ -62,7 +62,7 @@ AGG_FUNCTIONS = frozenset(
 #: rows once (after a gather, or a hash exchange on the group keys), which is exact.
 AGGREGATING_FUNCTIONS = frozenset(
     {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor",
-     "any", "all", "has_nulls", "is_sorted", "skew", "kurtosis", "str.join", "index_of",
+     "any", "all", "has_nulls", "is_sorted", "skew", "kurtosis", "str.join", "index_of", "is_empty",
      "max_by", "min_by", "search_sorted"}
 )  # fmt: skip
 
