@@ -290,6 +290,7 @@ def test_in_memory_tables_are_bound_by_name() -> None:
     assert json.loads(text)["plan"]["input"]["source"] == {
         "kind": "InMemorySource",
         "table": "numbers",
+        "origin": "",
     }
     with pytest.raises(
         PlanError, match=r"\$\.plan\.input\.source\.table: in-memory table 'numbers' is not bound"

@@ -122,14 +122,9 @@ class DistEngine(InMemoryEngine):
         """Polars' ``Engine.collect``; with ``background`` the query runs with shoal in a
         background thread and a :class:`DistQuery` is returned at once (falling back to
         Polars' background collection, as ``collect`` falls back)."""
+        if not background and post_opt_callback is None and not optimizations._pyoptflags.eager:
+            return self._collect(lf, optimizations)
         if not background or post_opt_callback is not None:
-            if post_opt_callback is None and not optimizations._pyoptflags.eager:
-                # The callback with this query's plan text at hand (see translate_plan).
-                text = _plan_text(lf, optimizations)
-
-                def post_opt_callback(nt: Any, *args: Any) -> None:
-                    self._callback(nt, *args, plan_text=text)
-
             return super().collect(
                 lf,
                 optimizations=optimizations,
@@ -211,17 +206,84 @@ class DistEngine(InMemoryEngine):
                 )
             )
 
-    def _callback(self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None) -> None:
-        """Polars' post-optimisation callback: translate, then hand Polars the function
-        that runs the plan, or leave the plan to Polars (fallback). ``plan_text`` gives
-        Polars' text of the plan (see :func:`shoal_polars.translate.translate_plan`)."""
+    def _collect(self, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> pl.DataFrame:
+        """``collect`` on shoal. A query whose only untranslatable parts are scans or
+        ``list.eval`` expressions that Polars does not show to engines runs again,
+        rewritten (:mod:`shoal_polars.rewrite`: such sources read on the driver, ``Eval``
+        expressions carried through); if it cannot be rewritten, it falls back (or
+        raises) for the original reasons."""
         from shoal.errors import UnsupportedError
+        from shoal_polars.rewrite import labelled, rewrite
+
+        needed: list[Exception] = []
+        needed_schema: list[Any] = []
+
+        def first(nt: Any, *args: Any) -> None:
+            needed_schema.append(nt.get_schema())
+            self._callback(nt, *args, deferred=needed, plan_text=_plan_text(lf, optimizations))
+
+        out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        if not needed:
+            assert isinstance(out, pl.DataFrame)
+            return out
+        try:
+            rewritten, done = rewrite(lf)
+        except Exception as exc:
+            why = UnsupportedError(f"{needed[0]}\n(the query cannot be rewritten: {exc})")
+            self._fallback(why, "falling back")
+            return InMemoryEngine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
+        failed: list[Exception] = []
+
+        def second(nt: Any, *args: Any) -> None:
+            # The rewritten query must give exactly the original's columns and types.
+            schema = nt.get_schema()
+            if schema != needed_schema[0]:
+                failed.append(UnsupportedError("the rewritten query's schema differs"))
+                nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
+                return
+            self._callback(
+                nt,
+                *args,
+                deferred=failed,
+                defer_all=True,
+                plan_text=_plan_text(rewritten, optimizations),
+            )
+
+        with labelled(done):
+            got = super().collect(rewritten, optimizations=optimizations, post_opt_callback=second)
+        if failed:
+            # The rewritten query is shoal's to run, never Polars': fall back on the original.
+            self._fallback(failed[0], "falling back")
+            return InMemoryEngine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
+        assert isinstance(got, pl.DataFrame)
+        return got
+
+    def _callback(
+        self,
+        nt: Any,
+        *args: Any,
+        deferred: list[Exception] | None = None,
+        defer_all: bool = False,
+        plan_text: Callable[[], str] | None = None,
+    ) -> None:
+        """Polars' post-optimisation callback: translate, then hand Polars the function
+        that runs the plan, or leave the plan to Polars (fallback). With ``deferred``, a
+        plan that needs rewriting (:class:`~shoal_polars.rewrite.RewriteNeeded`; any
+        failure with ``defer_all``) is not run: the error is appended to ``deferred`` for
+        the caller and Polars gets an empty frame. ``plan_text`` gives Polars' text of the
+        plan (see :func:`shoal_polars.translate.translate_plan`)."""
+        from shoal.errors import UnsupportedError
+        from shoal_polars.rewrite import RewriteNeeded
         from shoal_polars.translate import translate_plan
 
         expected = nt.get_schema()
         try:
             plan = translate_plan(nt, plan_text)
         except Exception as exc:
+            if deferred is not None and (defer_all or isinstance(exc, RewriteNeeded)):
+                deferred.append(exc)
+                nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
+                return
             unsupported = isinstance(exc, UnsupportedError)
             if self._should_raise():
                 # Polars turns an exception raised by the callback itself into a
@@ -331,22 +393,36 @@ def optimised_plan(
 ) -> tuple[PlanNode, pl.Schema]:
     """``lf``'s shoal IR after Polars' optimiser, and the schema Polars gives its result
     (see :func:`to_ir`)."""
+    from shoal.errors import UnsupportedError
+
     found: dict[str, Any] = {}
+    flags = optimizations or pl.QueryOptFlags()
+    query = [lf]  # the query being translated (the rewritten one on the second pass)
 
     def record(nt: Any, *args: Any) -> None:
         from shoal_polars.translate import translate_plan
 
         schema = found["schema"] = nt.get_schema()
         try:
-            found["plan"] = translate_plan(nt, _plan_text(lf, optimizations or pl.QueryOptFlags()))
+            found["plan"] = translate_plan(nt, _plan_text(query[0], flags))
         except Exception as exc:
             nt.set_udf(_raiser(exc))
             return
         nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
 
-    InMemoryEngine().collect(
-        lf, optimizations=optimizations or pl.QueryOptFlags(), post_opt_callback=record
-    )
+    from shoal_polars.rewrite import RewriteNeeded, labelled, rewrite
+
+    try:
+        InMemoryEngine().collect(lf, optimizations=flags, post_opt_callback=record)
+    except RewriteNeeded as exc:
+        # Parts Polars does not show to engines: recover them from the query, translate again.
+        try:
+            rewritten, done = rewrite(lf)
+        except UnsupportedError as why:
+            raise UnsupportedError(f"{exc}\n(the query cannot be rewritten: {why})") from why
+        query[0] = rewritten
+        with labelled(done):
+            InMemoryEngine().collect(rewritten, optimizations=flags, post_opt_callback=record)
     if "plan" not in found:  # pragma: no cover - Polars did not call the callback
         raise RuntimeError("Polars did not hand its optimised plan to shoal")
     return found["plan"], pl.Schema(found["schema"])

@@ -22,6 +22,7 @@ from polars._plr import PySeries
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DataType
 from shoal_polars.functions import function_key, lookup
+from shoal_polars.rewrite import OPAQUE_EVAL, EvalStandIn, eval_stand_in
 
 if TYPE_CHECKING:
     from shoal_polars.translate import Translator
@@ -70,7 +71,6 @@ _UNSUPPORTED_EXPRS: dict[str, str] = {
     "Rolling": "rolling windows are not supported",
     "RollingFunction": "rolling windows are not supported",
     "RollingFunctionBy": "rolling windows are not supported",
-    "Explode": "explode inside an expression is not supported (LazyFrame.explode is)",
 }
 
 
@@ -88,6 +88,8 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
         else:  # e.g. sort_by(...).last() rewritten to max_by: "total order min_by/max_by"
             reason = "Polars does not show this expression to engines"
         t.error(f"{where}: expression ({exc})", reason)
+        if str(exc) == OPAQUE_EVAL:
+            t.rewritable.add(f"{where}: expression ({exc}): {reason}")
         return t.placeholder_expr()
     dtype = t.dtype(node, where)
     name = type(view).__name__
@@ -256,6 +258,12 @@ def _logical_operands(left: DataType, right: DataType) -> bool:
 
 
 def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    stand_in = _eval_stand_in(t, view.expr)
+    if stand_in is not None:
+        spec, arg = stand_in
+        lst = translate_expr(t, arg, where)
+        options = (("eval", spec.template), ("element", spec.element))
+        return Function(spec.name, (lst,), options, dtype)
     inner = translate_expr(t, view.expr, where)
     strict = _CAST_STRICT.get(view.options)
     if strict is None:
@@ -278,6 +286,22 @@ def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> E
         return Cast(inner, dtype, strict=False, wrap=True)
     # A wrapping cast that cannot wrap (Polars adds these for supertypes) is a plain one.
     return Cast(inner, dtype, strict or view.options == _CAST_WRAP)
+
+
+def _eval_stand_in(t: Translator, node: int) -> tuple[EvalStandIn, int] | None:
+    """The ``Eval`` whose stand-in ``<list>.hash(seed).cast(dtype)`` is the cast of
+    expression ``node`` (see :mod:`shoal_polars.rewrite`), and the list expression."""
+    try:
+        view = t.nt.view_expression(node)
+    except NotImplementedError:
+        return None
+    if type(view).__name__ != "Function" or len(view.function_data) != 2:
+        return None
+    head, seed = view.function_data
+    if function_key(head) != "hash":
+        return None
+    spec = eval_stand_in(seed)
+    return None if spec is None else (spec, view.input[0])
 
 
 def _widening(src: DataType, dst: DataType) -> bool:
@@ -325,6 +349,9 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
         return BinaryOp("add", Agg("count", arg, dtype), Agg("null_count", arg, dtype), dtype)
     if name in ("std", "var"):
         return Agg(name, arg, dtype, (("ddof", int(options)),))
+    if name == "item":
+        # Expr.item(allow_empty=): the group's single value (LazyFrame.pivot's aggregate)
+        return Agg("item", arg, dtype, (("allow_empty", bool(options)),))
     t.error(f"{where}: expression Agg({name})", "aggregate not supported by shoal")
     return t.placeholder_expr(dtype)
 
@@ -338,7 +365,9 @@ def _alias(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> 
 
 
 def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
-    head, *extra = view.function_data
+    data = view.function_data
+    # A function without parameters may come as its name alone (TemporalFunction.Replace).
+    head, *extra = data if isinstance(data, tuple) else (data,)
     key = function_key(head)
     if key == "dynamic_pred":
         # A runtime filter Polars adds below a top-k sort; always true is exact.
@@ -376,6 +405,26 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "RangeFunction.IntRanges":
         # int_ranges(start, end, step, dtype): one list per row; the dtype is its items'.
         return Function("int_ranges", args, (("dtype", DataType(dtype.arrow.value_type)),), dtype)
+    if key == "to_physical" and pa.types.is_dictionary(args[0].dtype.arrow):
+        # Categorical codes are Polars' own numbering; shoal carries categories as Arrow
+        # dictionaries, whose codes differ.
+        t.error(f"{where}: expression Function(to_physical)", "codes of a Categorical or Enum")
+        return t.placeholder_expr(dtype)
+    if key.startswith("RollingFunctionBy."):
+        return _rolling_by(t, key, extra, args, dtype, where)
+    if key == "StringFunction.Format":
+        return _format(t, extra, args, dtype, where)
+    if key == "EwmFunction.MeanBy":
+        # ewm_mean_by(by, half_life): order-dependent (gather)
+        return Function("ewm_mean_by", args, (("half_life", _duration(extra[0])),), dtype)
+    if key == "StringFunction.ExtractGroups":
+        # (dtype, pattern): the struct dtype is the function's own
+        return Function("str.extract_groups", args, (("pattern", str(extra[1])),), dtype)
+    if key in _TEMPORAL_RANGES:
+        return _temporal_range(t, key, extra, args, dtype, where)
+    if key in ("shuffle", "sample") and extra[-1] is None:
+        t.error(f"{where}: expression Function({key})", "a draw without a seed is not repeatable")
+        return t.placeholder_expr(dtype)
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
     if key == "rank" and extra and extra[0] == "random":
@@ -386,12 +435,21 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         fields = tuple(f.name for f in dtype.arrow)
         return Function("as_struct", args, (("fields", fields),), dtype)
     if key == "TemporalFunction.OffsetBy":
-        # dt.offset_by("1mo"): the kernel takes the offset as an option.
+        # dt.offset_by("1mo"): a literal offset is an option; an expression (one offset per
+        # row) is the second argument.
         by = args[1]
-        if not isinstance(by, Lit) or not isinstance(by.value, str):
-            t.error(f"{where}: expression Function({key})", "the offset must be a literal")
-            return t.placeholder_expr(dtype)
-        return Function("dt.offset_by", args[:1], (("by", by.value),), dtype)
+        if isinstance(by, Lit) and isinstance(by.value, str):
+            return Function("dt.offset_by", args[:1], (("by", by.value),), dtype)
+        return Function("dt.offset_by", args[:2], (), dtype)
+    if key == "reinterpret":
+        # reinterpret(dtype=): the bits of each value as the function's own dtype
+        return Function("reinterpret", args, (("dtype", dtype),), dtype)
+    if key in ("RangeFunction.TimeRanges", "RangeFunction.TimeRange") and len(extra) == 2:
+        # (interval, closed): one list of times per row, or a column of times
+        name = "time_ranges" if key.endswith("Ranges") else "time_range"
+        return Function(
+            name, args, (("interval", _duration(extra[0])), ("closed", str(extra[1]))), dtype
+        )
     found = lookup(key, tuple(extra))
     if isinstance(found, str):
         t.error(f"{where}: expression Function({key})", found)
@@ -400,6 +458,92 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if name in _TYPED_FUNCTIONS:
         options += (("dtype", dtype),)
     return Function(name, args, options, dtype)
+
+
+#: Polars' date and datetime range functions -> IR function name.
+_TEMPORAL_RANGES = {
+    "RangeFunction.DatetimeRanges": "datetime_ranges",
+    "RangeFunction.DateRanges": "date_ranges",
+    "RangeFunction.DatetimeRange": "datetime_range",
+    "RangeFunction.DateRange": "date_range",
+}
+
+
+def _temporal_range(
+    t: Translator, key: str, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``datetime_ranges``/``date_ranges`` (a list per row) and ``datetime_range``/
+    ``date_range`` (a column) from start, end and an interval. ``function_data`` is
+    (interval, closed, [time_unit, time_zone,] mode); the interval is Polars' ``Duration``
+    as :func:`_duration` reads it; Polars has already cast
+    start and end to the output's unit and zone. Only the start/end/interval form."""
+    interval, closed, *_rest, mode = extra
+    if mode != "start_end_interval" or len(args) != 2 or len(interval) != 6:
+        t.error(f"{where}: expression Function({key}, {mode})", "only start, end and interval")
+        return t.placeholder_expr(dtype)
+    options = (("interval", _duration(interval)), ("closed", str(closed)))
+    return Function(_TEMPORAL_RANGES[key], args, options, dtype)
+
+
+def _duration(value: Any) -> str:
+    """Polars' ``Duration`` as the NodeTraverser shows it, (months, weeks, days,
+    nanoseconds, parsed_int, negative), as a duration string (``"-1mo2w3d4ns"``; zero
+    parts left out, as ``time_range`` takes no months)."""
+    months, weeks, days, nanoseconds, parsed_int, negative = value
+    if parsed_int:
+        # "3i": a number of index steps (an integer index)
+        return f"{'-' if negative else ''}{nanoseconds}i"
+    parts = [f"{n}{unit}" for n, unit in ((months, "mo"), (weeks, "w"), (days, "d")) if n]
+    if nanoseconds or not parts:
+        parts.append(f"{nanoseconds}ns")
+    return ("-" if negative else "") + "".join(parts)
+
+
+#: Polars ``rolling_<fn>_by`` functions shoal runs.
+_ROLLING_BY = frozenset({"sum", "mean", "min", "max", "std", "var", "quantile"})
+
+
+def _rolling_by(
+    t: Translator, key: str, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``rolling_<fn>_by(by, window_size, min_samples=, closed=)``: ``function_data`` is
+    (window, min_samples, closed, params), params ``(ddof,)`` for std and var,
+    ``(quantile, interpolation)`` for quantile (and median); args are (values, by).
+    Order-dependent: evaluated after a gather, or per window group inside ``over``."""
+    name = key.rsplit(".", 1)[-1].lower().removesuffix("by")
+    if name not in _ROLLING_BY or len(extra) != 4 or len(args) != 2:
+        t.error(f"{where}: expression Function({key})", "this rolling function is not supported")
+        return t.placeholder_expr(dtype)
+    window, min_samples, closed, params = extra
+    options: tuple[tuple[str, Any], ...] = (
+        ("function", name),
+        ("window_size", _duration(window)),
+        ("min_samples", int(min_samples)),
+        ("closed", str(closed)),
+    )
+    if name in ("std", "var"):
+        options += (("ddof", int(params[0]) if params else 1),)
+    if name == "quantile":
+        options += (("quantile", float(params[0])), ("interpolation", str(params[1])))
+    return Function("rolling_by", args, options, dtype)
+
+
+def _format(
+    t: Translator, extra: list[Any], args: tuple[Expr, ...], dtype: DataType, where: str
+) -> Expr:
+    """``pl.format(fmt, *args)``: ``function_data`` is (the text, the positions in it where
+    the arguments go), rebuilt into Polars' format string."""
+    text, positions = str(extra[0]), list(extra[1])
+    if "{" in text or "}" in text or len(positions) != len(args):
+        t.error(f"{where}: expression Function(StringFunction.Format)", "braces in the text")
+        return t.placeholder_expr(dtype)
+    pieces, last = [], 0
+    for pos in positions:
+        piece = text.encode()[last:pos].decode()
+        pieces.append(piece + "{}")
+        last = pos
+    fmt = "".join(pieces) + text.encode()[last:].decode()
+    return Function("str.format", args, (("format", fmt),), dtype)
 
 
 #: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.
@@ -477,6 +621,14 @@ def _window(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     return Function("over", (fn, *keys, *order), options, dtype)
 
 
+def _explode(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
+    """``expr.explode(empty_as_null=, keep_nulls=)`` inside an expression: a column of its
+    own length (order-dependent: evaluated after a gather)."""
+    empty_as_null, keep_nulls = view.options
+    options = (("empty_as_null", bool(empty_as_null)), ("keep_nulls", bool(keep_nulls)))
+    return Function("explode", (translate_expr(t, view.expr, where),), options, dtype)
+
+
 def _gather(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
     """``expr.gather(indices)`` and ``expr.get(index)`` (``scalar``): values by position,
     negative positions counting from the end, as Polars defines them."""
@@ -530,10 +682,12 @@ def _struct_eval(t: Translator, view: Any, node: int, dtype: DataType, where: st
         try:
             t.nt.get_dtype(e.node)
         except pl.exceptions.InvalidOperationError:  # "`field` is not allowed in this context"
-            t.error(
-                f"{where}: expression StructEval(with_fields, {e.output_name!r})",
-                "reads the struct's fields with pl.field, which Polars does not show to engines",
+            entry = f"{where}: expression StructEval(with_fields, {e.output_name!r})"
+            reason = (
+                "reads the struct's fields with pl.field, which Polars does not show to engines"
             )
+            t.error(entry, reason)
+            t.rewritable.add(f"{entry}: {reason}")
             return t.placeholder_expr(dtype)
     fields = tuple(translate_expr(t, e.node, where) for e in view.evaluation)
     names = tuple(str(e.output_name) for e in view.evaluation)
@@ -553,6 +707,7 @@ _EXPRS: dict[str, ExprHandler] = {
     "Window": _window,
     "Filter": _filter,
     "Gather": _gather,
+    "Explode": _explode,
     "Slice": _slice,
     "Sort": _sort,
     "SortBy": _sort_by,

@@ -15,6 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+#: Polars' trigonometric and angle functions (one IR function each, Polars' name).
+_TRIGONOMETRY = (
+    "sin", "cos", "tan", "cot", "arcsin", "arccos", "arctan", "sinh", "cosh", "tanh",
+    "arcsinh", "arccosh", "arctanh", "degrees", "radians",
+)  # fmt: skip
+
 #: Polars function key -> (IR function name, names of the extra ``function_data`` items).
 SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     # boolean
@@ -101,6 +107,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ListFunction.Sort": ("list.sort", ("descending", "nulls_last")),
     "ListFunction.Slice": ("list.slice", ()),
     "ListFunction.Concat": ("concat_list", ()),
+    "ListFunction.ToArray": ("list.to_array", ("width",)),
     "StructFunction.FieldByName": ("struct.field", ("name",)),
     "StructFunction.RenameFields": ("struct.rename_fields", ("names",)),
     # numeric and general
@@ -125,6 +132,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "sum_horizontal": ("sum_horizontal", ("ignore_nulls",)),
     "mean_horizontal": ("mean_horizontal", ("ignore_nulls",)),
     "round_sig_figs": ("round_sig_figs", ("digits",)),
+    "truncate": ("truncate", ("decimals",)),
     # Polars' hash of one value with ``seed``: the same for one Polars version and seed
     "hash": ("hash", ("seed",)),
     # args: values, old, new, then default when given; unmapped values without a default
@@ -170,6 +178,117 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "EwmFunction.Mean": ("ewm_mean", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
     "EwmFunction.Std": ("ewm_std", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
     "EwmFunction.Var": ("ewm_var", ("alpha", "adjust", "bias", "min_samples", "ignore_nulls")),
+    # ranges: one list (or array of ``array_width``) per row; a single range is a column
+    # of its own length (order-dependent, like int_range)
+    "RangeFunction.LinearSpaces": ("linear_spaces", ("closed", "array_width")),
+    "RangeFunction.LinearSpace": ("linear_space", ("closed",)),
+    # pl.repeat(value, n): a column of n rows (order-dependent: the planner gathers)
+    "repeat": ("repeat", ()),
+    # pl.datetime(year, month, day, hour, minute, second, microsecond, ambiguous)
+    "TemporalFunction.DatetimeFunction": ("datetime", ("time_unit", "time_zone")),
+    # seeded random permutations and samples of the whole column (or group): Polars'
+    # draw for a seed depends only on the values in order, so the planner gathers them and
+    # one task draws exactly Polars' permutation (an unseeded draw is refused)
+    "shuffle": ("shuffle", ("seed",)),
+    "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
+    # trigonometry and conversions (row by row)
+    **{name: (name, ()) for name in _TRIGONOMETRY},
+    "to_physical": ("to_physical", ()),
+    "atan2": ("arctan2", ()),
+    # Polars' optimiser fuses a*b+c ("fma"), a-b*c ("fsm"), a*b-c ("fms")
+    "fused": ("fused", ("op",)),
+    # pl.list(x): each value wrapped in a one-element list (a list value too)
+    "as_list": ("as_list", ()),
+    "ArrayFunction.Dot": ("arr.dot", ()),
+    # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,
+    # nanoseconds) of columns
+    "TemporalFunction.Duration": ("duration", ("time_unit",)),
+    # cut by fixed breaks (row by row); qcut by the column's quantiles (order-dependent:
+    # the quantiles are those of every row, so the planner gathers)
+    "cut": ("cut", ("breaks", "labels", "left_closed", "include_breaks")),
+    "qcut": ("qcut", ("quantiles", "labels", "left_closed", "allow_duplicates", "include_breaks")),
+    "BooleanFunction.IsClose": ("is_close", ("abs_tol", "rel_tol", "nans_equal")),
+    # aggregating (AGGREGATING_FUNCTIONS: one value per group, on the raw rows in order)
+    "BooleanFunction.Any": ("any", ("ignore_nulls",)),
+    "BooleanFunction.All": ("all", ("ignore_nulls",)),
+    "BooleanFunction.HasNulls": ("has_nulls", ()),
+    "BooleanFunction.IsEmpty": ("is_empty", ("ignore_nulls",)),
+    "BooleanFunction.IsSorted": ("is_sorted", ("descending", "nulls_last")),
+    "skew": ("skew", ("bias",)),
+    "kurtosis": ("kurtosis", ("fisher", "bias")),
+    "StringFunction.ConcatVertical": ("str.join", ("delimiter", "ignore_nulls")),
+    "index_of": ("index_of", ()),
+    "max_by": ("max_by", ()),
+    "min_by": ("min_by", ()),
+    "search_sorted": ("search_sorted", ("side", "descending")),
+    # order-dependent (the planner gathers their input first)
+    "peak_max": ("peak_max", ()),
+    "peak_min": ("peak_min", ()),
+    "arg_unique": ("arg_unique", ()),
+    # strings (row by row)
+    "StringFunction.Titlecase": ("str.to_titlecase", ()),
+    "StringFunction.HexEncode": ("str.encode_hex", ()),
+    "StringFunction.Base64Encode": ("str.encode_base64", ()),
+    "StringFunction.JsonPathMatch": ("str.json_path_match", ()),
+    "StringFunction.SplitN": ("str.splitn", ("n",)),
+    "StringFunction.ReplaceMany": ("str.replace_many", ("ascii_case_insensitive", "leftmost")),
+    "StringFunction.EscapeRegex": ("str.escape_regex", ()),
+    "StringFunction.Normalize": ("str.normalize", ("form",)),
+    "StringFunction.ExtractMany": (
+        "str.extract_many",
+        ("ascii_case_insensitive", "overlapping", "leftmost"),
+    ),
+    "StringFunction.FindMany": (
+        "str.find_many",
+        ("ascii_case_insensitive", "overlapping", "leftmost"),
+    ),
+    # temporal (row by row)
+    "TemporalFunction.Nanosecond": ("dt.nanosecond", ()),
+    "TemporalFunction.Microsecond": ("dt.microsecond", ()),
+    "TemporalFunction.Millisecond": ("dt.millisecond", ()),
+    "TemporalFunction.IsLeapYear": ("dt.is_leap_year", ()),
+    "TemporalFunction.DaysInMonth": ("dt.days_in_month", ()),
+    "TemporalFunction.IsoYear": ("dt.iso_year", ()),
+    "TemporalFunction.Century": ("dt.century", ()),
+    "TemporalFunction.Millennium": ("dt.millennium", ()),
+    "TemporalFunction.CastTimeUnit": ("dt.cast_time_unit", ("time_unit",)),
+    "TemporalFunction.TotalNanoseconds": ("dt.total_nanoseconds", ("fractional",)),
+    # args: the datetimes, year, month, day, hour, minute, second, microsecond, ambiguous
+    "TemporalFunction.Replace": ("dt.replace", ()),
+    # lists (row by row: each list on its own)
+    "ListFunction.Median": ("list.median", ()),
+    "ListFunction.Std": ("list.std", ("ddof",)),
+    "ListFunction.Var": ("list.var", ("ddof",)),
+    "ListFunction.ArgMin": ("list.arg_min", ()),
+    "ListFunction.ArgMax": ("list.arg_max", ()),
+    "ListFunction.Shift": ("list.shift", ()),
+    "ListFunction.CountMatches": ("list.count_matches", ()),
+    "ListFunction.DropNulls": ("list.drop_nulls", ()),
+    "ListFunction.Diff": ("list.diff", ("n", "null_behavior")),
+    "ListFunction.SetOperation": ("list.set_operation", ("operation",)),
+    "ListFunction.GatherEvery": ("list.gather_every", ()),
+    "ListFunction.Gather": ("list.gather", ("null_on_oob",)),
+    "ListFunction.ToStruct": ("list.to_struct", ("fields",)),
+    # arrays (row by row)
+    "ArrayFunction.Length": ("arr.len", ()),
+    "ArrayFunction.Sum": ("arr.sum", ()),
+    "ArrayFunction.Max": ("arr.max", ()),
+    "ArrayFunction.Min": ("arr.min", ()),
+    "ArrayFunction.Mean": ("arr.mean", ()),
+    "ArrayFunction.Median": ("arr.median", ()),
+    "ArrayFunction.Std": ("arr.std", ("ddof",)),
+    "ArrayFunction.Var": ("arr.var", ("ddof",)),
+    "ArrayFunction.Get": ("arr.get", ("null_on_oob",)),
+    "ArrayFunction.ArgMin": ("arr.arg_min", ()),
+    "ArrayFunction.ArgMax": ("arr.arg_max", ()),
+    "ArrayFunction.CountMatches": ("arr.count_matches", ()),
+    "ArrayFunction.ToList": ("arr.to_list", ()),
+    "ArrayFunction.Contains": ("arr.contains", ("nulls_equal",)),
+    "ArrayFunction.ToStruct": ("arr.to_struct", ("fields",)),
+    "ArrayFunction.Join": ("arr.join", ("ignore_nulls",)),
+    "ArrayFunction.Sort": ("arr.sort", ("descending", "nulls_last")),
+    "ArrayFunction.Shift": ("arr.shift", ()),
+    "StructFunction.JsonEncode": ("struct.json_encode", ()),
     "BooleanFunction.IsUnique": ("is_unique", ()),
     "BooleanFunction.IsDuplicated": ("is_duplicated", ()),
     "BooleanFunction.IsFirstDistinct": ("is_first_distinct", ()),
@@ -178,8 +297,6 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
 
 #: Functions shoal does not run, with the reason.
 UNSUPPORTED_FUNCTIONS: dict[str, str] = {
-    "shuffle": "random order is not repeatable",
-    "sample": "random samples are not repeatable",
     "mode": "the order of tied modes is not defined",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.errors import UnsupportedError
@@ -43,6 +44,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
+from shoal_polars.rewrite import origin_of
 from shoal_polars.temporal import asof_join, temporal_group_by
 from shoal_polars.translate import NODES, NodeHandler, Translator, Unsupported
 
@@ -104,9 +106,10 @@ def _cols_outside_aggs(e: Expr) -> bool:
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # ``projection`` is already reflected in the node's schema; the table keeps every column.
-    table = pl.DataFrame._from_pydf(node.df).to_arrow()
+    frame = pl.DataFrame._from_pydf(node.df)
+    origin = origin_of(frame) or ""
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
-    return _scan(t, "DataFrameScan", InMemorySource(table), schema, pred)
+    return _scan(t, "DataFrameScan", InMemorySource(frame.to_arrow(), origin), schema, pred)
 
 
 def _scan(t: Translator, where: str, source: Any, schema: Schema, pred: Expr | None) -> PlanNode:
@@ -363,7 +366,10 @@ def _null_values(value: Any) -> str | tuple[str, ...] | tuple[tuple[str, str], .
 def _select(t: Translator, node: Any, schema: Schema) -> PlanNode:
     child = t.plan(node.input)
     exprs = t.named_at(node.input, node.expr, "Select")
-    scalar = all(ne.expr.has_agg() and not _cols_outside_aggs(ne.expr) for ne in exprs)
+    scalar = all(
+        ne.expr.has_agg() and not _cols_outside_aggs(ne.expr) and not ne.expr.sized_outside_aggs()
+        for ne in exprs
+    )
     if exprs and scalar:
         # Every column is an aggregate of the whole input: one row, computed in two phases.
         return Aggregate(child, (), exprs, False, schema)
@@ -419,8 +425,14 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
         t.error("GroupBy", "map_groups (a Python function per group) is not supported")
     child = t.plan(node.input)
     keys = t.named_at(node.input, node.keys, "GroupBy")
-    aggs = t.named_at(node.input, node.aggs, "GroupBy")
+    aggs = tuple(_implode(ne, schema) for ne in t.named_at(node.input, node.aggs, "GroupBy"))
     for ne in aggs:
+        if _aggregated_eval(ne.expr):
+            t.error(
+                f"GroupBy: aggregation {ne.name!r}",
+                "an aggregate of list.eval lists inside group_by().agg() is not supported "
+                "(Polars 2.1 takes first/last of the group's elements, not of its lists)",
+            )
         if not ne.expr.has_agg() and not t.failed(ne.expr):
             t.error(f"GroupBy: aggregation {ne.name!r}", _not_an_aggregate(ne.expr))
     out: PlanNode
@@ -429,6 +441,47 @@ def _group_by(t: Translator, node: Any, schema: Schema) -> PlanNode:
     else:
         out = Aggregate(child, keys, aggs, bool(node.maintain_order), schema)
     return _sliced(out, getattr(options, "slice", None))
+
+
+def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
+    """A ``group_by().agg()`` item that aggregates nothing but reads columns
+    (``agg(pl.col("x"))``, ``agg(pl.col("x").sort())``) is the list of its values per group,
+    in the group's row order: Polars' ``implode`` of it (the output dtype, a list, is the
+    one Polars resolved). A literal item (``agg(pl.lit(1) + pl.lit(2))``) is one value per
+    group: its ``first``. Anything else stays as it is."""
+    e = ne.expr
+    if e.has_agg() or ne.name not in schema.names:
+        return ne
+    if not e.columns():
+        # A literal (lit(7) + lit(2), pl.struct of literals): one value per group.
+        if e.is_row_local():
+            return NamedExpr(ne.name, Agg("first", e, schema[ne.name]))
+        return ne
+    if any(isinstance(x, Function) and x.option("scalar") for x in e.walk()):
+        return ne  # Expr.get: one value per group, refused below
+    return NamedExpr(ne.name, Agg("implode", e, schema[ne.name]))
+
+
+#: IR functions that run Polars' own ``Eval`` (see :mod:`shoal_polars.rewrite`).
+_EVALS = frozenset({"list.eval", "cumulative_eval"})
+
+
+def _aggregated_eval(expr: Expr) -> bool:
+    """Whether an aggregate other than ``implode`` reads the lists a ``list.eval`` made.
+    Polars 2.1 (both engines) answers ``agg(pl.col("l").list.eval(e).first())`` with the
+    first *element* of the group's evaluated lists (``[2]`` for a first row ``[1, 2, 2]``
+    and ``e = element() + 1``), not the first list; lists per group (``implode``) and
+    aggregates of values derived from the lists (``list.len().sum()``) are right."""
+    for e in expr.walk():
+        if not isinstance(e, Agg) or e.name == "implode" or e.arg is None:
+            continue
+        if not pa.types.is_list(e.arg.dtype.arrow) and not pa.types.is_large_list(
+            e.arg.dtype.arrow
+        ):
+            continue
+        if any(isinstance(x, Function) and x.name in _EVALS for x in e.arg.walk()):
+            return True
+    return False
 
 
 def _not_an_aggregate(expr: Expr) -> str:
@@ -714,10 +767,12 @@ def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # Polars' options: (parallel, strict, broadcast unit-length inputs); heights must match.
     _parallel, strict, broadcast = node.options
     inputs = tuple(t.plan(i) for i in node.inputs)
-    if not strict or broadcast:
-        t.error(f"HConcat(options={node.options})", "these options are not supported")
+    if broadcast:
+        t.error(
+            f"HConcat(options={node.options})", "broadcasting unit-length inputs is not supported"
+        )
         return t.placeholder(schema)
-    return HConcat(inputs, schema)
+    return HConcat(inputs, schema, bool(strict))
 
 
 def _fast_count(t: Translator, args: list[Any], schema: Schema) -> PlanNode:

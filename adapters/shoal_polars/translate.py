@@ -23,6 +23,7 @@ from shoal.ir.expr import Col, Expr, NamedExpr, replace
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import NULL, DataType, Schema
 from shoal_polars.exprs import translate_expr
+from shoal_polars.rewrite import OPAQUE_SCANS, RewriteNeeded
 
 #: A datetime or time printed with nanoseconds (Polars prints 9 digits only when the
 #: value is not a whole number of microseconds: ``2020-01-01 00:00:00.000000123``).
@@ -69,6 +70,9 @@ class Translator:
         self.nt = nt
         self.errors: list[str] = []
         self.caches: dict[int, PlanNode] = {}
+        #: Errors recorded at scans and expressions Polars does not show to engines, which
+        #: :func:`shoal_polars.rewrite.rewrite` can recover.
+        self.rewritable: set[str] = set()
         #: Columns made by Polars' common subexpression elimination (``__POLARS_CSER_*``,
         #: added by an ``HStack`` below the node that reads them) -> their expressions.
         self.cse: dict[str, Expr] = {}
@@ -192,6 +196,10 @@ class Translator:
                 self.error(
                     f"MapFunction ({exc})", "Python functions over frames cannot run in shoal"
                 )
+            elif str(exc) in OPAQUE_SCANS:
+                entry = f"plan node ({exc})"
+                self.error(entry, "Polars does not show this source to engines")
+                self.rewritable.add(f"{entry}: Polars does not show this source to engines")
             else:
                 self.error(f"plan node ({exc})", "Polars does not show this node to engines")
             # The placeholder keeps the node's columns, so that the nodes above it find
@@ -246,7 +254,10 @@ def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanN
 
     Raises :class:`shoal.UnsupportedError` for an untested NodeTraverser version, or when
     any part of the plan cannot be translated; the message lists every such part, each
-    naming the Polars node class (and expression) and the reason.
+    naming the Polars node class (and expression) and the reason. When every such part is
+    a scan or a ``list.eval`` that Polars does not show to engines, the error is a
+    :class:`~shoal_polars.rewrite.RewriteNeeded` (the caller may rewrite the query with
+    :func:`shoal_polars.rewrite.rewrite` and translate again).
     """
     import shoal_polars.nodes  # noqa: F401  (registers the node handlers)
 
@@ -262,6 +273,11 @@ def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanN
         ) from None
     if t.errors:
         listing = "\n".join(f"  - {e}" for e in t.errors)
+        if set(t.errors) <= t.rewritable:
+            raise RewriteNeeded(
+                f"Polars does not show these parts to engines (shoal recovers them from "
+                f"the query):\n{listing}"
+            )
         raise UnsupportedError(
             f"shoal cannot run this Polars query ({len(t.errors)} unsupported "
             f"part{'s' if len(t.errors) != 1 else ''}):\n{listing}"

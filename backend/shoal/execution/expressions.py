@@ -6,6 +6,9 @@ in the table raises :class:`shoal.UnsupportedError` naming the function.
 
 from __future__ import annotations
 
+import io
+import json
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -46,6 +49,24 @@ _BITWISE = (
 
 def _bitwise(op: str) -> Callable[[list[pl.Expr], dict[str, Any]], pl.Expr]:
     return lambda a, o: getattr(a[0], f"bitwise_{op}")()
+
+
+#: Polars' fused arithmetic: fma a*b+c, fsm a-b*c, fms a*b-c.
+_FUSED: dict[str, Callable[[pl.Expr, pl.Expr, pl.Expr], pl.Expr]] = {
+    "fma": lambda a, b, c: a * b + c,
+    "fsm": lambda a, b, c: a - b * c,
+    "fms": lambda a, b, c: a * b - c,
+}
+
+
+def _method(name: str) -> FunctionImpl:
+    """``Expr.<name>()``, no arguments."""
+    return lambda a, o: getattr(a[0], name)()
+
+
+def _dt_method(name: str) -> FunctionImpl:
+    """``Expr.dt.<name>()``, no arguments."""
+    return lambda a, o: getattr(a[0].dt, name)()
 
 
 FUNCTIONS: dict[str, FunctionImpl] = {
@@ -190,8 +211,208 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "list.slice": lambda a, o: a[0].list.slice(a[1], a[2]),
     "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
     "concat_list": lambda a, o: pl.concat_list(a),
+    "list.to_array": lambda a, o: a[0].list.to_array(o["width"]),
+    # Polars' own ``Eval`` over the list argument: option ``eval`` is Polars' JSON of the
+    # expression with its input left out (``list.eval``, ``arr.eval``-like lowerings such as
+    # ``list.unique``/``arr.unique``: row by row, each list on its own), ``element`` the
+    # element expression as text (for explain)
+    "list.eval": lambda a, o: _polars_eval(o["eval"], a[0]),
+    # the same for ``Expr.cumulative_eval`` (order-dependent: every row reads the rows
+    # before it)
+    "cumulative_eval": lambda a, o: _polars_eval(o["eval"], a[0]),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
+    # one list per row from start, end and a count: Polars' linear_spaces (an Array of
+    # ``array_width`` items when the width is set, the count being fixed)
+    "linear_spaces": lambda a, o: (
+        pl.linear_spaces(a[0], a[1], a[2], closed=o.get("closed", "both"))
+        if o.get("array_width") is None
+        else pl.linear_spaces(a[0], a[1], o["array_width"], closed=o["closed"], as_array=True)
+    ),
+    # one list per row from start, end and an interval ("1mo2w3d4ns"); start and end come
+    # in the output's unit and zone
+    "datetime_ranges": lambda a, o: pl.datetime_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    "date_ranges": lambda a, o: pl.date_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # pl.datetime(year, month, day, hour, minute, second, microsecond, ambiguous)
+    "datetime": lambda a, o: pl.datetime(
+        *a[:7], time_unit=o.get("time_unit", "us"), time_zone=o.get("time_zone"), ambiguous=a[7]
+    ),
+    # trigonometry and conversions
+    **{
+        name: _method(name)
+        for name in (
+            "sin",
+            "cos",
+            "tan",
+            "cot",
+            "arcsin",
+            "arccos",
+            "arctan",
+            "sinh",
+            "cosh",
+            "tanh",
+            "arcsinh",
+            "arccosh",
+            "arctanh",
+            "degrees",
+            "radians",
+            "to_physical",
+        )
+    },  # fmt: skip
+    "arctan2": lambda a, o: pl.arctan2(a[0], a[1]),
+    # Polars' fused arithmetic, written out (Polars fuses it again; the same IEEE
+    # operations in the same order, so the same bits)
+    "fused": lambda a, o: _FUSED[o["op"]](a[0], a[1], a[2]),
+    "as_list": lambda a, o: pl.list(a[0]),
+    "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
+    "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
+    "time_ranges": lambda a, o: pl.time_ranges(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # a column of its own length (order-dependent)
+    "time_range": lambda a, o: pl.time_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    "duration": lambda a, o: pl.duration(
+        weeks=a[0],
+        days=a[1],
+        hours=a[2],
+        minutes=a[3],
+        seconds=a[4],
+        milliseconds=a[5],
+        microseconds=a[6],
+        nanoseconds=a[7],
+        time_unit=o.get("time_unit", "us"),
+    ),  # fmt: skip
+    "str.format": lambda a, o: pl.format(o["format"], *a),
+    # the user's cut/qcut (deprecated in Polars 2.1 for bin_*, which Polars shows
+    # differently); qcut is order-dependent: the quantiles of every row, after a gather
+    "cut": lambda a, o: _binning("cut", a, o),
+    "qcut": lambda a, o: _binning("qcut", a, o),
+    "rolling_by": lambda a, o: _rolling_by(a, o),
+    "ewm_mean_by": lambda a, o: a[0].ewm_mean_by(a[1], half_life=o["half_life"]),
+    "is_close": lambda a, o: a[0].is_close(
+        a[1], abs_tol=o["abs_tol"], rel_tol=o["rel_tol"], nans_equal=o["nans_equal"]
+    ),
+    # aggregating (AGGREGATING_FUNCTIONS): one value per group, on its rows in order
+    "any": lambda a, o: a[0].any(ignore_nulls=o.get("ignore_nulls", True)),
+    "all": lambda a, o: a[0].all(ignore_nulls=o.get("ignore_nulls", True)),
+    "has_nulls": lambda a, o: a[0].has_nulls(),
+    "is_empty": lambda a, o: a[0].is_empty(ignore_nulls=o.get("ignore_nulls", False)),
+    "is_sorted": lambda a, o: a[0].is_sorted(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
+    "skew": lambda a, o: a[0].skew(bias=o.get("bias", True)),
+    "kurtosis": lambda a, o: a[0].kurtosis(fisher=o["fisher"], bias=o["bias"]),
+    "str.join": lambda a, o: a[0].str.join(o["delimiter"], ignore_nulls=o["ignore_nulls"]),
+    "index_of": lambda a, o: a[0].index_of(a[1]),
+    "max_by": lambda a, o: a[0].max_by(a[1]),
+    "min_by": lambda a, o: a[0].min_by(a[1]),
+    "search_sorted": lambda a, o: a[0].search_sorted(
+        a[1], o.get("side", "any"), descending=o.get("descending", False)
+    ),
+    # order-dependent (the planner gathers their input)
+    "peak_max": lambda a, o: a[0].peak_max(),
+    "peak_min": lambda a, o: a[0].peak_min(),
+    "arg_unique": lambda a, o: a[0].arg_unique(),
+    "explode": lambda a, o: a[0].explode(
+        empty_as_null=o.get("empty_as_null", True), keep_nulls=o.get("keep_nulls", True)
+    ),
+    # strings
+    "str.to_titlecase": lambda a, o: a[0].str.to_titlecase(),
+    "str.encode_hex": lambda a, o: a[0].str.encode("hex"),
+    "str.encode_base64": lambda a, o: a[0].str.encode("base64"),
+    "str.json_path_match": lambda a, o: a[0].str.json_path_match(a[1]),
+    "str.splitn": lambda a, o: a[0].str.splitn(a[1], o["n"]),
+    "str.replace_many": lambda a, o: a[0].str.replace_many(
+        a[1], a[2], ascii_case_insensitive=o["ascii_case_insensitive"], leftmost=o["leftmost"]
+    ),
+    "str.escape_regex": lambda a, o: a[0].str.escape_regex(),
+    "str.normalize": lambda a, o: a[0].str.normalize(str(o["form"]).upper()),  # type: ignore[arg-type]
+    "str.extract_groups": lambda a, o: a[0].str.extract_groups(o["pattern"]),
+    "str.extract_many": lambda a, o: a[0].str.extract_many(
+        a[1],
+        ascii_case_insensitive=o["ascii_case_insensitive"],
+        overlapping=o["overlapping"],
+        leftmost=o["leftmost"],
+    ),
+    "str.find_many": lambda a, o: a[0].str.find_many(
+        a[1],
+        ascii_case_insensitive=o["ascii_case_insensitive"],
+        overlapping=o["overlapping"],
+        leftmost=o["leftmost"],
+    ),
+    # temporal
+    **{
+        f"dt.{name}": _dt_method(name)
+        for name in (
+            "nanosecond",
+            "microsecond",
+            "millisecond",
+            "is_leap_year",
+            "days_in_month",
+            "iso_year",
+            "century",
+            "millennium",
+        )
+    },  # fmt: skip
+    "dt.cast_time_unit": lambda a, o: a[0].dt.cast_time_unit(o["time_unit"]),
+    "dt.total_nanoseconds": lambda a, o: a[0].dt.total_nanoseconds(
+        fractional=o.get("fractional", False)
+    ),
+    "dt.replace": lambda a, o: a[0].dt.replace(
+        year=a[1],
+        month=a[2],
+        day=a[3],
+        hour=a[4],
+        minute=a[5],
+        second=a[6],
+        microsecond=a[7],
+        ambiguous=a[8],
+    ),  # fmt: skip
+    # lists (each list on its own)
+    "list.median": lambda a, o: a[0].list.median(),
+    "list.std": lambda a, o: a[0].list.std(ddof=o["ddof"]),
+    "list.var": lambda a, o: a[0].list.var(ddof=o["ddof"]),
+    "list.arg_min": lambda a, o: a[0].list.arg_min(),
+    "list.arg_max": lambda a, o: a[0].list.arg_max(),
+    "list.shift": lambda a, o: a[0].list.shift(a[1]),
+    "list.count_matches": lambda a, o: a[0].list.count_matches(a[1]),
+    "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
+    # Polars 2.1's streaming engine panics on list.diff of some row ranges ([None, [3,
+    # None]]: "type Int64 is incompatible with expected type Null"); the same diff of each
+    # list as an element expression gives the same values
+    "list.diff": lambda a, o: a[0].list.eval(
+        pl.element().diff(o["n"], null_behavior=o["null_behavior"])
+    ),
+    "list.set_operation": lambda a, o: getattr(a[0].list, f"set_{o['operation']}")(a[1]),
+    "list.gather_every": lambda a, o: a[0].list.gather_every(a[1], a[2]),
+    "list.gather": lambda a, o: a[0].list.gather(a[1], null_on_oob=o["null_on_oob"]),
+    "list.to_struct": lambda a, o: a[0].list.to_struct(fields=list(o["fields"])),
+    # arrays (each array on its own)
+    "arr.len": lambda a, o: a[0].arr.len(),
+    "arr.sum": lambda a, o: a[0].arr.sum(),
+    "arr.max": lambda a, o: a[0].arr.max(),
+    "arr.min": lambda a, o: a[0].arr.min(),
+    "arr.mean": lambda a, o: a[0].arr.mean(),
+    "arr.median": lambda a, o: a[0].arr.median(),
+    "arr.std": lambda a, o: a[0].arr.std(ddof=o["ddof"]),
+    "arr.var": lambda a, o: a[0].arr.var(ddof=o["ddof"]),
+    "arr.get": lambda a, o: a[0].arr.get(a[1], null_on_oob=o["null_on_oob"]),
+    "arr.arg_min": lambda a, o: a[0].arr.arg_min(),
+    "arr.arg_max": lambda a, o: a[0].arr.arg_max(),
+    "arr.count_matches": lambda a, o: a[0].arr.count_matches(a[1]),
+    "arr.to_list": lambda a, o: a[0].arr.to_list(),
+    "arr.contains": lambda a, o: a[0].arr.contains(a[1], nulls_equal=o["nulls_equal"]),
+    "arr.to_struct": lambda a, o: a[0].arr.to_struct(list(o["fields"])),
+    "arr.join": lambda a, o: a[0].arr.join(a[1], ignore_nulls=o["ignore_nulls"]),
+    "arr.sort": lambda a, o: a[0].arr.sort(descending=o["descending"], nulls_last=o["nulls_last"]),
+    "arr.shift": lambda a, o: a[0].arr.shift(a[1]),
+    "struct.json_encode": lambda a, o: a[0].struct.json_encode(),
     # a sort key of a list (or struct) in which NULLs nested inside sort after every value,
     # as SQL engines order them (DuckDB); option ``dtype``: the input's type, the result's
     # type is nested_nulls_last_type(dtype)
@@ -208,6 +429,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     # Polars' InvalidOperationError (as native Polars does)
     "replace_strict": lambda a, o: _replace_strict(a, o),
     "round_sig_figs": lambda a, o: a[0].round_sig_figs(o["digits"]),
+    # toward zero at ``decimals`` places (floats and decimals)
+    "truncate": lambda a, o: a[0].truncate(o.get("decimals", 0)),
     "hash": lambda a, o: a[0].hash(o.get("seed", 0)),
     # aggregating functions (AGGREGATING_FUNCTIONS: the planner gives them all rows of a group)
     "corr": lambda a, o: _corr(a, o),
@@ -232,7 +455,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         a[0].cast(pl.Enum(list(o["categories"])), strict=o.get("strict", True)).cast(pl.Categorical)
     ),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
-    "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
+    "dt.offset_by": lambda a, o: a[0].dt.offset_by(a[1] if len(a) > 1 else o["by"]),
     # Polars' int_range(start, end, step, dtype) when given arguments; without arguments
     # row numbers start, start + 1, ... (per group inside ``over``); order-dependent
     "int_range": lambda a, o: _int_range(a, o),
@@ -250,6 +473,29 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
+    # columns of their own length (order-dependent: evaluated once, after a gather)
+    "repeat": lambda a, o: pl.repeat(a[0], a[1]),
+    "linear_space": lambda a, o: pl.linear_space(a[0], a[1], a[2], closed=o.get("closed", "both")),
+    "datetime_range": lambda a, o: pl.datetime_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    "date_range": lambda a, o: pl.date_range(
+        a[0], a[1], o["interval"], closed=o.get("closed", "both")
+    ),
+    # seeded draws over the whole column (group): Polars' own, on the gathered rows
+    "shuffle": lambda a, o: a[0].shuffle(o["seed"]),
+    "sample": lambda a, o: (
+        a[0].sample(
+            fraction=a[1],
+            with_replacement=o["with_replacement"],
+            shuffle=o["shuffle"],
+            seed=o["seed"],
+        )
+        if o["is_fraction"]
+        else a[0].sample(
+            n=a[1], with_replacement=o["with_replacement"], shuffle=o["shuffle"], seed=o["seed"]
+        )
+    ),
     **{name: _ewm(name) for name in ("ewm_mean", "ewm_std", "ewm_var")},
     # ``series``: a column of literal values (dtype from the IR node: see to_polars).
     "series": lambda a, o: pl.lit(pl.Series(list(o["values"]))),
@@ -285,6 +531,17 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         a[1], window_size=o["window_size"], min_samples=o["min_samples"], closed=o["closed"]
     ),
 }
+
+
+def _polars_eval(template: str, arg: pl.Expr) -> pl.Expr:
+    """Polars' ``Eval`` expression whose JSON (Polars' serialised form, ``"expr": null``) is
+    ``template``, over ``arg``: the expression Polars itself would run."""
+    with warnings.catch_warnings():
+        # Polars 2.1 deprecates (UserWarning) the JSON form, which a program can edit.
+        warnings.filterwarnings("ignore", message=".*serializ.*format")
+        body = json.loads(template)
+        body["Eval"]["expr"] = json.loads(arg.meta.serialize(format="json"))
+        return pl.Expr.deserialize(io.StringIO(json.dumps(body)), format="json")
 
 
 def _int_range(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
@@ -352,6 +609,41 @@ def _rolling(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
         weights=None if weights is None else list(weights),
         min_samples=o.get("min_samples"),
         center=o.get("center", False),
+        **extra,
+    )
+
+
+def _binning(name: str, a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``cut(breaks, ...)`` or ``qcut(quantiles, ...)`` as the user called it (Polars 2.1
+    warns that both are deprecated; the warning was the user's, not the task's)."""
+    labels = None if o.get("labels") is None else list(o["labels"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        if name == "cut":
+            return a[0].cut(
+                list(o["breaks"]),
+                labels=labels,
+                left_closed=o["left_closed"],
+                include_breaks=o["include_breaks"],
+            )
+        return a[0].qcut(
+            list(o["quantiles"]),
+            labels=labels,
+            left_closed=o["left_closed"],
+            allow_duplicates=o["allow_duplicates"],
+            include_breaks=o["include_breaks"],
+        )
+
+
+def _rolling_by(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
+    """``rolling_<function>_by(by, window_size, min_samples=, closed=)``: ``a`` is (values,
+    by)."""
+    extra = {k: o[k] for k in ("ddof", "quantile", "interpolation") if k in o}
+    return getattr(a[0], f"rolling_{o['function']}_by")(
+        a[1],
+        window_size=o["window_size"],
+        min_samples=o["min_samples"],
+        closed=o["closed"],
         **extra,
     )
 
@@ -440,6 +732,10 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
         return getattr(arg, name)(ddof=options.get("ddof", 1))
     if name in ("nan_min", "nan_max", "implode", "product", "arg_min", "arg_max"):
         return getattr(arg, name)()
+    if name == "item":
+        # the group's only value (null for no value with ``allow_empty``); more values
+        # raise Polars' ComputeError in the task
+        return arg.item(allow_empty=options.get("allow_empty", False))
     if name in ("first_non_null", "last_non_null"):
         return getattr(arg, name.removesuffix("_non_null"))(ignore_nulls=True)
     if name == "quantile":

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import polars as pl
 import polars.selectors as cs
@@ -96,8 +96,19 @@ def _empty(schema: Schema) -> pl.DataFrame:
 def frame_of(table: pa.Table) -> pl.DataFrame:
     """An Arrow table (as it travels between tasks: :func:`~shoal.execution.task.to_wire`)
     as a Polars DataFrame, zero-copy where Arrow's layout allows; a table of no columns
-    keeps its height."""
-    df = pl.from_arrow(from_wire(table))
+    keeps its height.
+
+    Polars 2.1 cannot import a *sliced* fixed-size list (Array) column with nulls (a row
+    range of an in-memory frame): ``ComputeError: validity mask length must be equal to
+    the number of values divided by size``. Such a table is copied into fresh arrays
+    (``take``) and imported again."""
+    table = from_wire(table)
+    try:
+        df = pl.from_arrow(table)
+    except pl.exceptions.ComputeError as exc:
+        if "validity mask length" not in str(exc):
+            raise
+        df = pl.from_arrow(table.take(pa.array(range(table.num_rows), pa.int64())))
     assert isinstance(df, pl.DataFrame)
     return df
 
@@ -291,7 +302,11 @@ def build(
     if isinstance(node, Union):
         return pl.concat([build(i, inputs, scan) for i in node.inputs], how="vertical")
     if isinstance(node, HConcat):
-        return pl.concat([build(i, inputs, scan) for i in node.inputs], how="horizontal")
+        # Polars 2.1: "horizontal" is strict; "horizontal_extend" pads with nulls.
+        how: Literal["horizontal", "horizontal_extend"] = (
+            "horizontal" if node.strict else "horizontal_extend"
+        )
+        return pl.concat([build(i, inputs, scan) for i in node.inputs], how=how)
     if isinstance(node, Explode):
         return build(node.input, inputs, scan).explode(
             list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls

@@ -50,6 +50,7 @@ AGG_FUNCTIONS = frozenset(
         "product",
         "arg_min",
         "arg_max",
+        "item",
     }
 )
 
@@ -60,8 +61,10 @@ AGG_FUNCTIONS = frozenset(
 #: ``Agg`` nodes; :meth:`Expr.has_agg` counts them and the planner aggregates their input
 #: rows once (after a gather, or a hash exchange on the group keys), which is exact.
 AGGREGATING_FUNCTIONS = frozenset(
-    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor"}
-)
+    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor",
+     "any", "all", "has_nulls", "is_sorted", "skew", "kurtosis", "str.join", "index_of", "is_empty",
+     "max_by", "min_by", "search_sorted"}
+)  # fmt: skip
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
@@ -69,6 +72,21 @@ AGGREGATING_FUNCTIONS = frozenset(
 ORDER_DEPENDENT_FUNCTIONS = frozenset(
     {
         "cum_sum",
+        "cumulative_eval",
+        "time_range",
+        "qcut",
+        "rolling_by",
+        "ewm_mean_by",
+        "peak_max",
+        "peak_min",
+        "arg_unique",
+        "explode",
+        "repeat",
+        "linear_space",
+        "datetime_range",
+        "date_range",
+        "shuffle",
+        "sample",
         "cum_prod",
         "cum_min",
         "cum_max",
@@ -185,6 +203,18 @@ class Expr:
         if isinstance(self, Function) and self.name in AGGREGATING_FUNCTIONS:
             return True
         return any(c.has_agg() for c in self.children())
+
+    def sized_outside_aggs(self) -> bool:
+        """True when an order-dependent function sits outside every aggregate of this
+        expression (``pl.repeat(sum(a), 3)``): its length is its own, so a ``select`` of it
+        is no one-row aggregation (it is evaluated once, on the gathered rows)."""
+        if isinstance(self, Agg) or (
+            isinstance(self, Function) and self.name in AGGREGATING_FUNCTIONS
+        ):
+            return False
+        if isinstance(self, Function) and self.name in ORDER_DEPENDENT_FUNCTIONS:
+            return True
+        return any(c.sized_outside_aggs() for c in self.children())
 
     def is_row_local(self) -> bool:
         """True when each output row depends only on the same input row (no aggregate,

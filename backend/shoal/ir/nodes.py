@@ -86,13 +86,17 @@ class InMemorySource:
     """An in-memory Arrow table (from a Polars DataFrame or an Arrow table).
 
     Compares by identity of the table. ``table`` keeps every column of the original frame;
-    the :class:`Scan` schema says which are read.
+    the :class:`Scan` schema says which are read. ``origin``, when not empty, says what the
+    frontend read on the driver to make the table (a scan the frontend does not show to
+    engines, such as Polars' scan of an in-memory buffer); ``explain`` shows it.
     """
 
     table: pa.Table
+    origin: str = ""
 
     def describe(self) -> str:
-        return f"in-memory table ({self.table.num_rows} rows)"
+        read = f", read on the driver: {self.origin}" if self.origin else ""
+        return f"in-memory table ({self.table.num_rows} rows{read})"
 
     def __hash__(self) -> int:
         return id(self.table)
@@ -261,11 +265,13 @@ class Union(PlanNode):
 
 @dataclass(frozen=True)
 class HConcat(PlanNode):
-    """Columns of every input side by side (Polars ``concat(how="horizontal")``); the inputs
-    must have the same number of rows (Polars raises ``ShapeError`` otherwise)."""
+    """Columns of every input side by side (Polars ``concat(how="horizontal")``); with
+    ``strict`` the inputs must have the same number of rows (Polars raises ``ShapeError``
+    otherwise), without it shorter inputs are padded with nulls."""
 
     inputs: tuple[PlanNode, ...]
     schema: Schema
+    strict: bool = True
 
 
 @dataclass(frozen=True)

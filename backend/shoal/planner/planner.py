@@ -204,7 +204,9 @@ class _Builder:
             return self.union(node)
         if isinstance(node, HConcat):
             ops = [self.gather(self.visit(i), "gather") for i in node.inputs]
-            return self._combine_single(ops, lambda kids: HConcat(kids, node.schema), "hconcat")
+            return self._combine_single(
+                ops, lambda kids: node.with_children(tuple(kids)), "hconcat"
+            )
         if isinstance(node, Explode | Unnest):
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
@@ -273,6 +275,7 @@ class _Builder:
             not node.keep_height
             and any(with_agg)
             and all(with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs))
+            and not any(e.expr.sized_outside_aggs() for e in node.exprs)
         ):
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
