@@ -382,7 +382,6 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "list.arg_max": lambda a, o: a[0].list.arg_max(),
     "list.shift": lambda a, o: a[0].list.shift(a[1]),
     "list.count_matches": lambda a, o: a[0].list.count_matches(a[1]),
-    "list.drop_nulls": lambda a, o: a[0].list.drop_nulls(),
     # Polars 2.1's streaming engine panics on list.diff of some row ranges ([None, [3,
     # None]]: "type Int64 is incompatible with expected type Null"); the same diff of each
     # list as an element expression gives the same values
@@ -524,12 +523,6 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
-    # ``rolling_<function>_by(by, window_size, min_samples=, closed=)``: args are the values,
-    # then the ``by`` column; a window of ``window_size`` (a duration string: "3h", "1mo2d",
-    # "5i" for integers) back from each row's ``by``; a NULL ``by`` gives NULL
-    "rolling_by": lambda a, o: getattr(a[0], f"rolling_{o['function']}_by")(
-        a[1], window_size=o["window_size"], min_samples=o["min_samples"], closed=o["closed"]
-    ),
 }
 
 

@@ -99,7 +99,6 @@ ORDER_DEPENDENT_FUNCTIONS = frozenset(
         "int_range",
         "pct_change",
         "rolling",
-        "rolling_by",
         "forward_fill",
         "backward_fill",
         "fill_null_strategy",
