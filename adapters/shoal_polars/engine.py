@@ -20,11 +20,12 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from polars.lazyframe.engine import InMemoryEngine, StreamingEngine
+from polars.exceptions import PanicException as _PanicException
+from polars.lazyframe.engine import Engine, InMemoryEngine, StreamingEngine
 from polars.lazyframe.in_process import InProcessQuery
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     import pyarrow as pa
 
@@ -54,9 +55,17 @@ class DistEngine(InMemoryEngine):
     ``runner`` is ``"ray"``, ``"local"`` or None (the configured runner); ``config`` is a
     :class:`shoal.Config` (None: :func:`shoal.get_config` when the query runs).
     ``raise_on_fail`` True makes a query that shoal cannot translate raise
-    :class:`shoal.UnsupportedError` from ``collect``; False falls back to Polars' in-memory
-    engine with a :class:`ShoalFallbackWarning`; None (the default) takes
+    :class:`shoal.UnsupportedError` from ``collect``; False falls back, with a
+    :class:`ShoalFallbackWarning`, to the Polars engine the query would have run on without
+    shoal (:func:`native_engine`: Polars 2.1's default streaming engine unless
+    ``POLARS_ENGINE_AFFINITY`` names another); None (the default) takes
     ``config.raise_on_fail``. An explicit value wins over the config.
+
+    It may be set as Polars' engine affinity
+    (``pl.Config.set_engine_affinity(DistEngine(...))``), so that a plain ``collect()``
+    runs on shoal. Queries started inside a shoal task never come back to shoal: shoal's
+    own collects name their engine, and this engine runs any query that reaches it from a
+    task on :func:`native_engine`.
 
     ``collect(background=True)`` runs the query with shoal in a background thread and
     returns a :class:`DistQuery` (Polars' ``InProcessQuery`` interface: ``fetch()``,
@@ -119,16 +128,44 @@ class DistEngine(InMemoryEngine):
         background: bool = False,
         post_opt_callback: Any = None,
     ) -> pl.DataFrame | InProcessQuery:
-        """Polars' ``Engine.collect``; with ``background`` the query runs with shoal in a
-        background thread and a :class:`DistQuery` is returned at once (falling back to
-        Polars' background collection, as ``collect`` falls back)."""
-        if not background or post_opt_callback is not None:
+        """Polars' ``Engine.collect``: run ``lf`` with shoal; with ``background`` the query
+        runs with shoal in a background thread and a :class:`DistQuery` is returned at once.
+
+        A query shoal cannot translate runs on :func:`native_engine` (the engine a plain
+        ``collect()`` would have used without shoal), after a :class:`ShoalFallbackWarning`,
+        or raises :class:`shoal.UnsupportedError` with ``raise_on_fail``. A query started
+        inside a shoal task (the user's engine affinity, or a patched ``collect``, reaching
+        this engine from a task's own code) runs on :func:`native_engine` at once: it never
+        starts a nested shoal query.
+        """
+        from shoal.execution.scope import in_task
+
+        if post_opt_callback is not None or optimizations._pyoptflags.eager:
+            # Polars' own uses (optimised_plan below, internal eager operations): the
+            # in-memory engine, as Polars runs them.
             return super().collect(
                 lf,
                 optimizations=optimizations,
                 background=background,
                 post_opt_callback=post_opt_callback,
             )
+        if in_task():
+            return native_engine().collect(lf, optimizations=optimizations, background=background)
+        if background:
+            return self._collect_background(lf, optimizations)
+        state: dict[str, Any] = {}
+        out = super().collect(
+            lf,
+            optimizations=optimizations,
+            post_opt_callback=lambda nt, *args: self._translate_or_fall_back(nt, state),
+        )
+        if state.get("fallback"):
+            return native_engine().collect(lf, optimizations=optimizations)
+        return out
+
+    def _collect_background(
+        self, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags
+    ) -> pl.DataFrame | InProcessQuery:
         from shoal.api import execute_background
         from shoal.errors import UnsupportedError
 
@@ -136,7 +173,7 @@ class DistEngine(InMemoryEngine):
             plan, schema = optimised_plan(lf, optimizations)
         except UnsupportedError as exc:
             self._fallback(exc, "background collect falls back")
-            return super().collect(lf, optimizations=optimizations, background=True)
+            return native_engine().collect(lf, optimizations=optimizations, background=True)
         query = execute_background(
             plan,
             runner=self.runner,
@@ -144,6 +181,32 @@ class DistEngine(InMemoryEngine):
             convert=lambda table: to_polars_frame(table, schema),
         )
         return DistQuery(query)
+
+    def collect_all(  # type: ignore[override]
+        self, lfs: Iterable[pl.LazyFrame], *, optimizations: pl.QueryOptFlags
+    ) -> list[pl.DataFrame]:
+        """Polars' ``Engine.collect_all`` (``pl.collect_all(..., engine=...)``): each query
+        collected by :meth:`collect`, one after the other."""
+        out = []
+        for lf in lfs:
+            df = self.collect(lf, optimizations=optimizations)
+            assert isinstance(df, pl.DataFrame)
+            out.append(df)
+        return out
+
+    def collect_batches(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_batches``: shoal does not stream batches; the query runs
+        on :func:`native_engine`, the engine the user would have had without shoal."""
+        return native_engine().collect_batches(lf, **kwargs)
+
+    def collect_async(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_async``: runs on :func:`native_engine` (use
+        ``collect(background=True)`` to run a query with shoal in the background)."""
+        return native_engine().collect_async(lf, **kwargs)
+
+    def collect_all_async(self, lfs: Iterable[pl.LazyFrame], **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_all_async``: runs on :func:`native_engine`."""
+        return native_engine().collect_all_async(lfs, **kwargs)
 
     def sink_parquet(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Polars' ``Engine.sink_parquet``: run ``lf`` with shoal, each task writing its own
@@ -181,7 +244,7 @@ class DistEngine(InMemoryEngine):
             sink = sink_plan(plan, path, **writer)
         except UnsupportedError as exc:
             self._fallback(exc, "sink_parquet falls back")
-            StreamingEngine().sink_parquet(
+            native_engine().sink_parquet(
                 lf, path, optimizations=optimizations, sinked_paths_callback=callback, **kwargs
             )
             return
@@ -205,15 +268,29 @@ class DistEngine(InMemoryEngine):
             )
 
     def _callback(self, nt: Any, *args: Any) -> None:
-        """Polars' post-optimisation callback: translate, then hand Polars the function
-        that runs the plan, or leave the plan to Polars (fallback)."""
+        """Polars' post-optimisation callback (for callers that run this engine's
+        ``_post_opt_callback`` themselves): translate and run with shoal, or leave the plan
+        to Polars' in-memory engine (fallback). :meth:`collect` falls back to
+        :func:`native_engine` instead."""
+        self._translate_or_fall_back(nt, {})
+
+    def _translate_or_fall_back(self, nt: Any, state: dict[str, Any]) -> None:
+        """Translate the plan and hand Polars the function that runs it with shoal; or,
+        when it cannot be translated, raise (``raise_on_fail``) or warn, set
+        ``state["fallback"]`` and hand Polars a function returning an empty frame (the
+        caller then runs the query on Polars' engine). Inside a shoal task the plan is left
+        to Polars untouched."""
         from shoal.errors import UnsupportedError
+        from shoal.execution.scope import in_task
         from shoal_polars.translate import translate_plan
 
+        if in_task():
+            return
         expected = nt.get_schema()
         try:
             plan = translate_plan(nt)
-        except Exception as exc:
+        except (Exception, _PanicException) as exc:
+            exc = _unpanicked(exc)
             unsupported = isinstance(exc, UnsupportedError)
             if self._should_raise():
                 # Polars turns an exception raised by the callback itself into a
@@ -230,12 +307,39 @@ class DistEngine(InMemoryEngine):
                 )
             except Warning as w:  # warnings turned into errors: report as such
                 nt.set_udf(_raiser(w))
+                return
+            state["fallback"] = True
+            nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
             return
 
         def run(*_: Any) -> pl.DataFrame:
             return to_polars_frame(_execute(plan, self.runner, self.config), expected)
 
         nt.set_udf(run)
+
+
+def native_engine() -> Engine:
+    """The Polars engine a plain ``collect()`` would use without shoal: the one named by
+    ``POLARS_ENGINE_AFFINITY`` (what ``pl.Config.set_engine_affinity("in-memory")`` sets),
+    else Polars 2.1's default, the streaming engine. An engine *object* set as the
+    affinity is never taken (it may be a :class:`DistEngine`): shoal's fallbacks and the
+    queries started inside a task run here."""
+    name = os.environ.get("POLARS_ENGINE_AFFINITY", "auto")
+    if name in ("in-memory", "cpu"):
+        return InMemoryEngine()
+    if name == "gpu":
+        return pl.GPUEngine()
+    return StreamingEngine()
+
+
+def _unpanicked(exc: BaseException) -> Exception:
+    """``exc``, or for a Polars panic (a ``BaseException``, which no ``except Exception``
+    catches) an :class:`shoal.UnsupportedError` saying where Polars panicked."""
+    if isinstance(exc, Exception):
+        return exc
+    from shoal.errors import UnsupportedError
+
+    return UnsupportedError(f"Polars panicked while shoal read its plan: {exc}")
 
 
 def _raiser(exc: BaseException) -> Callable[..., pl.DataFrame]:
@@ -326,8 +430,8 @@ def optimised_plan(
         schema = found["schema"] = nt.get_schema()
         try:
             found["plan"] = translate_plan(nt)
-        except Exception as exc:
-            nt.set_udf(_raiser(exc))
+        except (Exception, _PanicException) as exc:
+            nt.set_udf(_raiser(_unpanicked(exc)))
             return
         nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
 

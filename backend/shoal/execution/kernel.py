@@ -21,6 +21,7 @@ import pyarrow as pa
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import to_polars
+from shoal.execution.scope import TASK_ENGINE, task_scope
 from shoal.execution.task import (
     FilePartition,
     HashOutput,
@@ -170,7 +171,7 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
         lf = reader(part.path, **_reader_options(node.source.options))
         if not cols:
-            return _height_only(lf.select(pl.len()).collect().item()).lazy()
+            return _height_only(lf.select(pl.len()).collect(engine=TASK_ENGINE).item()).lazy()
         lf = lf.select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
@@ -298,13 +299,17 @@ def build(
         # stateful or GPU UDF: the planner gives those an actor pool stage of their own).
         from shoal.udf import apply_project
 
-        frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
+        frame = build(node.input, inputs, scan).collect(
+            engine=TASK_ENGINE, optimizations=collect_optimizations()
+        )
         return apply_project(node, frame).lazy()
     if isinstance(node, Sink):
         # This task writes its own partition's files; its result lists them.
         from shoal.execution.sink import write_partition
 
-        frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
+        frame = build(node.input, inputs, scan).collect(
+            engine=TASK_ENGINE, optimizations=collect_optimizations()
+        )
         return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
@@ -464,8 +469,21 @@ def run_fragment(
     """Run ``fragment`` on one partition.
 
     ``inputs[i]`` are the tables of stage input ``i`` (concatenated in order). Returns the
-    task's stats and ``output.num_outputs`` Arrow tables.
+    task's stats and ``output.num_outputs`` Arrow tables. The task's code runs inside
+    :func:`~shoal.execution.scope.task_scope`: a Polars query it starts never comes back to
+    shoal.
     """
+    with task_scope():
+        return _run_fragment(fragment, inputs, scan, output, input_schemas)
+
+
+def _run_fragment(
+    fragment: PlanNode,
+    inputs: Sequence[Sequence[pa.Table]],
+    scan: ScanInput | None,
+    output: OutputSpec,
+    input_schemas: Sequence[Schema],
+) -> tuple[TaskStats, list[pa.Table]]:
     start = time.time()
     tags = _source_columns(fragment)
     frames = [
@@ -473,7 +491,9 @@ def run_fragment(
         for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
     ]
     rows_in = sum(f.height for f in frames)
-    df = build(fragment, frames, scan).collect(optimizations=collect_optimizations())
+    df = build(fragment, frames, scan).collect(
+        engine=TASK_ENGINE, optimizations=collect_optimizations()
+    )
     scan_rows = 0
     if isinstance(scan, ScanPartition):
         scan_rows = scan.rows
@@ -537,5 +557,5 @@ def run_single(plan: PlanNode) -> pa.Table:
 
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
     lookup = _ScanLookup(scans, [whole(s) for s in scans])
-    out = build(plan, [], lookup).collect(optimizations=collect_optimizations())
+    out = build(plan, [], lookup).collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
     return out.to_arrow()  # type: ignore[arg-type]
