@@ -365,9 +365,9 @@ def to_polars_frame(table: pa.Table, schema: Any) -> pl.DataFrame:
     """``table`` as a ``polars.DataFrame`` with exactly Polars' expected ``schema`` (names,
     order and dtypes). Raises :class:`shoal.PlanError` when the columns differ."""
     from shoal.errors import PlanError
+    from shoal.execution.kernel import frame_of
 
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)
+    df = frame_of(table)
     expected = pl.Schema(schema)
     if df.columns != list(expected.names()):
         raise PlanError(

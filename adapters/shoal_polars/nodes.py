@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -103,8 +104,16 @@ def _cols_outside_aggs(e: Expr) -> bool:
 
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    # ``projection`` is already reflected in the node's schema; the table keeps every column.
-    table = pl.DataFrame._from_pydf(node.df).to_arrow()
+    # ``projection`` is already reflected in the node's schema; the table keeps every column
+    # it can (a column of a type Arrow cannot hold, such as Int128, only when it is read,
+    # and then the schema's translation has reported it).
+    df = pl.DataFrame._from_pydf(node.df)
+    try:
+        table = df.to_arrow()
+    except Exception:
+        if len(schema) != len(t.nt.get_schema()):  # a column was not carried: reported
+            return t.placeholder(schema)
+        table = df.select(schema.names).to_arrow()
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
     return _scan(t, "DataFrameScan", InMemorySource(table), schema, pred)
 
@@ -125,7 +134,7 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     where = f"Scan({scan_type})"
     fo = node.file_options
     problems = _scan_problems(node, scan_type)
-    paths = tuple(os.path.abspath(os.fspath(p)) for p in node.paths)
+    paths = tuple(_local_path(p) for p in node.paths)
     row_index = fo.row_index
     index_name = None if row_index is None else str(row_index[0])
     # Hive partitions: one row of partition values per file (Polars has already dropped the
@@ -172,6 +181,19 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
+
+
+def _local_path(path: Any) -> str:
+    """A scan's path as an absolute local path: a ``file:`` URI (``file:///a/b``,
+    ``file:/a/b``; percent escapes decoded, as Polars reads them) becomes the path it names.
+    Other paths are made absolute; a file name is never a pattern here (Polars has already
+    expanded the user's globs into file names)."""
+    p = os.fspath(path)
+    if p.startswith("file:"):
+        parsed = urllib.parse.urlsplit(p)
+        if parsed.netloc in ("", "localhost"):
+            p = urllib.parse.unquote(parsed.path)
+    return os.path.abspath(p)
 
 
 def _file_groups(

@@ -8,6 +8,7 @@ split as the task's :data:`~shoal.execution.task.OutputSpec` says.
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 import time
@@ -92,9 +93,13 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 
 def frame_of(table: pa.Table) -> pl.DataFrame:
-    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows)."""
+    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows), with
+    the table's column names: ``pl.from_arrow`` renames a column named ``""`` to
+    ``column_0``, which Polars itself allows as a name."""
     df = pl.from_arrow(table)
     assert isinstance(df, pl.DataFrame)
+    if df.columns != table.column_names:
+        df.columns = table.column_names
     return df
 
 
@@ -156,7 +161,7 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         if not cols:
             return _height_only(part.rows).lazy()
         lfs = [
-            pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
+            pl.scan_parquet(p.path, glob=False).slice(p.offset, p.rows).select(cols)
             for p in part.pieces
             if p.rows > 0
         ]
@@ -188,10 +193,13 @@ def _height_only(rows: int) -> pl.DataFrame:
     return df
 
 
+#: Readers of one file each, by format. The planner lists the files, so a name is a name,
+#: never a pattern: ``[``, ``]``, ``*`` and ``?`` in it are literal (``glob=False``, or escaped
+#: for ``scan_ndjson``, which has no such option).
 _READERS: dict[str, Any] = {
-    "csv": pl.scan_csv,
-    "ndjson": pl.scan_ndjson,
-    "ipc": pl.scan_ipc,
+    "csv": lambda path, **kw: pl.scan_csv(path, glob=False, **kw),
+    "ndjson": lambda path, **kw: pl.scan_ndjson(glob.escape(path), **kw),
+    "ipc": lambda path, **kw: pl.scan_ipc(path, glob=False, **kw),
 }
 
 
@@ -394,7 +402,7 @@ def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
             f"range exchange: {spec.boundaries.num_rows} boundaries for {spec.n} outputs"
         )
     keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(spec.by)])
-    bounds = pl.from_arrow(spec.boundaries)
+    bounds = frame_of(spec.boundaries)
     assert isinstance(bounds, pl.DataFrame)
     bounds = bounds.rename(dict(zip(bounds.columns, keys.columns, strict=True)))
     bucket = range_buckets(keys, bounds, spec.descending, spec.nulls_last)

@@ -95,8 +95,11 @@ class DataType:
 def _from_polars(dtype: pl.DataType) -> DataType:
     try:
         arrow = pl.Series([], dtype=dtype).to_arrow().type
-    except Exception as exc:  # pragma: no cover - exotic dtypes
-        raise PlanError(f"Polars dtype {dtype} has no Arrow equivalent: {exc}") from exc
+    except Exception as exc:  # exotic dtypes: Int128, UInt128
+        raise PlanError(
+            f"Polars dtype {dtype} has no Arrow equivalent (shoal carries every column as "
+            f"Arrow; pyarrow: {exc})"
+        ) from exc
     return DataType(arrow)
 
 
