@@ -161,7 +161,11 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         if not cols:
             return _height_only(part.rows).lazy()
         lfs = [
-            pl.scan_parquet(p.path, glob=False).slice(p.offset, p.rows).select(cols)
+            _null_columns_cast(
+                pl.scan_parquet(p.path, glob=False).slice(p.offset, p.rows).select(cols),
+                p.null_columns,
+                node.schema,
+            )
             for p in part.pieces
             if p.rows > 0
         ]
@@ -183,6 +187,13 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
+
+
+def _null_columns_cast(lf: pl.LazyFrame, nulls: tuple[str, ...], schema: Schema) -> pl.LazyFrame:
+    """``lf`` (one Parquet piece) with its Null-typed columns ``nulls`` cast to the scan's
+    types, as Polars reads a file whose column pyarrow wrote untyped."""
+    cast = {c: schema[c].to_polars() for c in nulls if c in lf.collect_schema()}
+    return lf.cast(cast) if cast else lf  # type: ignore[arg-type]
 
 
 def _height_only(rows: int) -> pl.DataFrame:
