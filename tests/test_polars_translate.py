@@ -435,7 +435,8 @@ def test_fallback_warns_and_gives_polars_answer(mem: pl.LazyFrame, right: pl.Laz
     with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Function\(shuffle\)") as rec:
         got = lf.collect(engine=DistEngine(runner="local"))
     assert rec[0].filename == __file__  # points at the caller of collect()
-    assert_frame_equal(got, lf.collect(engine="in-memory"))
+    # the engine a plain collect() runs (shuffle's rows differ between Polars' engines)
+    assert_frame_equal(got, lf.collect())
 
 
 def test_raise_on_fail_explicit_wins_over_config(mem: pl.LazyFrame) -> None:

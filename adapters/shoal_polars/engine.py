@@ -272,14 +272,14 @@ class DistEngine(InMemoryEngine):
         ``_post_opt_callback`` themselves): translate and run with shoal, or leave the plan
         to Polars' in-memory engine (fallback). :meth:`collect` falls back to
         :func:`native_engine` instead."""
-        self._translate_or_fall_back(nt, {})
+        self._translate_or_fall_back(nt, None)
 
-    def _translate_or_fall_back(self, nt: Any, state: dict[str, Any]) -> None:
+    def _translate_or_fall_back(self, nt: Any, state: dict[str, Any] | None) -> None:
         """Translate the plan and hand Polars the function that runs it with shoal; or,
-        when it cannot be translated, raise (``raise_on_fail``) or warn, set
-        ``state["fallback"]`` and hand Polars a function returning an empty frame (the
-        caller then runs the query on Polars' engine). Inside a shoal task the plan is left
-        to Polars untouched."""
+        when it cannot be translated, raise (``raise_on_fail``) or warn, then: with a
+        ``state``, set ``state["fallback"]`` and hand Polars a function returning an empty
+        frame (the caller runs the query on :func:`native_engine`); without, leave the plan
+        to Polars. Inside a shoal task the plan is left to Polars untouched."""
         from shoal.errors import UnsupportedError
         from shoal.execution.scope import in_task
         from shoal_polars.translate import translate_plan
@@ -308,8 +308,9 @@ class DistEngine(InMemoryEngine):
             except Warning as w:  # warnings turned into errors: report as such
                 nt.set_udf(_raiser(w))
                 return
-            state["fallback"] = True
-            nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
+            if state is not None:
+                state["fallback"] = True
+                nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
             return
 
         def run(*_: Any) -> pl.DataFrame:
