@@ -104,16 +104,15 @@ def _cols_outside_aggs(e: Expr) -> bool:
 
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    # ``projection`` is already reflected in the node's schema; the table keeps every column
-    # it can (a column of a type Arrow cannot hold, such as Int128, only when it is read,
-    # and then the schema's translation has reported it).
+    # ``projection`` is already reflected in the node's schema: the table keeps only the
+    # schema's columns (so a column of a type shoal cannot carry, Int128 or Object, matters
+    # only when the query reads it, and then the schema's translation has reported it).
+    if len(schema) != len(t.nt.get_schema()):  # a column shoal cannot carry: reported
+        return t.placeholder(schema)
     df = pl.DataFrame._from_pydf(node.df)
-    try:
-        table = df.to_arrow()
-    except Exception:
-        if len(schema) != len(t.nt.get_schema()):  # a column was not carried: reported
-            return t.placeholder(schema)
-        table = df.select(schema.names).to_arrow()
+    if df.columns != list(schema.names):
+        df = df.select(schema.names)
+    table = df.to_arrow()
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
     return _scan(t, "DataFrameScan", InMemorySource(table), schema, pred)
 

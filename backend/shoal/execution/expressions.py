@@ -220,7 +220,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "unique_counts": lambda a, o: a[0].unique_counts(),
     # Polars' cast to Enum(categories), strict or not (a value outside the categories
     # raises InvalidOperationError, or becomes null)
-    "cast_enum": lambda a, o: a[0].cast(pl.Enum(list(o["categories"])), strict=o.get("strict", True)),
+    "cast_enum": lambda a, o: a[0].cast(
+        pl.Enum(list(o["categories"])), strict=o.get("strict", True)
+    ),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(o["by"]),
     # Polars' int_range(start, end, step, dtype) when given arguments; without arguments

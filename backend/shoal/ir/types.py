@@ -106,6 +106,9 @@ class DataType:
 
 @lru_cache(maxsize=512)
 def _from_polars(dtype: pl.DataType) -> DataType:
+    if isinstance(dtype, pl.Object):
+        # pyarrow would take the objects' addresses as bytes: never data.
+        raise PlanError("Polars dtype Object holds Python objects, which shoal cannot carry")
     try:
         arrow = pl.Series([], dtype=dtype).to_arrow().type
     except Exception as exc:  # exotic dtypes: Int128, UInt128

@@ -98,7 +98,7 @@ def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
     final: list[NamedExpr] = []
     memo: dict[Agg, Expr] = {}
 
-    def add(agg: Agg, final_name: str, dtype: DataType) -> Col:
+    def add(agg: Agg, final_name: str, dtype: DataType) -> Expr:
         i = len(partial)
         partial.append(NamedExpr(f"__p{i}", agg))
         final.append(NamedExpr(f"__f{i}", Agg(final_name, Col(f"__p{i}", agg.dtype), dtype)))
