@@ -125,7 +125,9 @@ def explain(
         except UnsupportedError as exc:
             # What collect(engine="dist") would do: fall back, for these reasons.
             return header + f"Falls back to the frontend's own engine:\n{exc}"
-    physical = plan_physical(query, cfg)
+    from shoal.runners.session import running_cpus
+
+    physical = plan_physical(query, cfg, running_cpus(cfg))
     return header + (
         "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
     )

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from shoal.errors import ConfigFrozenError
+from shoal.errors import ConfigFrozenError, VersionMismatchError
 
 RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
@@ -532,16 +532,90 @@ def mark_runner_started(started: bool) -> None:
     _runner_started = started
 
 
+#: The packages whose versions must agree between the driver and every worker.
+VERSIONED_PACKAGES = ("shoal", "polars", "pyarrow", "duckdb")
+_versions: str | None = None
+
+
+def software_versions() -> str:
+    """This process's versions of Python (major.minor) and of :data:`VERSIONED_PACKAGES`
+    (those imported or importable), as ``"name=version;..."``, computed once."""
+    global _versions
+    if _versions is None:
+        import importlib.metadata
+        import sys
+
+        parts = [f"python={sys.version_info[0]}.{sys.version_info[1]}"]
+        for name in VERSIONED_PACKAGES:
+            module = sys.modules.get(name)
+            version = getattr(module, "__version__", None) if module is not None else None
+            if not isinstance(version, str):
+                try:
+                    version = importlib.metadata.version(name)
+                except importlib.metadata.PackageNotFoundError:
+                    version = "absent"
+            parts.append(f"{name}={version}")
+        _versions = ";".join(parts)
+    return _versions
+
+
+def query_digest(config: Config) -> str:
+    """What every task of a query checks before it starts: the config snapshot's content
+    hash and the driver's :func:`software_versions`, as ``"<hash>;<versions>"``."""
+    return f"{config.digest()};{software_versions()}"
+
+
+def _node_name() -> str:
+    import socket
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+            return f"{socket.gethostname()} (Ray node {node[:12]})"
+    except Exception:  # pragma: no cover - no runtime context outside a Ray worker
+        pass
+    return socket.gethostname()
+
+
+def check_versions(driver_versions: str) -> None:
+    """Raise :class:`shoal.errors.VersionMismatchError` naming this node and each package
+    whose version here differs from the driver's (``driver_versions`` as
+    :func:`software_versions` writes them)."""
+    mine = software_versions()
+    if driver_versions == mine:
+        return
+    here = dict(p.split("=", 1) for p in mine.split(";") if "=" in p)
+    there = dict(p.split("=", 1) for p in driver_versions.split(";") if "=" in p)
+    diff = ", ".join(
+        f"{name} {here.get(name, 'absent')} (driver: {there.get(name, 'absent')})"
+        for name in sorted(set(here) | set(there))
+        if here.get(name) != there.get(name)
+    )
+    raise VersionMismatchError(
+        f"shoal: the worker on {_node_name()} runs {diff}; every node of the cluster must "
+        "run the driver's versions (install the same packages there, or give Ray a "
+        "runtime_env that does)"
+    )
+
+
 @contextlib.contextmanager
 def task_config(config: Config, digest: str) -> Iterator[Config]:
     """Inside a task: install the query's snapshot for the task's duration.
 
-    Raises ``RuntimeError`` when the snapshot does not hash to ``digest``: a task must
-    never run under a config other than its query's.
+    ``digest`` is the query's :func:`query_digest` (a bare :meth:`Config.digest` skips the
+    version check). Raises ``RuntimeError`` when the snapshot does not hash to it (a task
+    must never run under a config other than its query's), and
+    :class:`shoal.errors.VersionMismatchError` when this worker's software versions
+    differ from the driver's, before any work.
     """
+    wanted, _, driver_versions = digest.partition(";")
     got = config.digest()
-    if got != digest:
-        raise RuntimeError(f"shoal config snapshot hash mismatch in task: {got} != {digest}")
+    if got != wanted:
+        raise RuntimeError(f"shoal config snapshot hash mismatch in task: {got} != {wanted}")
+    if driver_versions:
+        check_versions(driver_versions)
     token = _task_config.set(config)
     try:
         yield config

@@ -29,6 +29,14 @@ class ConfigFrozenError(ShoalError, RuntimeError):
     """
 
 
+class VersionMismatchError(ShoalError, RuntimeError):
+    """A worker runs other versions of shoal, Polars, pyarrow, DuckDB or Python than the
+    driver. Raised by the task, before it computes anything: hash partitioning (Polars
+    documents ``hash`` as unstable across versions) and every per-row rule must be the same
+    on every worker, or a join or an aggregation is silently wrong. The message names the
+    worker's node and both versions of each package that differs."""
+
+
 class TaskError(ShoalError, RuntimeError):
     """A task of a distributed query failed; the message names the stage and partition.
 

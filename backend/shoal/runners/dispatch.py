@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from shoal import config as _config
 from shoal.errors import QueryCancelledError, task_error
 from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
@@ -218,7 +219,8 @@ class DispatchLoop:
         cancel: CancelToken | None = None,
     ) -> None:
         self.plan = plan
-        self.config_digest = config.digest() if config is not None else ""
+        # The config's hash plus the driver's software versions: every task checks both.
+        self.config_digest = _config.query_digest(config) if config is not None else ""
         self.max_retries = config.task_max_retries if config is not None else 0
         self.config_handle = backend.begin_query(config) if config is not None else None
         self.backend = backend

@@ -12,9 +12,12 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import socket
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -23,6 +26,7 @@ from shoal.errors import ShoalError
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
 _log = logging.getLogger("shoal")
+_T = TypeVar("_T")
 
 #: Seconds a cancelled Ray task gets to stop by itself before its worker is killed.
 CANCEL_GRACE_S = 1.0
@@ -31,8 +35,59 @@ CANCEL_GRACE_S = 1.0
 READ_TIMEOUT_S = 5.0
 
 
+class _OwnerThread:
+    """The thread that starts (and so owns) a local Ray instance, for the process's life.
+
+    Ray ties the daemons it starts (gcs_server, raylet) to the *thread* that ran
+    ``ray.init`` (Linux ``PR_SET_PDEATHSIG`` fires when the forking thread exits). Started
+    from a short-lived thread (a ``ThreadPoolExecutor`` worker, ``asyncio.to_thread``, a web
+    server's request thread), the instance died with that thread, the next query hung for
+    60 s and Ray's C++ core then exited the whole process. So shoal runs ``ray.init`` on one
+    daemon thread of its own that waits for work until the process ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def run(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the owner thread and return its result (or raise its error)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="shoal-ray-owner", daemon=True
+                )
+                self._thread.start()
+        done: Future[_T] = Future()
+        self._jobs.put((fn, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            fn, done = self._jobs.get()
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the caller's thread
+                done.set_exception(exc)
+
+
+_owner = _OwnerThread()
+
+
+class _DropNotMainThreadWarning(logging.Filter):
+    """Ray warns that it sets no SIGTERM handler off the main thread: expected on the
+    owner thread, and not the user's concern."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
 def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
+
+    Runs on shoal's Ray owner thread (see :class:`_OwnerThread`), so that a local instance
+    lives as long as the process whichever thread ran the first query.
 
     The address is ``config.ray_address`` (``SHOAL_RAY_ADDRESS``), else ``RAY_ADDRESS``
     (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs
@@ -41,6 +96,10 @@ def start_ray(config: Config) -> bool:
     Returns True when shoal started (and so owns) the instance. Raises
     :class:`shoal.ShoalError` saying why when Ray cannot start; never falls back.
     """
+    return _owner.run(lambda: _start_ray(config))
+
+
+def _start_ray(config: Config) -> bool:
     import ray
 
     if ray.is_initialized():
@@ -66,16 +125,22 @@ def start_ray(config: Config) -> bool:
             # address="local" always starts a new instance private to this process: with no
             # address Ray would attach to any instance another program started on the
             # machine (it reads /tmp/ray/ray_current_cluster).
-            ray.init(
-                address="local",
-                num_cpus=config.num_cpus,
-                num_gpus=config.num_gpus,
-                _temp_dir=config.ray_temp_dir,
-                object_store_memory=config.object_store_bytes,
-                _system_config=system or None,
-                include_dashboard=config.ray_dashboard,
-                **kwargs,
-            )
+            ray_worker_log = logging.getLogger("ray._private.worker")
+            quiet = _DropNotMainThreadWarning()
+            ray_worker_log.addFilter(quiet)
+            try:
+                ray.init(
+                    address="local",
+                    num_cpus=config.num_cpus,
+                    num_gpus=config.num_gpus,
+                    _temp_dir=config.ray_temp_dir,
+                    object_store_memory=config.object_store_bytes,
+                    _system_config=system or None,
+                    include_dashboard=config.ray_dashboard,
+                    **kwargs,
+                )
+            finally:
+                ray_worker_log.removeFilter(quiet)
     except Exception as exc:
         where = f"cluster at {address!r}" if address else "a local Ray instance"
         hint = (

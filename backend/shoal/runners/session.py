@@ -111,6 +111,15 @@ def _check_same_runner(kind: str, config: Config) -> None:
             )
 
 
+def running_cpus(config: Config) -> int | None:
+    """The CPUs of ``config``'s runner if it is running (Ray: the cluster's, read now),
+    else None."""
+    with _lock:
+        if config.runner not in _backends:
+            return None
+    return _cpus(config)
+
+
 def _cpus(config: Config) -> int:
     if config.runner == "ray":
         import ray
@@ -145,11 +154,13 @@ def _start(
     """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
     with one actor pool per stage of a stateful or GPU user function (started by the loop
     when the stage becomes runnable, closed when it ends or the query does)."""
-    with tracer.span("plan") if tracer else NO_SPAN:
-        physical = plan_physical(plan, config)
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
+    # Sized by the cluster as it is now (an autoscaled cluster may have grown since the
+    # last query), not by the driver's CPUs.
     cpus = _cpus(config)
+    with tracer.span("plan") if tracer else NO_SPAN:
+        physical = plan_physical(plan, config, cpus)
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
