@@ -295,3 +295,27 @@ def test_odd_files_leave_no_warning(odd_files: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         run(pl.scan_parquet(os.fspath(odd_files / "part[0].parquet"), glob=False))
+
+
+def test_streaming_engine_panic_in_a_task_runs_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polars 2.1's streaming engine panics on some inputs its in-memory engine runs
+    (``list.diff`` of some row ranges of an Arrow list column); a task whose query panics
+    runs it again on the in-memory engine instead of failing with the panic."""
+    from shoal.execution.scope import in_task
+
+    original = pl.LazyFrame.collect
+    panics = []
+
+    def streaming_panics(self: pl.LazyFrame, *args: object, **kwargs: object) -> object:
+        if in_task() and kwargs.get("engine") == "streaming":
+            panics.append(1)
+            raise pl.exceptions.PanicException("type Int64 is incompatible with expected type Null")
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    lf = pl.LazyFrame({"g": [1, 2, 1, None], "a": [1.5, None, -0.0, 4.0]})
+    query = lf.group_by("g").agg(pl.col("a").sum()).sort("g")
+    expected = query.collect()
+    monkeypatch.setattr(pl.LazyFrame, "collect", streaming_panics)
+    for n in PARTITIONS:
+        assert_frame_equal(run(query, n), expected)
+    assert panics

@@ -18,6 +18,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+from polars.exceptions import PanicException
 
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
@@ -180,7 +181,7 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
         lf = reader(part.path, **_reader_options(node.source.options))
         if not cols:
-            return _height_only(lf.select(pl.len()).collect(engine=TASK_ENGINE).item()).lazy()
+            return _height_only(collect(lf.select(pl.len())).item()).lazy()
         lf = lf.select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
@@ -318,17 +319,13 @@ def build(
         # stateful or GPU UDF: the planner gives those an actor pool stage of their own).
         from shoal.udf import apply_project
 
-        frame = build(node.input, inputs, scan).collect(
-            engine=TASK_ENGINE, optimizations=collect_optimizations()
-        )
+        frame = collect(build(node.input, inputs, scan))
         return apply_project(node, frame).lazy()
     if isinstance(node, Sink):
         # This task writes its own partition's files; its result lists them.
         from shoal.execution.sink import write_partition
 
-        frame = build(node.input, inputs, scan).collect(
-            engine=TASK_ENGINE, optimizations=collect_optimizations()
-        )
+        frame = collect(build(node.input, inputs, scan))
         return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
@@ -464,6 +461,22 @@ def in_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.collect(engine="in-memory", optimizations=collect_optimizations()).lazy()
 
 
+def collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    """Run a task's query: Polars' :data:`~shoal.execution.scope.TASK_ENGINE` (named, so
+    that no engine affinity sends it back to shoal) with :func:`collect_optimizations`.
+
+    Where that engine panics, the query runs again on Polars' in-memory engine, as Polars
+    itself does for a query an engine cannot run: Polars 2.1's streaming engine panics on
+    some inputs the in-memory engine runs (``list.diff`` of some row ranges of an Arrow
+    list column). A panic there too fails the task (a ``PanicException`` is not an
+    ``Exception``: the query raises a plain :class:`shoal.TaskError` naming it).
+    """
+    try:
+        return lf.collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
+    except PanicException:
+        return lf.collect(engine="in-memory", optimizations=collect_optimizations())
+
+
 def collect_optimizations() -> pl.QueryOptFlags:
     """Polars' optimisations for a task's query: all of them except join reordering.
 
@@ -510,9 +523,7 @@ def _run_fragment(
         for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
     ]
     rows_in = sum(f.height for f in frames)
-    df = build(fragment, frames, scan).collect(
-        engine=TASK_ENGINE, optimizations=collect_optimizations()
-    )
+    df = collect(build(fragment, frames, scan))
     scan_rows = 0
     if isinstance(scan, ScanPartition):
         scan_rows = scan.rows
@@ -576,5 +587,5 @@ def run_single(plan: PlanNode) -> pa.Table:
 
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
     lookup = _ScanLookup(scans, [whole(s) for s in scans])
-    out = build(plan, [], lookup).collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
+    out = collect(build(plan, [], lookup))
     return out.to_arrow()  # type: ignore[arg-type]
