@@ -127,6 +127,23 @@ def test_udf_collect_inside_a_task_stays_on_polars(affinity: Any) -> None:
     assert got["b"].to_list() == [4, 5, 6, 7, 8]
 
 
+@pytest.mark.timeout(120)
+def test_udf_sink_inside_a_task_stays_on_polars(affinity: Any, tmp_path: Any) -> None:
+    """``sink_parquet`` from a UDF's body (under the affinity) writes with Polars."""
+    target = tmp_path / "side.parquet"
+
+    @shoal.udf(return_dtype=pl.Int64)
+    def writes_a_file(a: pl.Series) -> pl.Series:
+        a.to_frame().lazy().sink_parquet(target)
+        return a * 2
+
+    lf = pl.LazyFrame({"a": [1, 2, 3]})
+    affinity(shoal.DistEngine(runner="local", raise_on_fail=True, config=CONFIG))
+    got = lf.shoal.with_udf(writes_a_file, "a", "b").collect()
+    assert got["b"].to_list() == [2, 4, 6]
+    assert target.exists()
+
+
 @pytest.mark.timeout(300)
 def test_affinity_ray_runner(affinity: Any, ray_runner: None) -> None:
     _check_affinity_runs_on_shoal(

@@ -228,14 +228,19 @@ class DistEngine(InMemoryEngine):
         driver with every file (paths as Polars gives them). What shoal cannot honour (a
         file-like or cloud target, storage options, ``arrow_schema``, ``encryption``,
         ``PartitionBy`` with a ``file_path_provider`` or expression keys) and queries it
-        cannot translate fall back to Polars' streaming sink with a
-        :class:`ShoalFallbackWarning`, or raise :class:`shoal.UnsupportedError` with
-        ``raise_on_fail``. A bad target raises before any task runs, naming the path
+        cannot translate fall back to the sink of :func:`native_engine` (Polars'
+        streaming engine by default) with a :class:`ShoalFallbackWarning`, or raise
+        :class:`shoal.UnsupportedError` with ``raise_on_fail``; inside a shoal task the sink
+        runs there at once. A bad target raises before any task runs, naming the path
         (``IsADirectoryError``, ``FileNotFoundError``, ``NotADirectoryError``).
         """
         from shoal.errors import UnsupportedError
+        from shoal.execution.scope import in_task
         from shoal_polars.sink import sink_plan, user_path
 
+        if in_task():  # never a nested shoal query from a task (see collect)
+            native_engine().sink_parquet(lf, path, **kwargs)
+            return
         callback = kwargs.pop("sinked_paths_callback", None)
         optimizations = kwargs.pop("optimizations")
         writer = {k: v for k, v in kwargs.items() if k != "maintain_order"}
