@@ -157,7 +157,9 @@ class DistEngine(InMemoryEngine):
         out = super().collect(
             lf,
             optimizations=optimizations,
-            post_opt_callback=lambda nt, *args: self._translate_or_fall_back(nt, state),
+            post_opt_callback=lambda nt, *args: self._translate_or_fall_back(
+                nt, state, _plan_text(lf, optimizations)
+            ),
         )
         if state.get("fallback"):
             return native_engine().collect(lf, optimizations=optimizations)
@@ -272,19 +274,22 @@ class DistEngine(InMemoryEngine):
                 )
             )
 
-    def _callback(self, nt: Any, *args: Any) -> None:
+    def _callback(self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None) -> None:
         """Polars' post-optimisation callback (for callers that run this engine's
         ``_post_opt_callback`` themselves): translate and run with shoal, or leave the plan
         to Polars' in-memory engine (fallback). :meth:`collect` falls back to
         :func:`native_engine` instead."""
-        self._translate_or_fall_back(nt, None)
+        self._translate_or_fall_back(nt, None, plan_text)
 
-    def _translate_or_fall_back(self, nt: Any, state: dict[str, Any] | None) -> None:
+    def _translate_or_fall_back(
+        self, nt: Any, state: dict[str, Any] | None, plan_text: Callable[[], str] | None
+    ) -> None:
         """Translate the plan and hand Polars the function that runs it with shoal; or,
         when it cannot be translated, raise (``raise_on_fail``) or warn, then: with a
         ``state``, set ``state["fallback"]`` and hand Polars a function returning an empty
         frame (the caller runs the query on :func:`native_engine`); without, leave the plan
-        to Polars. Inside a shoal task the plan is left to Polars untouched."""
+        to Polars. Inside a shoal task the plan is left to Polars untouched. ``plan_text``
+        gives Polars' text of the plan (see :func:`shoal_polars.translate.translate_plan`)."""
         from shoal.errors import UnsupportedError
         from shoal.execution.scope import in_task
         from shoal_polars.translate import translate_plan
@@ -293,7 +298,7 @@ class DistEngine(InMemoryEngine):
             return
         expected = nt.get_schema()
         try:
-            plan = translate_plan(nt)
+            plan = translate_plan(nt, plan_text)
         except (Exception, _PanicException) as exc:
             exc = _unpanicked(exc)
             unsupported = isinstance(exc, UnsupportedError)
@@ -346,6 +351,11 @@ def _unpanicked(exc: BaseException) -> Exception:
     from shoal.errors import UnsupportedError
 
     return UnsupportedError(f"Polars panicked while shoal read its plan: {exc}")
+
+
+def _plan_text(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Callable[[], str]:
+    """Polars' text of ``lf``'s optimised plan, when called (see ``translate_plan``)."""
+    return lambda: lf.explain(engine="in-memory", optimizations=optimizations)
 
 
 def _raiser(exc: BaseException) -> Callable[..., pl.DataFrame]:
@@ -435,7 +445,7 @@ def optimised_plan(
 
         schema = found["schema"] = nt.get_schema()
         try:
-            found["plan"] = translate_plan(nt)
+            found["plan"] = translate_plan(nt, _plan_text(lf, optimizations or pl.QueryOptFlags()))
         except (Exception, _PanicException) as exc:
             nt.set_udf(_raiser(_unpanicked(exc)))
             return

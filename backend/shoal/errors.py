@@ -7,6 +7,11 @@ class ShoalError(Exception):
     """Base class of every error raised by shoal itself."""
 
 
+class ShoalWarning(UserWarning):
+    """Base class of every warning shoal gives (a misspelt ``SHOAL_*`` variable, a query
+    that runs on the frontend's own engine instead, ...)."""
+
+
 class UnsupportedError(ShoalError, NotImplementedError):
     """A frontend construct that shoal cannot run distributed.
 

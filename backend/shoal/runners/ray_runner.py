@@ -15,13 +15,13 @@ import os
 import queue
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from shoal.config import Config
+from shoal.config import Config, redact
 from shoal.errors import ShoalError
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
@@ -104,11 +104,12 @@ def _start_ray(config: Config) -> bool:
 
     if ray.is_initialized():
         return False
-    runtime_env = {"env_vars": {"POLARS_MAX_THREADS": str(config.task_cpus)}}
     kwargs: dict[str, Any] = {
         "logging_level": logging.WARNING,
-        "runtime_env": runtime_env,
+        "runtime_env": runtime_env(config),
     }
+    if config.ray_namespace:
+        kwargs["namespace"] = config.ray_namespace
     address = config.ray_address or os.environ.get("RAY_ADDRESS")
     if address and address != "auto":
         check_reachable(address, config.ray_connect_timeout_s)
@@ -142,31 +143,57 @@ def _start_ray(config: Config) -> bool:
             finally:
                 ray_worker_log.removeFilter(quiet)
     except Exception as exc:
-        where = f"cluster at {address!r}" if address else "a local Ray instance"
+        where = f"cluster at {redact(address)!r}" if address else "a local Ray instance"
         hint = (
             "; ray_dashboard (SHOAL_RAY_DASHBOARD) needs ray[default]: pip install 'ray[default]'"
             if config.ray_dashboard and not address and "dashboard" in str(exc).lower()
             else ""
         )
-        raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}{hint}") from exc
+        # Ray's own message may repeat the address, credentials and all: redacted, and the
+        # original is not chained.
+        raise ShoalError(
+            f"shoal could not start the Ray runner ({where}): {redact(str(exc))}{hint}"
+        ) from None
     return True
+
+
+def runtime_env(config: Config) -> dict[str, Any]:
+    """The Ray runtime_env of the driver's job: the user's ``ray_runtime_env`` with
+    ``POLARS_MAX_THREADS`` (the task's CPUs: Polars fixes its thread pool at import) added
+    to its ``env_vars`` unless the user set it."""
+    env: dict[str, Any] = json.loads(json.dumps(dict(config.ray_runtime_env), default=_plain))
+    env_vars = dict(env.get("env_vars") or {})
+    env_vars.setdefault("POLARS_MAX_THREADS", str(config.task_cpus))
+    env["env_vars"] = env_vars
+    return env
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of the frozen mappings and tuples a Config holds."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"shoal setting ray_runtime_env: {value!r} is not JSON")
 
 
 def check_reachable(address: str, timeout_s: float) -> None:
     """Raise :class:`shoal.ShoalError` when nothing answers at the Ray ``address``
     (``ray://host:port`` or ``host:port``) within ``timeout_s`` seconds."""
-    target = address.removeprefix("ray://")
+    target = address.removeprefix("ray://").rpartition("@")[2]
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
-        raise ShoalError(f"shoal: Ray address {address!r} is not of the form [ray://]host:port")
+        raise ShoalError(
+            f"shoal: Ray address {redact(address)!r} is not of the form [ray://]host:port"
+        )
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
         raise ShoalError(
-            f"shoal: the Ray cluster at {address!r} is unreachable (no answer within "
+            f"shoal: the Ray cluster at {redact(address)!r} is unreachable (no answer within "
             f"{timeout_s:g} s: {exc}); check the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
-        ) from exc
+        ) from None
 
 
 def _ray_task(
@@ -205,10 +232,30 @@ class RayBackend:
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
         self.task_cpus = config.task_cpus
+        #: CPUs per task of recent queries, by their config snapshot's object id (a query's
+        #: ``task_cpus`` may differ from the runner's: ``execution_config(task_cpus=4)``).
+        self._query_cpus: dict[str, int] = {}
 
     def begin_query(self, config: Config) -> Any:
-        """Put the query's config snapshot in the object store: once per query."""
-        return self._ray.put(config)
+        """Put the query's config snapshot in the object store: once per query.
+
+        Raises :class:`shoal.ShoalError` before any task when no alive node of the cluster
+        has ``config.task_cpus`` CPUs: Ray would keep such tasks pending forever."""
+        largest = max(
+            (n["Resources"].get("CPU", 0.0) for n in self._ray.nodes() if n.get("Alive")),
+            default=0.0,
+        )
+        if config.task_cpus > largest + 1e-9:
+            raise ShoalError(
+                f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
+                f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
+                "never be scheduled"
+            )
+        handle = self._ray.put(config)
+        if len(self._query_cpus) > 256:
+            self._query_cpus.pop(next(iter(self._query_cpus)))
+        self._query_cpus[handle.hex()] = config.task_cpus
+        return handle
 
     def submit(self, task: TaskSpec) -> Any:
         if task.pool is not None:  # a stage of a stateful or GPU UDF: one of its actors
@@ -220,13 +267,18 @@ class RayBackend:
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs,
-            num_cpus=self.task_cpus,
+            num_cpus=self._task_cpus(task),
             max_retries=task.max_retries,
             retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
+
+    def _task_cpus(self, task: TaskSpec) -> int:
+        hex_of = getattr(task.config, "hex", None)
+        key = hex_of() if callable(hex_of) else None
+        return self._query_cpus.get(key, self.task_cpus) if key else self.task_cpus
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ready, rest = self._ray.wait(list(handles), num_returns=1, timeout=timeout)

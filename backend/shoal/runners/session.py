@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shoal import config as _config
@@ -105,9 +106,12 @@ def _check_same_runner(kind: str, config: Config) -> None:
     for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
         wanted = getattr(config, name)
         if wanted != getattr(defaults, name) and wanted != getattr(started, name):
+            shown = {"wanted": wanted, "running": getattr(started, name)}
+            if name == "ray_address":
+                shown = {k: _config.redact(v) if v else v for k, v in shown.items()}
             raise ConfigFrozenError(
-                f"shoal setting {name}={wanted!r} differs from the running {kind} runner's "
-                f"{getattr(started, name)!r}; call shoal.shutdown() first to start a new one"
+                f"shoal setting {name}={shown['wanted']!r} differs from the running {kind} "
+                f"runner's {shown['running']!r}; call shoal.shutdown() first to start a new one"
             )
 
 
@@ -206,14 +210,18 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
-    """Concatenate partition results in order and cast to ``plan.schema``."""
+    """Concatenate partition results in order and cast to ``plan.schema``. A plan without
+    columns gives a table of no columns and as many rows as the partitions hold."""
     schema = plan.schema.to_polars()
     frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
         return pl.DataFrame(schema=schema).to_arrow()
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
-    df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    if schema:
+        df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    else:
+        df = df.drop(cs.all())
     return df.to_arrow()
 
 
