@@ -209,6 +209,7 @@ def test_file_uris(odd_files: Path) -> None:
 
 def test_int_range_of_len_in_select() -> None:
     lf = pl.LazyFrame({"g": [1, 1, 2, None, 2], "a": [1.0, None, 3.0, 4.0, -0.0]})
+    check(lf.select(pl.int_range(pl.len()).alias("i")))
     check(lf.select(pl.int_range(pl.len()).alias("i"), pl.col("a").sum()))
     check(lf.select(pl.int_range(pl.col("a").count()).alias("i"), pl.col("a").mean()))
     check(lf.filter(pl.col("a") > 0).select(pl.int_range(0, pl.col("a").len() * 2, 3).alias("i")))
@@ -247,6 +248,7 @@ def test_int128_columns_are_refused_naming_the_column() -> None:
         got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
     assert_frame_equal(got, lf.collect())
     check(lf.select(pl.col("a") * 2))  # the Int128 column is not read: runs on shoal
+    check(lf.select(pl.len()))  # nor here, where the frame's height is all that is read
 
 
 def test_object_columns_are_refused() -> None:

@@ -17,7 +17,7 @@ from typing import Any, cast
 import polars as pl
 import pyarrow.parquet as pq
 
-from shoal.errors import UnsupportedError
+from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
     Aggregate,
@@ -104,17 +104,28 @@ def _cols_outside_aggs(e: Expr) -> bool:
 
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    # ``projection`` is already reflected in the node's schema: the table keeps only the
-    # schema's columns (so a column of a type shoal cannot carry, Int128 or Object, matters
-    # only when the query reads it, and then the schema's translation has reported it).
+    # ``projection`` is already reflected in the node's schema; the table keeps every column
+    # (its height too when the query reads none) except those of types shoal cannot carry
+    # (Int128, Object): they matter only when the query reads them, and then the schema's
+    # translation has reported them.
     if len(schema) != len(t.nt.get_schema()):  # a column shoal cannot carry: reported
         return t.placeholder(schema)
     df = pl.DataFrame._from_pydf(node.df)
-    if df.columns != list(schema.names):
-        df = df.select(schema.names)
+    carried = [c for c, dtype in df.schema.items() if _carried(dtype)]
+    if len(carried) != df.width:
+        df = df.select(carried)
     table = df.to_arrow()
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
     return _scan(t, "DataFrameScan", InMemorySource(table), schema, pred)
+
+
+def _carried(dtype: Any) -> bool:
+    """Whether shoal's types carry Polars ``dtype`` (not Int128, UInt128, Object)."""
+    try:
+        DataType.from_polars(dtype)
+    except PlanError:
+        return False
+    return True
 
 
 def _scan(t: Translator, where: str, source: Any, schema: Schema, pred: Expr | None) -> PlanNode:
