@@ -309,7 +309,7 @@ def test_streaming_engine_panic_in_a_task_runs_in_memory(monkeypatch: pytest.Mon
     panics = []
 
     def streaming_panics(self: pl.LazyFrame, *args: object, **kwargs: object) -> object:
-        if in_task() and getattr(kwargs.get("engine"), "name", None) == "streaming":
+        if in_task() and kwargs.get("engine") == "streaming":
             panics.append(1)
             raise pl.exceptions.PanicException("type Int64 is incompatible with expected type Null")
         return original(self, *args, **kwargs)  # type: ignore[arg-type]

@@ -24,7 +24,7 @@ from polars.exceptions import PanicException
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import to_polars
-from shoal.execution.scope import TASK_ENGINE, TASK_IN_MEMORY_ENGINE, task_scope
+from shoal.execution.scope import TASK_ENGINE, task_scope
 from shoal.execution.task import (
     FilePartition,
     HashOutput,
@@ -503,7 +503,7 @@ def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
 
 def in_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
     """``lf`` run now by Polars' in-memory engine, as a lazy frame over the result."""
-    return lf.collect(engine=TASK_IN_MEMORY_ENGINE, optimizations=collect_optimizations()).lazy()
+    return lf.collect(engine="in-memory", optimizations=collect_optimizations()).lazy()
 
 
 def collect(lf: pl.LazyFrame) -> pl.DataFrame:
@@ -519,7 +519,7 @@ def collect(lf: pl.LazyFrame) -> pl.DataFrame:
     try:
         return lf.collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
     except PanicException:
-        return lf.collect(engine=TASK_IN_MEMORY_ENGINE, optimizations=collect_optimizations())
+        return lf.collect(engine="in-memory", optimizations=collect_optimizations())
 
 
 def collect_optimizations() -> pl.QueryOptFlags:

@@ -7,8 +7,8 @@ a ``shoal.DistEngine`` (``pl.Config.set_engine_affinity(...)``), and any code ma
 nested shoal query that waits for a place in the pool its own task occupies: on the local
 runner, a deadlock. Two rules prevent it:
 
-* every collect that shoal makes itself names its engine, :data:`TASK_ENGINE` (an engine
-  given explicitly is never resolved through the affinity);
+* every collect that shoal makes itself names :data:`TASK_ENGINE` (an engine name given
+  explicitly is never resolved through the affinity);
 * the code of a task (the kernel, a UDF and a stateful UDF's ``__init__``) runs inside
   :func:`task_scope`, and the Polars engine refuses to start a shoal query while
   :func:`in_task` is true (it runs the query on Polars' own engine instead).
@@ -21,16 +21,9 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
-from polars.lazyframe.engine import InMemoryEngine, StreamingEngine
-
 #: The Polars engine of every query a task runs: Polars 2.1's default (what a plain
-#: ``collect()`` runs when no affinity is set), given as an engine so that an affinity never
-#: applies, and not monitored: with ``pl.Config(enable_monitoring=True)`` the user's query
-#: is reported to Polars' query observer once, not once more per task.
-TASK_ENGINE: Final = StreamingEngine(monitoring=False)
-
-#: Polars' in-memory engine for the queries of a task that need it (not monitored either).
-TASK_IN_MEMORY_ENGINE: Final = InMemoryEngine(monitoring=False)
+#: ``collect()`` runs when no affinity is set), named so that an affinity never applies.
+TASK_ENGINE: Final = "streaming"
 
 _state = threading.local()
 

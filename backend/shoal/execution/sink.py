@@ -29,7 +29,6 @@ import polars as pl
 import pyarrow as pa
 
 from shoal.execution.kernel import _reader_options
-from shoal.execution.scope import TASK_ENGINE
 from shoal.ir.nodes import SINK_SCHEMA, Sink
 
 #: Polars' file names in a partitioned sink: the file's number, 8 hexadecimal digits
@@ -71,7 +70,7 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
         )
     df.lazy().sink_parquet(
         target,
-        engine=TASK_ENGINE,
+        engine="streaming",
         maintain_order=True,
         sinked_paths_callback=lambda args: written.extend(args.paths),
         **options,
