@@ -20,11 +20,12 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
-from polars.lazyframe.engine import InMemoryEngine, StreamingEngine
+from polars.exceptions import PanicException as _PanicException
+from polars.lazyframe.engine import Engine, InMemoryEngine, StreamingEngine
 from polars.lazyframe.in_process import InProcessQuery
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable
 
     import pyarrow as pa
 
@@ -54,9 +55,17 @@ class DistEngine(InMemoryEngine):
     ``runner`` is ``"ray"``, ``"local"`` or None (the configured runner); ``config`` is a
     :class:`shoal.Config` (None: :func:`shoal.get_config` when the query runs).
     ``raise_on_fail`` True makes a query that shoal cannot translate raise
-    :class:`shoal.UnsupportedError` from ``collect``; False falls back to Polars' in-memory
-    engine with a :class:`ShoalFallbackWarning`; None (the default) takes
+    :class:`shoal.UnsupportedError` from ``collect``; False falls back, with a
+    :class:`ShoalFallbackWarning`, to the Polars engine the query would have run on without
+    shoal (:func:`native_engine`: Polars 2.1's default streaming engine unless
+    ``POLARS_ENGINE_AFFINITY`` names another); None (the default) takes
     ``config.raise_on_fail``. An explicit value wins over the config.
+
+    It may be set as Polars' engine affinity
+    (``pl.Config.set_engine_affinity(DistEngine(...))``), so that a plain ``collect()``
+    runs on shoal. Queries started inside a shoal task never come back to shoal: shoal's
+    own collects name their engine, and this engine runs any query that reaches it from a
+    task on :func:`native_engine`.
 
     ``collect(background=True)`` runs the query with shoal in a background thread and
     returns a :class:`DistQuery` (Polars' ``InProcessQuery`` interface: ``fetch()``,
@@ -119,18 +128,36 @@ class DistEngine(InMemoryEngine):
         background: bool = False,
         post_opt_callback: Any = None,
     ) -> pl.DataFrame | InProcessQuery:
-        """Polars' ``Engine.collect``; with ``background`` the query runs with shoal in a
-        background thread and a :class:`DistQuery` is returned at once (falling back to
-        Polars' background collection, as ``collect`` falls back)."""
-        if not background and post_opt_callback is None and not optimizations._pyoptflags.eager:
-            return self._collect(lf, optimizations)
-        if not background or post_opt_callback is not None:
+        """Polars' ``Engine.collect``: run ``lf`` with shoal; with ``background`` the query
+        runs with shoal in a background thread and a :class:`DistQuery` is returned at once.
+
+        A query shoal cannot translate runs on :func:`native_engine` (the engine a plain
+        ``collect()`` would have used without shoal), after a :class:`ShoalFallbackWarning`,
+        or raises :class:`shoal.UnsupportedError` with ``raise_on_fail``. A query started
+        inside a shoal task (the user's engine affinity, or a patched ``collect``, reaching
+        this engine from a task's own code) runs on :func:`native_engine` at once: it never
+        starts a nested shoal query.
+        """
+        from shoal.execution.scope import in_task
+
+        if post_opt_callback is not None or optimizations._pyoptflags.eager:
+            # Polars' own uses (optimised_plan below, internal eager operations): the
+            # in-memory engine, as Polars runs them.
             return super().collect(
                 lf,
                 optimizations=optimizations,
                 background=background,
                 post_opt_callback=post_opt_callback,
             )
+        if in_task():
+            return native_engine().collect(lf, optimizations=optimizations, background=background)
+        if background:
+            return self._collect_background(lf, optimizations)
+        return self._collect(lf, optimizations)
+
+    def _collect_background(
+        self, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags
+    ) -> pl.DataFrame | InProcessQuery:
         from shoal.api import execute_background
         from shoal.errors import UnsupportedError
 
@@ -138,7 +165,7 @@ class DistEngine(InMemoryEngine):
             plan, schema = optimised_plan(lf, optimizations)
         except UnsupportedError as exc:
             self._fallback(exc, "background collect falls back")
-            return super().collect(lf, optimizations=optimizations, background=True)
+            return native_engine().collect(lf, optimizations=optimizations, background=True)
         query = execute_background(
             plan,
             runner=self.runner,
@@ -146,6 +173,32 @@ class DistEngine(InMemoryEngine):
             convert=lambda table: to_polars_frame(table, schema),
         )
         return DistQuery(query)
+
+    def collect_all(  # type: ignore[override]
+        self, lfs: Iterable[pl.LazyFrame], *, optimizations: pl.QueryOptFlags
+    ) -> list[pl.DataFrame]:
+        """Polars' ``Engine.collect_all`` (``pl.collect_all(..., engine=...)``): each query
+        collected by :meth:`collect`, one after the other."""
+        out = []
+        for lf in lfs:
+            df = self.collect(lf, optimizations=optimizations)
+            assert isinstance(df, pl.DataFrame)
+            out.append(df)
+        return out
+
+    def collect_batches(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_batches``: shoal does not stream batches; the query runs
+        on :func:`native_engine`, the engine the user would have had without shoal."""
+        return native_engine().collect_batches(lf, **kwargs)
+
+    def collect_async(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_async``: runs on :func:`native_engine` (use
+        ``collect(background=True)`` to run a query with shoal in the background)."""
+        return native_engine().collect_async(lf, **kwargs)
+
+    def collect_all_async(self, lfs: Iterable[pl.LazyFrame], **kwargs: Any) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.collect_all_async``: runs on :func:`native_engine`."""
+        return native_engine().collect_all_async(lfs, **kwargs)
 
     def sink_parquet(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Polars' ``Engine.sink_parquet``: run ``lf`` with shoal, each task writing its own
@@ -167,14 +220,19 @@ class DistEngine(InMemoryEngine):
         driver with every file (paths as Polars gives them). What shoal cannot honour (a
         file-like or cloud target, storage options, ``arrow_schema``, ``encryption``,
         ``PartitionBy`` with a ``file_path_provider`` or expression keys) and queries it
-        cannot translate fall back to Polars' streaming sink with a
-        :class:`ShoalFallbackWarning`, or raise :class:`shoal.UnsupportedError` with
-        ``raise_on_fail``. A bad target raises before any task runs, naming the path
+        cannot translate fall back to the sink of :func:`native_engine` (Polars'
+        streaming engine by default) with a :class:`ShoalFallbackWarning`, or raise
+        :class:`shoal.UnsupportedError` with ``raise_on_fail``; inside a shoal task the sink
+        runs there at once. A bad target raises before any task runs, naming the path
         (``IsADirectoryError``, ``FileNotFoundError``, ``NotADirectoryError``).
         """
         from shoal.errors import UnsupportedError
+        from shoal.execution.scope import in_task
         from shoal_polars.sink import sink_plan, user_path
 
+        if in_task():  # never a nested shoal query from a task (see collect)
+            native_engine().sink_parquet(lf, path, **kwargs)
+            return
         callback = kwargs.pop("sinked_paths_callback", None)
         optimizations = kwargs.pop("optimizations")
         writer = {k: v for k, v in kwargs.items() if k != "maintain_order"}
@@ -183,7 +241,7 @@ class DistEngine(InMemoryEngine):
             sink = sink_plan(plan, path, **writer)
         except UnsupportedError as exc:
             self._fallback(exc, "sink_parquet falls back")
-            StreamingEngine().sink_parquet(
+            native_engine().sink_parquet(
                 lf, path, optimizations=optimizations, sinked_paths_callback=callback, **kwargs
             )
             return
@@ -218,11 +276,15 @@ class DistEngine(InMemoryEngine):
         needed: list[Exception] = []
         needed_schema: list[Any] = []
 
+        state: dict[str, Any] = {}
+
         def first(nt: Any, *args: Any) -> None:
             needed_schema.append(nt.get_schema())
-            self._callback(nt, *args, deferred=needed, plan_text=_plan_text(lf, optimizations))
+            self._translate_or_fall_back(nt, state, _plan_text(lf, optimizations), deferred=needed)
 
         out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        if state.get("fallback"):
+            return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         if not needed:
             assert isinstance(out, pl.DataFrame)
             return out
@@ -231,7 +293,7 @@ class DistEngine(InMemoryEngine):
         except Exception as exc:
             why = UnsupportedError(f"{needed[0]}\n(the query cannot be rewritten: {exc})")
             self._fallback(why, "falling back")
-            return InMemoryEngine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
+            return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         failed: list[Exception] = []
 
         def second(nt: Any, *args: Any) -> None:
@@ -241,12 +303,12 @@ class DistEngine(InMemoryEngine):
                 failed.append(UnsupportedError("the rewritten query's schema differs"))
                 nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
                 return
-            self._callback(
+            self._translate_or_fall_back(
                 nt,
-                *args,
+                None,
+                _plan_text(rewritten, optimizations),
                 deferred=failed,
                 defer_all=True,
-                plan_text=_plan_text(rewritten, optimizations),
             )
 
         with labelled(done):
@@ -254,32 +316,47 @@ class DistEngine(InMemoryEngine):
         if failed:
             # The rewritten query is shoal's to run, never Polars': fall back on the original.
             self._fallback(failed[0], "falling back")
-            return InMemoryEngine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
+            return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         assert isinstance(got, pl.DataFrame)
         return got
 
-    def _callback(
+    def _callback(self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None) -> None:
+        """Polars' post-optimisation callback (for callers that run this engine's
+        ``_post_opt_callback`` themselves): translate and run with shoal, or leave the plan
+        to Polars' in-memory engine (fallback). :meth:`collect` falls back to
+        :func:`native_engine` instead."""
+        self._translate_or_fall_back(nt, None, plan_text)
+
+    def _translate_or_fall_back(
         self,
         nt: Any,
-        *args: Any,
+        state: dict[str, Any] | None,
+        plan_text: Callable[[], str] | None,
         deferred: list[Exception] | None = None,
         defer_all: bool = False,
-        plan_text: Callable[[], str] | None = None,
     ) -> None:
-        """Polars' post-optimisation callback: translate, then hand Polars the function
-        that runs the plan, or leave the plan to Polars (fallback). With ``deferred``, a
-        plan that needs rewriting (:class:`~shoal_polars.rewrite.RewriteNeeded`; any
-        failure with ``defer_all``) is not run: the error is appended to ``deferred`` for
-        the caller and Polars gets an empty frame. ``plan_text`` gives Polars' text of the
-        plan (see :func:`shoal_polars.translate.translate_plan`)."""
+        """Translate the plan and hand Polars the function that runs it with shoal; or,
+        when it cannot be translated, raise (``raise_on_fail``) or warn, then: with a
+        ``state``, set ``state["fallback"]`` and hand Polars a function returning an empty
+        frame (the caller runs the query on :func:`native_engine`); without, leave the plan
+        to Polars. Inside a shoal task the plan is left to Polars untouched. ``plan_text``
+        gives Polars' text of the plan (see :func:`shoal_polars.translate.translate_plan`).
+        With ``deferred``, a plan that needs rewriting
+        (:class:`~shoal_polars.rewrite.RewriteNeeded`; any failure with ``defer_all``) is not
+        run: the error is appended to ``deferred`` for the caller (:meth:`_collect`) and
+        Polars gets an empty frame."""
         from shoal.errors import UnsupportedError
+        from shoal.execution.scope import in_task
         from shoal_polars.rewrite import RewriteNeeded
         from shoal_polars.translate import translate_plan
 
+        if in_task():
+            return
         expected = nt.get_schema()
         try:
             plan = translate_plan(nt, plan_text)
-        except Exception as exc:
+        except (Exception, _PanicException) as exc:
+            exc = _unpanicked(exc)
             if deferred is not None and (defer_all or isinstance(exc, RewriteNeeded)):
                 deferred.append(exc)
                 nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
@@ -300,12 +377,40 @@ class DistEngine(InMemoryEngine):
                 )
             except Warning as w:  # warnings turned into errors: report as such
                 nt.set_udf(_raiser(w))
+                return
+            if state is not None:
+                state["fallback"] = True
+                nt.set_udf(lambda *_: pl.DataFrame(schema=expected))
             return
 
         def run(*_: Any) -> pl.DataFrame:
             return to_polars_frame(_execute(plan, self.runner, self.config), expected)
 
         nt.set_udf(run)
+
+
+def native_engine() -> Engine:
+    """The Polars engine a plain ``collect()`` would use without shoal: the one named by
+    ``POLARS_ENGINE_AFFINITY`` (what ``pl.Config.set_engine_affinity("in-memory")`` sets),
+    else Polars 2.1's default, the streaming engine. An engine *object* set as the
+    affinity is never taken (it may be a :class:`DistEngine`): shoal's fallbacks and the
+    queries started inside a task run here."""
+    name = os.environ.get("POLARS_ENGINE_AFFINITY", "auto")
+    if name in ("in-memory", "cpu"):
+        return InMemoryEngine()
+    if name == "gpu":
+        return pl.GPUEngine()
+    return StreamingEngine()
+
+
+def _unpanicked(exc: BaseException) -> Exception:
+    """``exc``, or for a Polars panic (a ``BaseException``, which no ``except Exception``
+    catches) an :class:`shoal.UnsupportedError` saying where Polars panicked."""
+    if isinstance(exc, Exception):
+        return exc
+    from shoal.errors import UnsupportedError
+
+    return UnsupportedError(f"Polars panicked while shoal read its plan: {exc}")
 
 
 def _plan_text(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Callable[[], str]:
@@ -336,9 +441,9 @@ def to_polars_frame(table: pa.Table, schema: Any) -> pl.DataFrame:
     """``table`` as a ``polars.DataFrame`` with exactly Polars' expected ``schema`` (names,
     order and dtypes). Raises :class:`shoal.PlanError` when the columns differ."""
     from shoal.errors import PlanError
+    from shoal.execution.kernel import frame_of
 
-    df = pl.from_arrow(table)
-    assert isinstance(df, pl.DataFrame)
+    df = frame_of(table)
     expected = pl.Schema(schema)
     if df.columns != list(expected.names()):
         raise PlanError(
@@ -405,8 +510,8 @@ def optimised_plan(
         schema = found["schema"] = nt.get_schema()
         try:
             found["plan"] = translate_plan(nt, _plan_text(query[0], flags))
-        except Exception as exc:
-            nt.set_udf(_raiser(exc))
+        except (Exception, _PanicException) as exc:
+            nt.set_udf(_raiser(_unpanicked(exc)))
             return
         nt.set_udf(lambda *_: pl.DataFrame(schema=schema))
 

@@ -450,6 +450,8 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         return Function(
             name, args, (("interval", _duration(extra[0])), ("closed", str(extra[1]))), dtype
         )
+    if key == "BooleanFunction.IsIn" and args[0].dtype.is_enum:
+        args = (args[0], _enum_values_as_strings(args[1]), *args[2:])
     found = lookup(key, tuple(extra))
     if isinstance(found, str):
         t.error(f"{where}: expression Function({key})", found)
@@ -544,6 +546,20 @@ def _format(
         last = pos
     fmt = "".join(pieces) + text.encode()[last:].decode()
     return Function("str.format", args, (("format", fmt),), dtype)
+
+
+def _enum_values_as_strings(values: Expr) -> Expr:
+    """The values an Enum column is compared with by ``is_in``: Polars types a list of
+    them as a list of the Enum, which shoal carries as a list of Categorical (only a
+    top-level Enum keeps its categories), and Polars refuses to look Enum values up in
+    Categorical ones. As strings, Polars finds them by name, as in the Enum."""
+    t = values.dtype.arrow
+    if pa.types.is_large_list(t) and pa.types.is_dictionary(t.value_type):
+        strings = DataType(pa.large_list(pa.large_string()))
+        if isinstance(values, Lit):
+            return Lit(values.value, strings)
+        return Cast(values, strings, strict=True)
+    return values
 
 
 #: Functions whose output dtype is a parameter in Polars: it travels as option ``dtype``.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import urllib.parse
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -17,7 +18,7 @@ import polars as pl
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shoal.errors import UnsupportedError
+from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
     Aggregate,
@@ -105,11 +106,28 @@ def _cols_outside_aggs(e: Expr) -> bool:
 
 @_register("DataFrameScan")
 def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    # ``projection`` is already reflected in the node's schema; the table keeps every column.
+    # ``projection`` is already reflected in the node's schema; the table keeps every column
+    # (its height too when the query reads none) except those of types shoal cannot carry
+    # (Int128, Object): they matter only when the query reads them, and then the schema's
+    # translation has reported them.
+    if len(schema) != len(t.nt.get_schema()):  # a column shoal cannot carry: reported
+        return t.placeholder(schema)
     frame = pl.DataFrame._from_pydf(node.df)
     origin = origin_of(frame) or ""
+    carried = [c for c, dtype in frame.schema.items() if _carried(dtype)]
+    if len(carried) != frame.width:
+        frame = frame.select(carried)
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
     return _scan(t, "DataFrameScan", InMemorySource(frame.to_arrow(), origin), schema, pred)
+
+
+def _carried(dtype: Any) -> bool:
+    """Whether shoal's types carry Polars ``dtype`` (not Int128, UInt128, Object)."""
+    try:
+        DataType.from_polars(dtype)
+    except PlanError:
+        return False
+    return True
 
 
 def _scan(t: Translator, where: str, source: Any, schema: Schema, pred: Expr | None) -> PlanNode:
@@ -128,7 +146,7 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     where = f"Scan({scan_type})"
     fo = node.file_options
     problems = _scan_problems(node, scan_type)
-    paths = tuple(os.path.abspath(os.fspath(p)) for p in node.paths)
+    paths = tuple(_local_path(p) for p in node.paths)
     row_index = fo.row_index
     index_name = None if row_index is None else str(row_index[0])
     # Hive partitions: one row of partition values per file (Polars has already dropped the
@@ -175,6 +193,19 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
+
+
+def _local_path(path: Any) -> str:
+    """A scan's path as an absolute local path: a ``file:`` URI (``file:///a/b``,
+    ``file:/a/b``; percent escapes decoded, as Polars reads them) becomes the path it names.
+    Other paths are made absolute; a file name is never a pattern here (Polars has already
+    expanded the user's globs into file names)."""
+    p = os.fspath(path)
+    if p.startswith("file:"):
+        parsed = urllib.parse.urlsplit(p)
+        if parsed.netloc in ("", "localhost"):
+            p = urllib.parse.unquote(parsed.path)
+    return os.path.abspath(p)
 
 
 def _file_groups(

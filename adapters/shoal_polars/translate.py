@@ -152,11 +152,18 @@ class Translator:
 
     def schema(self, where: str) -> Schema:
         """The output schema of the cursor's node."""
+        polars_schema = self.nt.get_schema()
         try:
-            return Schema.from_polars(self.nt.get_schema())
-        except PlanError as exc:
-            self.error(where, f"schema has a type shoal cannot carry ({exc})")
-            return Schema(())
+            return Schema.from_polars(polars_schema)
+        except PlanError:
+            pass
+        fields = []
+        for name, dtype in polars_schema.items():
+            try:
+                fields.append((name, DataType.from_polars(dtype)))
+            except PlanError as exc:
+                self.error(where, f"column {name!r}: {exc}; shoal cannot carry it")
+        return Schema(tuple(fields))
 
     def dtype(self, node: int, where: str) -> DataType:
         """The IR type of expression ``node`` (resolved at the cursor's node)."""

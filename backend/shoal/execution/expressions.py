@@ -448,10 +448,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     ),
     "unique_counts": lambda a, o: a[0].unique_counts(),
     # Polars' cast to Enum(categories), strict or not (a value outside the categories
-    # raises InvalidOperationError, or becomes null), carried on as a Categorical: shoal's
-    # types hold an Enum as an Arrow dictionary, which does not keep the categories
-    "cast_enum": lambda a, o: (
-        a[0].cast(pl.Enum(list(o["categories"])), strict=o.get("strict", True)).cast(pl.Categorical)
+    # raises InvalidOperationError, or becomes null)
+    "cast_enum": lambda a, o: a[0].cast(
+        pl.Enum(list(o["categories"])), strict=o.get("strict", True)
     ),
     # calendar offset ("1mo", "-3d", "5us"); months clamp to the last day of the month
     "dt.offset_by": lambda a, o: a[0].dt.offset_by(a[1] if len(a) > 1 else o["by"]),

@@ -8,6 +8,7 @@ split as the task's :data:`~shoal.execution.task.OutputSpec` says.
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 import time
@@ -18,10 +19,12 @@ from typing import Any, Literal
 import polars as pl
 import polars.selectors as cs
 import pyarrow as pa
+from polars.exceptions import PanicException
 
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import to_polars
+from shoal.execution.scope import TASK_ENGINE, task_scope
 from shoal.execution.task import (
     FilePartition,
     HashOutput,
@@ -96,7 +99,8 @@ def _empty(schema: Schema) -> pl.DataFrame:
 def frame_of(table: pa.Table) -> pl.DataFrame:
     """An Arrow table (as it travels between tasks: :func:`~shoal.execution.task.to_wire`)
     as a Polars DataFrame, zero-copy where Arrow's layout allows; a table of no columns
-    keeps its height.
+    keeps its height, and every column its name (``pl.from_arrow`` renames a column named
+    ``""`` to ``column_0``, which Polars itself allows as a name).
 
     Polars 2.1 cannot import a *sliced* fixed-size list (Array) column with nulls (a row
     range of an in-memory frame): ``ComputeError: validity mask length must be equal to
@@ -110,6 +114,8 @@ def frame_of(table: pa.Table) -> pl.DataFrame:
             raise
         df = pl.from_arrow(table.take(pa.array(range(table.num_rows), pa.int64())))
     assert isinstance(df, pl.DataFrame)
+    if df.columns != table.column_names:
+        df.columns = table.column_names
     return df
 
 
@@ -169,7 +175,11 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
         lfs = [
-            pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
+            _null_columns_cast(
+                pl.scan_parquet(p.path, glob=False).slice(p.offset, p.rows).select(cols),
+                p.null_columns,
+                node.schema,
+            )
             for p in part.pieces
             if p.rows > 0 and cols
         ]
@@ -187,7 +197,7 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
         lf = reader(part.path, **_reader_options(node.source.options))
         if not cols:
-            lf = _height_only(lf.select(pl.len()).collect().item()).lazy()
+            lf = _height_only(collect(lf.select(pl.len())).item()).lazy()
         else:
             lf = lf.select(cols)
     else:  # pragma: no cover
@@ -195,6 +205,13 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
+
+
+def _null_columns_cast(lf: pl.LazyFrame, nulls: tuple[str, ...], schema: Schema) -> pl.LazyFrame:
+    """``lf`` (one Parquet piece) with its Null-typed columns ``nulls`` cast to the scan's
+    types, as Polars reads a file whose column pyarrow wrote untyped."""
+    cast = {c: schema[c].to_polars() for c in nulls if c in lf.collect_schema()}
+    return lf.cast(cast) if cast else lf  # type: ignore[arg-type]
 
 
 def _height_only(rows: int) -> pl.DataFrame:
@@ -205,10 +222,13 @@ def _height_only(rows: int) -> pl.DataFrame:
     return df
 
 
+#: Readers of one file each, by format. The planner lists the files, so a name is a name,
+#: never a pattern: ``[``, ``]``, ``*`` and ``?`` in it are literal (``glob=False``, or escaped
+#: for ``scan_ndjson``, which has no such option).
 _READERS: dict[str, Any] = {
-    "csv": pl.scan_csv,
-    "ndjson": pl.scan_ndjson,
-    "ipc": pl.scan_ipc,
+    "csv": lambda path, **kw: pl.scan_csv(path, glob=False, **kw),
+    "ndjson": lambda path, **kw: pl.scan_ndjson(glob.escape(path), **kw),
+    "ipc": lambda path, **kw: pl.scan_ipc(path, glob=False, **kw),
 }
 
 
@@ -324,13 +344,13 @@ def build(
         # stateful or GPU UDF: the planner gives those an actor pool stage of their own).
         from shoal.udf import apply_project
 
-        frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
+        frame = collect(build(node.input, inputs, scan))
         return apply_project(node, frame).lazy()
     if isinstance(node, Sink):
         # This task writes its own partition's files; its result lists them.
         from shoal.execution.sink import write_partition
 
-        frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
+        frame = collect(build(node.input, inputs, scan))
         return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
 
@@ -444,7 +464,7 @@ def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
             f"range exchange: {spec.boundaries.num_rows} boundaries for {spec.n} outputs"
         )
     keys = df.select([to_polars(e).alias(f"__k{i}") for i, e in enumerate(spec.by)])
-    bounds = pl.from_arrow(spec.boundaries)
+    bounds = frame_of(spec.boundaries)
     assert isinstance(bounds, pl.DataFrame)
     bounds = bounds.rename(dict(zip(bounds.columns, keys.columns, strict=True)))
     bucket = range_buckets(keys, bounds, spec.descending, spec.nulls_last)
@@ -500,6 +520,22 @@ def in_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
     return lf.collect(engine="in-memory", optimizations=collect_optimizations()).lazy()
 
 
+def collect(lf: pl.LazyFrame) -> pl.DataFrame:
+    """Run a task's query: Polars' :data:`~shoal.execution.scope.TASK_ENGINE` (named, so
+    that no engine affinity sends it back to shoal) with :func:`collect_optimizations`.
+
+    Where that engine panics, the query runs again on Polars' in-memory engine, as Polars
+    itself does for a query an engine cannot run: Polars 2.1's streaming engine panics on
+    some inputs the in-memory engine runs (``list.diff`` of some row ranges of an Arrow
+    list column). A panic there too fails the task (a ``PanicException`` is not an
+    ``Exception``: the query raises a plain :class:`shoal.TaskError` naming it).
+    """
+    try:
+        return lf.collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
+    except PanicException:
+        return lf.collect(engine="in-memory", optimizations=collect_optimizations())
+
+
 def collect_optimizations() -> pl.QueryOptFlags:
     """Polars' optimisations for a task's query: all of them except join reordering.
 
@@ -524,8 +560,21 @@ def run_fragment(
     """Run ``fragment`` on one partition.
 
     ``inputs[i]`` are the tables of stage input ``i`` (concatenated in order). Returns the
-    task's stats and ``output.num_outputs`` Arrow tables.
+    task's stats and ``output.num_outputs`` Arrow tables. The task's code runs inside
+    :func:`~shoal.execution.scope.task_scope`: a Polars query it starts never comes back to
+    shoal.
     """
+    with task_scope():
+        return _run_fragment(fragment, inputs, scan, output, input_schemas)
+
+
+def _run_fragment(
+    fragment: PlanNode,
+    inputs: Sequence[Sequence[pa.Table]],
+    scan: ScanInput | None,
+    output: OutputSpec,
+    input_schemas: Sequence[Schema],
+) -> tuple[TaskStats, list[pa.Table]]:
     start = time.time()
     tags = _source_columns(fragment)
     frames = [
@@ -533,7 +582,7 @@ def run_fragment(
         for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
     ]
     rows_in = sum(f.height for f in frames)
-    df = build(fragment, frames, scan).collect(optimizations=collect_optimizations())
+    df = collect(build(fragment, frames, scan))
     scan_rows = 0
     if isinstance(scan, ScanPartition):
         scan_rows = scan.rows
@@ -597,5 +646,5 @@ def run_single(plan: PlanNode) -> pa.Table:
 
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
     lookup = _ScanLookup(scans, [whole(s) for s in scans])
-    out = build(plan, [], lookup).collect(optimizations=collect_optimizations())
+    out = collect(build(plan, [], lookup))
     return out.to_arrow()  # type: ignore[arg-type]

@@ -21,6 +21,10 @@ class ParquetPiece:
     path: str
     offset: int
     rows: int
+    #: Columns stored with Arrow's Null type in this file (pyarrow writes an empty or
+    #: all-null untyped column so) that the scan reads with another type: the kernel casts
+    #: them, as Polars does for every file after the first.
+    null_columns: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import polars as pl
 
 from shoal.execution.expressions import to_polars
+from shoal.execution.scope import TASK_ENGINE
 from shoal.ir.nodes import (
     AsofJoin,
     DynamicGroupBy,
@@ -82,7 +83,7 @@ def _checked_sorted(lf: pl.LazyFrame, index: str, operation: str) -> pl.LazyFram
     ``group_by_dynamic`` without group columns; its streaming engine (what ``collect()``
     runs) does not check, and returns windows that mean nothing. shoal raises, as the
     in-memory engine does."""
-    df = lf.collect()
+    df = lf.collect(engine=TASK_ENGINE)
     if not df.get_column(index).is_sorted():
         raise pl.exceptions.InvalidOperationError(
             f"argument in operation {operation!r} is not sorted, please sort the "

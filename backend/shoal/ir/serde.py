@@ -17,7 +17,8 @@ below.
 * :class:`~shoal.ir.types.DataType`: the Arrow type string (``"int64"``, ``"large_string"``,
   ``"date32[day]"``, ``"timestamp[us, tz=UTC]"``, ``"decimal128(15, 2)"``) or, for nested
   types, ``{"list": T}``, ``{"array": T, "size": n}``, ``{"struct": [{"name", "dtype"}]}``,
-  ``{"dictionary": {"index": T, "value": T, "ordered": b}}``.
+  ``{"dictionary": {"index": T, "value": T, "ordered": b}}``, and for a Polars Enum
+  ``{"enum": [category, ...]}``.
 * :class:`~shoal.ir.types.Schema`: ``[{"name": ..., "dtype": ...}, ...]``.
 * Values of fields typed ``Any`` (literal values, function options) are typed: JSON scalars
   for None, bool, int, str and finite floats; ``{"$float": "nan" | "inf" | "-inf"}``,
@@ -182,6 +183,8 @@ def dtype_to_json(dtype: DataType | pa.DataType) -> Any:
     """The JSON form of a dtype (see the module docs). Raises ``PlanError`` for an Arrow
     type the JSON form does not describe (maps, unions, extension types)."""
     t = dtype.arrow if isinstance(dtype, DataType) else dtype
+    if isinstance(dtype, DataType) and dtype.categories is not None:
+        return {"enum": list(dtype.categories)}
     if pa.types.is_large_list(t) or pa.types.is_list(t):
         return {"list": dtype_to_json(t.value_type)}
     if pa.types.is_fixed_size_list(t):
@@ -222,6 +225,13 @@ def _parse_dtype_text(text: str) -> pa.DataType:
 
 def dtype_from_json(value: Any, path: str = "$") -> DataType:
     """Read a dtype written by :func:`dtype_to_json`; ``PlanError`` names ``path``."""
+    if isinstance(value, dict) and set(value) == {"enum"}:
+        cats = value["enum"]
+        if not isinstance(cats, list) or not all(isinstance(c, str) for c in cats):
+            raise PlanError(f"{path}.enum: expected a list of strings")
+        import polars as pl
+
+        return DataType.from_polars(pl.Enum(cats))
     return DataType(_arrow_from_json(value, path))
 
 

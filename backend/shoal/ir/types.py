@@ -33,12 +33,19 @@ def _normalise(t: pa.DataType) -> pa.DataType:
 
 @dataclass(frozen=True)
 class DataType:
-    """One column type. ``arrow`` is the normalised ``pyarrow.DataType``."""
+    """One column type. ``arrow`` is the normalised ``pyarrow.DataType``. ``categories``
+    is set for a Polars ``Enum`` only: its categories in order (the Arrow form, a
+    dictionary, is the same as a ``Categorical``'s; Polars keeps the categories in the
+    Arrow field's metadata, which :meth:`Schema.from_arrow` reads). An Enum nested in a
+    list or struct is carried as a Categorical."""
 
     arrow: pa.DataType
+    categories: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrow", _normalise(self.arrow))
+        if self.categories is not None:
+            object.__setattr__(self, "categories", tuple(self.categories))
 
     @staticmethod
     def from_polars(dtype: Any) -> DataType:
@@ -48,7 +55,13 @@ class DataType:
 
     def to_polars(self) -> pl.DataType:
         """The Polars dtype the kernel uses for this type."""
+        if self.categories is not None:
+            return pl.Enum(list(self.categories))
         return _to_polars(self.arrow)
+
+    @property
+    def is_enum(self) -> bool:
+        return self.categories is not None
 
     @property
     def is_numeric(self) -> bool:
@@ -93,10 +106,18 @@ class DataType:
 
 @lru_cache(maxsize=512)
 def _from_polars(dtype: pl.DataType) -> DataType:
+    if isinstance(dtype, pl.Object):
+        # pyarrow would take the objects' addresses as bytes: never data.
+        raise PlanError("Polars dtype Object holds Python objects, which shoal cannot carry")
     try:
         arrow = pl.Series([], dtype=dtype).to_arrow().type
-    except Exception as exc:  # pragma: no cover - exotic dtypes
-        raise PlanError(f"Polars dtype {dtype} has no Arrow equivalent: {exc}") from exc
+    except Exception as exc:  # exotic dtypes: Int128, UInt128
+        raise PlanError(
+            f"Polars dtype {dtype} has no Arrow equivalent (shoal carries every column as "
+            f"Arrow; pyarrow: {exc})"
+        ) from exc
+    if isinstance(dtype, pl.Enum):
+        return DataType(arrow, tuple(dtype.categories.to_list()))
     return DataType(arrow)
 
 
@@ -134,7 +155,16 @@ class Schema(Mapping[str, DataType]):
 
     @staticmethod
     def from_arrow(schema: pa.Schema) -> Schema:
-        return Schema(tuple((f.name, DataType(f.type)) for f in schema))
+        """The schema of Arrow data; a column that Polars wrote as an ``Enum`` (its
+        categories in the field's metadata) is an Enum here too."""
+        fields = [(f.name, DataType(f.type)) for f in schema]
+        if any(pa.types.is_dictionary(f.type) and f.metadata for f in schema):
+            polars = pl.from_arrow(schema.empty_table())
+            assert isinstance(polars, pl.DataFrame)
+            for i, dtype in enumerate(polars.dtypes):
+                if isinstance(dtype, pl.Enum):
+                    fields[i] = (fields[i][0], DataType.from_polars(dtype))
+        return Schema(tuple(fields))
 
     @staticmethod
     def from_polars(schema: Mapping[str, Any]) -> Schema:

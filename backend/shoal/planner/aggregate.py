@@ -101,17 +101,21 @@ def _rows_independent(arg: Expr) -> bool:
 def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
     """Split ``aggs`` (every one passing :func:`can_split`) into two phases.
 
-    Partial columns are named ``__p<i>``; the final aggregate columns ``__f<i>``.
+    Partial columns are named ``__p<i>``; the final aggregate columns ``__f<i>``. Without
+    keys the projection reads each final column as ``first(__f<i>)``, a scalar to Polars:
+    functions that need a scalar argument (``int_range(pl.len())``) accept it, and a
+    multi-row result (``int_range``) broadcasts the other columns as Polars does.
     """
     partial: list[NamedExpr] = []
     final: list[NamedExpr] = []
     memo: dict[Agg, Expr] = {}
 
-    def add(agg: Agg, final_name: str, dtype: DataType) -> Col:
+    def add(agg: Agg, final_name: str, dtype: DataType) -> Expr:
         i = len(partial)
         partial.append(NamedExpr(f"__p{i}", agg))
         final.append(NamedExpr(f"__f{i}", Agg(final_name, Col(f"__p{i}", agg.dtype), dtype)))
-        return Col(f"__f{i}", dtype)
+        ref = Col(f"__f{i}", dtype)
+        return ref if keys else Agg("first", ref, dtype)
 
     def rewrite(e: Expr) -> Expr | None:
         if not isinstance(e, Agg):

@@ -12,6 +12,7 @@ import math
 import os
 from dataclasses import dataclass
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal.errors import PlanError
@@ -72,17 +73,18 @@ def split_scan(
     assert isinstance(scan.source, ParquetSource)
     check_paths(scan.source)
     groups = _row_groups(scan)
-    total = sum(size for *_, size in groups)
+    total = sum(g[3] for g in groups)
     if min_partitions > 1 and total > MIN_SPLIT_BYTES:
         target_bytes = min(target_bytes, max(MIN_SPLIT_BYTES, total // min_partitions))
     units: list[tuple[ParquetPiece, int]] = []  # (piece, bytes)
-    for path, offset, rows, size in groups:
+    for path, offset, rows, size, nulls in groups:
         pieces = max(1, math.ceil(size / target_bytes)) if rows else 1
         step = math.ceil(rows / pieces) if rows else 0
         start = 0
         while True:
             n = min(step, rows - start)
-            units.append((ParquetPiece(path, offset + start, n), size * n // max(rows, 1)))
+            piece = ParquetPiece(path, offset + start, n, nulls)
+            units.append((piece, size * n // max(rows, 1)))
             start += n
             if start >= rows:
                 break
@@ -105,13 +107,14 @@ def split_scan(
     return ScanSplit(tuple(partitions), total, rows_total)
 
 
-def _row_groups(scan: Scan) -> list[tuple[str, int, int, int]]:
-    """(path, first row, rows, estimated bytes) of every row group of the scan's files, in
-    order; a file without row groups gives one entry of 0 rows. Checks the files agree."""
+def _row_groups(scan: Scan) -> list[tuple[str, int, int, int, tuple[str, ...]]]:
+    """(path, first row, rows, estimated bytes, the file's Null-typed columns to cast) of
+    every row group of the scan's files, in order; a file without row groups gives one
+    entry of 0 rows. Checks the files agree."""
     assert isinstance(scan.source, ParquetSource)
     columns = set(scan.schema.names)
     width = scan.schema.row_width()
-    out: list[tuple[str, int, int, int]] = []
+    out: list[tuple[str, int, int, int, tuple[str, ...]]] = []
     first: tuple[str, dict[str, DataType]] | None = None
     for path in scan.source.paths:
         try:
@@ -122,10 +125,11 @@ def _row_groups(scan: Scan) -> list[tuple[str, int, int, int]]:
                 f"shoal: {path} is not a readable Parquet file (corrupt or truncated): {exc}"
             ) from exc
         types = {f.name: DataType(f.type) for f in arrow_schema if f.name in columns}
+        nulls: tuple[str, ...] = ()
         if first is None:
             first = (path, types)
         else:
-            _check_same_schema(first, (path, types), scan.schema.names)
+            nulls = _check_same_schema(first, (path, types), scan.schema.names)
         offset = 0
         for g in range(meta.num_row_groups):
             rg = meta.row_group(g)
@@ -134,10 +138,10 @@ def _row_groups(scan: Scan) -> list[tuple[str, int, int, int]]:
                 col = rg.column(j)
                 if col.path_in_schema.split(".")[0] in columns:
                     size += col.total_uncompressed_size
-            out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width)))
+            out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width), nulls))
             offset += rg.num_rows
         if meta.num_row_groups == 0:
-            out.append((path, 0, 0, 0))
+            out.append((path, 0, 0, 0, nulls))
     return out
 
 
@@ -145,9 +149,13 @@ def _check_same_schema(
     a: tuple[str, dict[str, DataType]],
     b: tuple[str, dict[str, DataType]],
     columns: tuple[str, ...],
-) -> None:
-    """Files of one dataset must agree on every scanned column: raise PlanError naming the
-    two files and the column otherwise."""
+) -> tuple[str, ...]:
+    """Files of one dataset must agree on every scanned column as Polars reads them: raise
+    PlanError naming the two files and the column otherwise. Polars' rules (2.1): the
+    first file ``a`` gives the types; a type is compared as Polars reads it (a time zone
+    spelled ``+00:00`` is ``UTC``); a later file's column of Arrow's Null type takes the
+    first file's type. Returns those Null-typed columns of ``b``."""
+    nulls = []
     for col in columns:
         ta, tb = a[1].get(col), b[1].get(col)
         if ta is None and tb is None:
@@ -158,11 +166,15 @@ def _check_same_schema(
                 f"shoal: Parquet files of one scan disagree: column {col!r} is in {has} "
                 f"but not in {missing}"
             )
-        if ta != tb:
+        if tb.arrow == pa.null() and ta.arrow != pa.null():
+            nulls.append(col)
+            continue
+        if ta != tb and ta.to_polars() != tb.to_polars():
             raise PlanError(
                 f"shoal: Parquet files of one scan disagree on column {col!r}: {ta} in "
                 f"{a[0]} but {tb} in {b[0]}"
             )
+    return tuple(nulls)
 
 
 def _split_table(scan: Scan, target_bytes: int, default_partitions: int) -> ScanSplit:

@@ -169,11 +169,12 @@ class _UdfActor:
 
     def __init__(self, u: UDF, config: Any, digest: str, name: str) -> None:
         from shoal.config import task_config
+        from shoal.execution.scope import task_scope
         from shoal.udf import set_instance
 
         self.name = name
         if u.is_stateful:
-            with task_config(config, digest):
+            with task_config(config, digest), task_scope():
                 set_instance(u, u.instantiate())
 
     def ready(self) -> bool:
@@ -413,11 +414,12 @@ def _worker_main() -> None:
     sys.path[:0] = [p for p in path if p not in sys.path]
     from shoal.config import task_config
     from shoal.execution.kernel import run_fragment
+    from shoal.execution.scope import task_scope
     from shoal.udf import set_instance
 
     try:
         if u.is_stateful:
-            with task_config(config, digest):
+            with task_config(config, digest), task_scope():
                 set_instance(u, u.instantiate())
     except BaseException as exc:
         _send(conn, ("fatal", _portable(exc)))

@@ -1,0 +1,323 @@
+"""Queries Polars answers where shoal crashed (issue 14), and where a query shoal cannot run
+goes (the engine the user would have had without shoal).
+
+Each query runs on shoal's local runner with ``raise_on_fail=True`` at 1, 3 and 7
+partitions per in-memory frame (7 leaves some empty) and after every exchange, and is
+compared with native Polars.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import urllib.parse
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from polars.testing import assert_frame_equal
+
+import shoal
+from shoal.errors import UnsupportedError
+from shoal.ir import serde
+from shoal.ir.types import DataType, Schema
+from shoal_polars import DistEngine, ShoalFallbackWarning, to_ir
+
+PARTITIONS = (1, 3, 7)
+
+
+def run(lf: pl.LazyFrame, partitions: int = 3) -> pl.DataFrame:
+    config = shoal.Config(
+        runner="local",
+        default_partitions=partitions,
+        shuffle_partitions=partitions,
+        target_partition_bytes=64,
+    )
+    return lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+
+
+def check(lf: pl.LazyFrame, *, ordered: bool = True) -> None:
+    expected = lf.collect()
+    for n in PARTITIONS:
+        assert_frame_equal(run(lf, n), expected, check_row_order=ordered)
+
+
+# ---------------------------------------------------------------- fallback engine
+
+
+def _untranslatable_corr() -> pl.LazyFrame:
+    """corr of a group whose values are all null: Polars' streaming engine gives null, its
+    in-memory engine NaN. ``map_batches`` (a Python function) makes shoal fall back."""
+    lf = pl.LazyFrame({"g": [1, 1, 2, 2], "a": [None, None, 1.0, 2.0], "b": [None, 3.0, 2.0, 5.0]})
+    return lf.group_by("g").agg(pl.corr("a", "b")).sort("g").map_batches(lambda df: df)
+
+
+def test_fallback_runs_the_default_engine() -> None:
+    lf = _untranslatable_corr()
+    streaming, in_memory = lf.collect(engine="streaming"), lf.collect(engine="in-memory")
+    assert streaming["a"][0] is None and in_memory["a"][0] != in_memory["a"][0]  # the premise
+    with pytest.warns(ShoalFallbackWarning, match="falling back"):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.collect())
+    assert_frame_equal(got, streaming)
+
+
+@pytest.fixture
+def in_memory_affinity() -> Iterator[None]:
+    pl.Config.set_engine_affinity("in-memory")
+    yield
+    pl.Config.set_engine_affinity(None)
+
+
+def test_fallback_follows_a_named_affinity(in_memory_affinity: None) -> None:
+    """With ``pl.Config.set_engine_affinity("in-memory")`` a plain collect runs the
+    in-memory engine, and so does the fallback of ``collect(engine="dist")``."""
+    lf = _untranslatable_corr()
+    with pytest.warns(ShoalFallbackWarning):
+        got = lf.collect(engine="dist")
+    assert_frame_equal(got, lf.collect(engine="in-memory"))
+
+
+def test_fallback_of_collect_all_and_batches() -> None:
+    lf = _untranslatable_corr()
+    engine = DistEngine(runner="local", raise_on_fail=False)
+    with pytest.warns(ShoalFallbackWarning):
+        (got,) = pl.collect_all([lf], engine=engine)
+    assert_frame_equal(got, lf.collect())
+    batches = list(lf.collect_batches(engine=engine))
+    assert_frame_equal(pl.concat(batches), lf.collect())
+
+
+def test_polars_panic_while_reading_the_plan_falls_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Polars panic is a ``BaseException``: it escaped ``except Exception`` and came out
+    of ``collect`` as a ``PanicException``."""
+    import shoal_polars.translate as translate
+
+    def panic(nt: object) -> None:
+        raise pl.exceptions.PanicException("not implemented")
+
+    monkeypatch.setattr(translate, "check_version", panic)
+    lf = pl.LazyFrame({"a": [1, 2]}).select(pl.col("a") * 2)
+    with pytest.warns(ShoalFallbackWarning, match="panicked"):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.collect())
+    with pytest.raises(UnsupportedError, match="panicked"):
+        lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
+    with pytest.raises(UnsupportedError, match="panicked"):
+        to_ir(lf)
+
+
+# ---------------------------------------------------------------- column named ""
+
+
+def test_column_named_empty_string() -> None:
+    """``pl.from_arrow`` renames a column ``""`` to ``column_0``."""
+    lf = pl.LazyFrame({"": [3, 1, None, 3, 2], "a": [1.0, None, 2.5, -0.0, 4.0]})
+    right = pl.LazyFrame({"": [3, 2], "w": ["x", "y"]})
+    check(lf.with_columns((pl.col("") * 2).alias("b")))
+    check(lf.group_by("").agg(pl.col("a").sum()), ordered=False)
+    check(lf.join(right, on="", how="left"), ordered=False)
+    check(lf.sort("", nulls_last=True))
+    check(lf.select(pl.col("a").alias("")))
+
+
+# ---------------------------------------------------------------- Enum
+
+
+def _enum_frames() -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    enum = pl.Enum(["z", "a", "m"])
+    left = pl.LazyFrame(
+        {"k": pl.Series(["a", "z", None, "m", "a"], dtype=enum), "v": [1, 2, 3, 4, 5]}
+    )
+    right = pl.LazyFrame({"k": ["a", "m", "q"], "w": [10, 20, 30]})
+    return left, right
+
+
+def test_enum_join_with_a_column_cast_to_the_enum() -> None:
+    """Join keys: an Enum column and a column the query casts to it (carried as
+    Categorical before, which Polars refuses to join with an Enum)."""
+    left, right = _enum_frames()
+    enum = left.collect_schema()["k"]
+    cast = right.with_columns(pl.col("k").cast(enum, strict=False))
+    check(left.join(cast, on="k", how="inner"), ordered=False)
+    check(left.join(cast, on="k", how="left", maintain_order="left"))
+    check(left.join(cast, on="k", how="full"), ordered=False)
+
+
+def test_enum_is_in_and_dtype() -> None:
+    left, _ = _enum_frames()
+    check(left.filter(pl.col("k").is_in(["a", "m"])))
+    check(left.with_columns(pl.col("k").cast(pl.String).cast(left.collect_schema()["k"])))
+    assert run(left).schema == left.collect_schema()
+
+
+def test_enum_dtype_keeps_categories() -> None:
+    enum = pl.Enum(["z", "a"])
+    t = DataType.from_polars(enum)
+    assert t.to_polars() == enum
+    assert t != DataType.from_polars(pl.Categorical)
+    assert serde.dtype_from_json(json.loads(json.dumps(serde.dtype_to_json(t)))) == t
+    arrow = pl.DataFrame({"k": pl.Series(["a"], dtype=enum)}).to_arrow()
+    assert Schema.from_arrow(arrow.schema)["k"] == t
+
+
+# ---------------------------------------------------------------- file names
+
+
+@pytest.fixture(scope="module")
+def odd_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Files whose names hold glob characters, in a directory that does too."""
+    root = tmp_path_factory.mktemp("odd") / "dir [1]"
+    root.mkdir()
+    df = pl.DataFrame({"a": [1, None, 3, 4], "s": ["x", "y", None, "w"]})
+    df.write_parquet(root / "part[0].parquet")
+    df.head(0).write_parquet(root / "part[1].parquet")
+    df.tail(2).write_parquet(root / "part[2].parquet")
+    df.write_csv(root / "t[0].csv")
+    df.write_ndjson(root / "t[0].ndjson")
+    return root
+
+
+def _escaped(path: Path) -> str:
+    return str(path).replace("[", "[[]")
+
+
+def test_file_names_with_glob_characters(odd_files: Path) -> None:
+    files = sorted(str(p) for p in odd_files.glob("part*.parquet"))
+    check(pl.scan_parquet(files, glob=False))
+    check(pl.scan_parquet(files[0], glob=False).filter(pl.col("a") > 1))
+    check(pl.scan_parquet(_escaped(odd_files) + "/*.parquet").select(pl.col("a").sum()))
+    check(pl.scan_csv(odd_files / "t[0].csv", glob=False))
+    check(pl.scan_ndjson(_escaped(odd_files / "t[0].ndjson")))
+
+
+def test_file_uris(odd_files: Path) -> None:
+    path = str(odd_files / "part[0].parquet")
+    uri = "file://" + urllib.parse.quote(path)
+    check(pl.scan_parquet(uri))
+    check(pl.scan_parquet("file://" + path, glob=False))
+    check(pl.scan_csv("file://" + urllib.parse.quote(str(odd_files / "t[0].csv"))))
+
+
+# ---------------------------------------------------------------- aggregations
+
+
+def test_int_range_of_len_in_select() -> None:
+    lf = pl.LazyFrame({"g": [1, 1, 2, None, 2], "a": [1.0, None, 3.0, 4.0, -0.0]})
+    check(lf.select(pl.int_range(pl.len()).alias("i")))
+    check(lf.select(pl.int_range(pl.len()).alias("i"), pl.col("a").sum()))
+    check(lf.select(pl.int_range(pl.col("a").count()).alias("i"), pl.col("a").mean()))
+    check(lf.filter(pl.col("a") > 0).select(pl.int_range(0, pl.col("a").len() * 2, 3).alias("i")))
+    check(lf.group_by("g").agg(pl.int_range(pl.len()).alias("i")), ordered=False)
+
+
+# ---------------------------------------------------------------- joins
+
+
+def test_full_join_without_coalescing_keeps_both_keys() -> None:
+    left = pl.LazyFrame({"k": [1, 2, None, 4], "k2": ["a", "b", "c", None], "x": [1, 2, 3, 4]})
+    right = pl.LazyFrame({"k": [2, 3, None, 4], "k2": ["b", "c", "c", None], "y": [5, 6, 7, 8]})
+    for how in ("full", "left", "inner", "right"):
+        check(left.join(right, on="k", how=how, coalesce=False), ordered=False)
+        check(left.join(right, on=["k", "k2"], how=how, coalesce=False), ordered=False)
+    check(
+        left.join(right, left_on="k", right_on="k", how="full", coalesce=False, nulls_equal=True),
+        ordered=False,
+    )
+    check(
+        left.join(right.rename({"k": "kk"}), left_on="k", right_on="kk", how="full"), ordered=False
+    )
+
+
+# ---------------------------------------------------------------- types
+
+
+def test_int128_columns_are_refused_naming_the_column() -> None:
+    lf = pl.LazyFrame({"big": pl.Series([1, None, 2**100], dtype=pl.Int128), "a": [1, 2, 3]})
+    with pytest.raises(UnsupportedError, match=r"column 'big': Polars dtype Int128"):
+        to_ir(lf.select(pl.col("big") + 1))
+    u = pl.LazyFrame({"u": pl.Series([1, None], dtype=pl.UInt128)})
+    with pytest.raises(UnsupportedError, match=r"column 'u': Polars dtype UInt128"):
+        run(u.group_by("u").agg(pl.len()))
+    with pytest.warns(ShoalFallbackWarning, match="Int128"):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.collect())
+    check(lf.select(pl.col("a") * 2))  # the Int128 column is not read: runs on shoal
+    check(lf.select(pl.len()))  # nor here, where the frame's height is all that is read
+
+
+def test_object_columns_are_refused() -> None:
+    """pyarrow took a Polars Object column as the objects' addresses (bytes)."""
+    lf = pl.LazyFrame({"o": pl.Series([object(), 1], dtype=pl.Object), "a": [1, 2]})
+    with pytest.raises(UnsupportedError, match=r"column 'o': Polars dtype Object"):
+        to_ir(lf)
+    check(lf.select("a"))
+
+
+# ---------------------------------------------------------------- Parquet files
+
+
+@pytest.fixture(scope="module")
+def typed_files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("typed")
+    pq.write_table(pa.table({"a": pa.array([1, 2, 3]), "s": ["x", "y", "z"]}), root / "0.parquet")
+    empty = pa.table({"a": pa.array([], pa.null()), "s": pa.array([], pa.string())})
+    pq.write_table(empty, root / "1-empty-null.parquet")
+    nulls = pa.table({"a": pa.array([None, None], pa.null()), "s": ["u", None]})
+    pq.write_table(nulls, root / "2-null.parquet")
+    t = [dt.datetime(2024, 3, 31, 1, 30), dt.datetime(2024, 10, 27, 2, 30)]
+    pq.write_table(pa.table({"t": pa.array(t, pa.timestamp("us", "UTC"))}), root / "tz-0.parquet")
+    pq.write_table(
+        pa.table({"t": pa.array(t[::-1], pa.timestamp("us", "+00:00"))}), root / "tz-1.parquet"
+    )
+    return root
+
+
+def test_later_file_with_a_null_typed_column(typed_files: Path) -> None:
+    """pyarrow writes an untyped empty or all-null column as type Null; Polars reads it
+    with the first file's type."""
+    files = [str(typed_files / n) for n in ("0.parquet", "1-empty-null.parquet", "2-null.parquet")]
+    check(pl.scan_parquet(files))
+    check(pl.scan_parquet(files[:2]).select(pl.col("a").sum(), pl.len()))
+    check(pl.scan_parquet(files).group_by("s").agg(pl.col("a").max()), ordered=False)
+
+
+def test_time_zone_spelled_two_ways(typed_files: Path) -> None:
+    files = [str(typed_files / "tz-0.parquet"), str(typed_files / "tz-1.parquet")]
+    check(pl.scan_parquet(files))
+    check(pl.scan_parquet(files).select(pl.col("t").dt.hour()))
+
+
+def test_odd_files_leave_no_warning(odd_files: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        run(pl.scan_parquet(os.fspath(odd_files / "part[0].parquet"), glob=False))
+
+
+def test_streaming_engine_panic_in_a_task_runs_in_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Polars 2.1's streaming engine panics on some inputs its in-memory engine runs
+    (``list.diff`` of some row ranges of an Arrow list column); a task whose query panics
+    runs it again on the in-memory engine instead of failing with the panic."""
+    from shoal.execution.scope import in_task
+
+    original = pl.LazyFrame.collect
+    panics = []
+
+    def streaming_panics(self: pl.LazyFrame, *args: object, **kwargs: object) -> object:
+        if in_task() and kwargs.get("engine") == "streaming":
+            panics.append(1)
+            raise pl.exceptions.PanicException("type Int64 is incompatible with expected type Null")
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    lf = pl.LazyFrame({"g": [1, 2, 1, None], "a": [1.5, None, -0.0, 4.0]})
+    query = lf.group_by("g").agg(pl.col("a").sum()).sort("g")
+    expected = query.collect()
+    monkeypatch.setattr(pl.LazyFrame, "collect", streaming_panics)
+    for n in PARTITIONS:
+        assert_frame_equal(run(query, n), expected)
+    assert panics
