@@ -11,6 +11,7 @@ every unsupported part of the query at once.
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -201,7 +202,14 @@ def translate_plan(nt: Any) -> PlanNode:
 
     check_version(nt)
     t = Translator(nt)
-    plan = t.plan()
+    try:
+        plan = t.plan()
+    except RecursionError:
+        raise UnsupportedError(
+            "shoal cannot run this Polars query: its plan or an expression in it is nested "
+            f"too deeply to translate (Python's recursion limit is {sys.getrecursionlimit()} "
+            "frames, about half as many levels)"
+        ) from None
     if t.errors:
         listing = "\n".join(f"  - {e}" for e in t.errors)
         raise UnsupportedError(

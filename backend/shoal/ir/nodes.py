@@ -464,7 +464,9 @@ class Sink(PlanNode):
       their final names (``shoal.execution.sink.commit``);
     * ``"hive"``: Polars' ``PartitionBy(path, key=partition_by)``: one directory per key
       value, ``path/<col>=<value>/00000000.parquet``, each key's rows in input order (the
-      key columns are kept in the files when ``include_key``).
+      key columns are kept in the files when ``include_key``). Tasks write under the
+      ``staging`` directory too, and the driver moves the files into place only when every
+      task has succeeded; a failed query leaves nothing behind.
 
     ``options`` are keyword arguments of Polars' Parquet writer (``compression``,
     ``compression_level``, ``statistics``, ``row_group_size``, ``data_page_size``,

@@ -89,12 +89,21 @@ class _Open:
 
 
 class _Builder:
-    def __init__(self, config: Config, shared: set[int] | None = None) -> None:
+    def __init__(
+        self, config: Config, shared: set[int] | None = None, cpus: int | None = None
+    ) -> None:
         self.config = config
         self.plan = PhysicalPlan()
         self.shared = shared or set()
         self.memo: dict[int, Stage] = {}
-        self.cpus = config.num_cpus or os.cpu_count() or 1
+        if cpus:
+            self.plan.cpus_source = "cluster"
+        elif config.num_cpus:
+            self.plan.cpus_source = "setting num_cpus"
+        else:
+            self.plan.cpus_source = "driver's CPUs; a query reads the cluster's"
+        self.cpus = int(cpus or config.num_cpus or os.cpu_count() or 1)
+        self.plan.cpus = self.cpus
         self.max_shuffle = max(2, 4 * self.cpus)
         #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
         self.hash_windows: dict[int, windows.HashWindow] = {}
@@ -531,11 +540,12 @@ def _shared_nodes(plan: PlanNode) -> set[int]:
     return shared
 
 
-def build(plan: PlanNode, config: Config) -> PhysicalPlan:
+def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPlan:
     """The physical plan of ``plan`` under ``config`` (partition sizes, broadcast threshold,
-    shuffle partitions). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing
-    file, before anything runs."""
-    b = _Builder(config, _shared_nodes(plan))
+    shuffle partitions), sized for ``cpus`` CPUs (None: ``config.num_cpus``, else this
+    machine's). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing file,
+    before anything runs."""
+    b = _Builder(config, _shared_nodes(plan), cpus)
     root = b.visit(plan)
     if not (root.name == "after-udf" and isinstance(root.node, StageInput)):
         b.cut(root, SingleOutput(), name=root.name)
