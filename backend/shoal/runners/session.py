@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shoal import config as _config
@@ -209,14 +210,18 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
-    """Concatenate partition results in order and cast to ``plan.schema``."""
+    """Concatenate partition results in order and cast to ``plan.schema``. A plan without
+    columns gives a table of no columns and as many rows as the partitions hold."""
     schema = plan.schema.to_polars()
     frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
         return pl.DataFrame(schema=schema).to_arrow()
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
-    df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    if schema:
+        df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    else:
+        df = df.drop(cs.all())
     return df.to_arrow()
 
 
