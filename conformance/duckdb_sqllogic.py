@@ -615,8 +615,21 @@ def fallback_parts(msg: str) -> list[str]:
     for line in msg.split("\n"):
         line = line.strip()
         if line.startswith("- "):
-            part = re.sub(r"\(([^()]*)\)", "(…)", line[2:], count=1)
-            parts.add(normalise_message(part, 200))
+            part = normalise_message(re.sub(r"\(([^()]*)\)", "(…)", line[2:], count=1), 400)
+            pieces = part.split(": ")
+            if len(pieces) > 2:
+                # "<clause>: <what the user wrote>: <reason>": the clause and the reason
+                clause = pieces[0]
+                if " OVER " in clause or clause.endswith(" OVER"):
+                    clause = "window"
+                elif clause.startswith("FROM "):
+                    clause = "FROM"
+                part = f"{clause}: {pieces[-1]}"
+            elif len(pieces) == 2 and " OVER " in pieces[0]:
+                part = f"window: {pieces[1]}"
+            elif len(pieces) == 2 and pieces[0].startswith("FROM "):
+                part = f"FROM: {pieces[1]}"
+            parts.add(part[:200])
     return sorted(parts) or [normalise_message(msg, 200)]
 
 
