@@ -353,10 +353,16 @@ class RayActorPool:
             actor = self._new_actor(name)
             self._actors[i] = actor
             self._busy[i] = None
-            # It takes batches at once, as the first actors do: Ray queues the calls until
-            # it is up. (Waiting for it to be ready left a pool of one actor with no free
-            # actor, and the loop, with nothing else in flight, failed the query.)
-            self._ready[i] = True
+            if any(r for k, r in enumerate(self._ready) if k != i):
+                # Others take batches until it has started.
+                self._ready[i] = False
+                self._pending_ready[actor.ready.remote()] = i
+            else:
+                # The pool's only actor: it takes the resent batch at once, as the first
+                # actors do (Ray queues the call until it is up). Waiting for it to be ready
+                # left a pool of one with no free actor, and the loop, with nothing else in
+                # flight, failed the query with "no free actor".
+                self._ready[i] = True
             self.replaced += 1
             return True
 
