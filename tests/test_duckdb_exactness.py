@@ -686,3 +686,23 @@ def test_substring_offsets_out_of_range(temporal: duckdb.DuckDBPyConnection) -> 
             temporal.sql(query).fetchall()
         with pytest.raises(duckdb.OutOfRangeException, match=message):
             shoal.duckdb.sql(temporal, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+
+
+def test_correlated_subquery_with_hash_joins(pairs: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB joins on a column twice (l = r1 AND l IS NOT DISTINCT FROM r2); hashing on it
+    # twice crashed the exchange (DuplicateError).
+    hash_joins = shoal.Config(
+        runner="local", default_partitions=3, shuffle_partitions=3, broadcast_join_threshold_bytes=0
+    )
+    check(
+        pairs,
+        "SELECT l.a, l.x, r.b FROM pl l LEFT JOIN pr r ON r.b = "
+        "(SELECT max(s.b) FROM ps s WHERE s.a = l.a AND s.b <= r.b)",
+        hash_joins,
+    )
+    check(
+        pairs,
+        "SELECT l.a, l.x, (SELECT count(*) FROM ps s WHERE s.a = l.a AND s.b >= l.x) AS n "
+        "FROM pl l",
+        hash_joins,
+    )
