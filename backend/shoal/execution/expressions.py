@@ -270,6 +270,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         maintain_order=o.get("maintain_order", False),
     ),
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
+    "arg_sort": lambda a, o: a[0].arg_sort(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
 }
