@@ -404,6 +404,12 @@ ERRORS = {
         r"^Conversion Error: Could not convert string 'abc' to INT32 when casting from source "
         r"column s",
     ),
+    "bad string to DATE": (
+        "SELECT (s || '-01-01')::DATE AS v FROM n",
+        duckdb.ConversionException,
+        r'^Conversion Error: invalid date field format: "abc-01-01", expected format is '
+        r"\(YYYY-MM-DD\)",
+    ),
     "bad string to DECIMAL": (
         "SELECT CAST(s AS DECIMAL(5,2)) AS v FROM n",
         duckdb.ConversionException,
@@ -470,6 +476,12 @@ CHECKED_BUT_FINE = {
     "text to numbers and booleans": "SELECT x, x::INT AS i, x::DOUBLE AS f, "
     "TRY_CAST(x AS DECIMAL(6,2)) AS d, TRY_CAST(x AS BOOLEAN) AS b FROM (VALUES (' 12 '), "
     "('+5'), ('-0'), ('2.5'), ('-2.5'), ('1e3'), (NULL), ('1'), ('0')) v(x)",
+    "text to integers: grouped digits, hexadecimal, binary": "SELECT x, x::BIGINT AS i, "
+    "TRY_CAST(x AS DOUBLE) AS f FROM (VALUES ('0x1F'), ('0X1f'), ('0b101'), ('1_000'), "
+    "('1_000.5'), (' 12 '), ('7'), (NULL)) v(x)",
+    "text to DATE and TIMESTAMP": "SELECT x, x::DATE AS d, x::TIMESTAMP AS t FROM (VALUES "
+    "('1992-01-01'), ('1992-1-1'), ('1992-01-01 10:00:00'), ('1992-01-01T10:00:00.5'), "
+    "('1992-01-01 10:00'), (NULL)) v(x)",
     "text to booleans": "SELECT x, x::BOOLEAN AS b FROM (VALUES ('TRUE'), ('f'), ('yes'), "
     "('0'), ('N'), (NULL), ('t')) v(x)",
     "truncating division and remainder": "SELECT id, neg // 3 AS a, neg % 3 AS b, "
