@@ -630,6 +630,8 @@ CORRELATED = {
     # DuckDB's mark join of a correlated NOT IN: the NULL counts are per correlated value.
     "correlated NOT IN in a join condition": "SELECT l.a, l.x, r.b FROM pl l LEFT JOIN pr r "
     "ON r.b NOT IN (SELECT s.b FROM ps s WHERE s.a = l.a)",
+    "scalar subquery with several rows is DuckDB's error": "SELECT l.a, (SELECT s.b FROM ps s "
+    "WHERE s.a = l.a AND s.b > 100) AS b FROM pl l",
     "correlated IN as a value": "SELECT l.a, l.x, l.x IN (SELECT s.b * 1 FROM ps s "
     "WHERE s.a = l.a) AS i FROM pl l",
     "correlated NOT IN with NULL probes": "SELECT r.b, r.y FROM pr r WHERE r.b NOT IN "
@@ -718,3 +720,6 @@ def test_correlated_subquery_with_hash_joins(pairs: duckdb.DuckDBPyConnection) -
         "FROM pl l",
         hash_joins,
     )
+    # A mark join on one column twice (correlated ANY): joins on a copy of the column.
+    check(pairs, "SELECT a, a = ANY(SELECT a FROM ps WHERE a = l.a) AS y FROM pl l", hash_joins)
+    check(pairs, "SELECT a, x > ALL(SELECT b FROM ps WHERE a = l.a) AS y FROM pl l", hash_joins)

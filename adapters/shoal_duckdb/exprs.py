@@ -204,6 +204,8 @@ def duck_cast(
     if src.is_string and (target.is_numeric or pa.types.is_boolean(target.arrow)):
         out = _from_text(e, target)
     elif src.is_string and (pa.types.is_date32(target.arrow) or _is_naive_timestamp(target)):
+        if pa.types.is_timestamp(target.arrow) and target.arrow.unit == "ns":
+            raise Unsupported("cast of text to TIMESTAMP_NS")  # (parsed in microseconds)
         if try_cast:
             # shoal reads fewer text forms than DuckDB: NULL would be a wrong answer.
             raise Unsupported(f"TRY_CAST of text to {physical_name(target)}")

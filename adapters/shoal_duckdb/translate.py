@@ -1349,6 +1349,15 @@ def _repeated_key_columns(
             right_conditions.append(compare(op, same_left.right, k.right))
         elif same_right is not None and kind in _NO_UNMATCHED_LEFT:
             left_conditions.append(compare(op, same_right.left, k.left))
+        elif same_left is not None or same_right is not None:
+            # Other joins (mark, single, outer): join on a copy of the column instead.
+            if same_left is not None:
+                left, copy = _with_copy(t, left, k.left)
+                k = _Key(copy, k.right, k.null_safe)
+            if same_right is not None:
+                right, copy = _with_copy(t, right, k.right)
+                k = _Key(k.left, copy, k.null_safe)
+            kept.append(k)
         else:
             kept.append(k)
     if right_conditions:
@@ -1356,6 +1365,12 @@ def _repeated_key_columns(
     if left_conditions:
         left = t.filter(left, and_all(left_conditions))
     return left, right, kept
+
+
+def _with_copy(t: Translator, rel: Rel, e: Expr) -> tuple[Rel, Col]:
+    """``rel`` carrying one more column holding ``e`` (its ``cols`` unchanged)."""
+    extra = NamedExpr(t.fresh("key"), e)
+    return _with_columns(rel, [extra]), Col(extra.name, extra.dtype)
 
 
 def _join_output(
@@ -1469,8 +1484,8 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     rel = _equi(t, left, counted_rel, keys, "left")
     too_many = compare("gt", rel.cols[-1], lit(1, IDX))
     message = lit(
-        "More than one row returned by a subquery used as an expression - scalar "
-        "subqueries can only return a single row.",
+        "Invalid Input Error: More than one row returned by a subquery used as an "
+        "expression - scalar subqueries can only return a single row.",
         STRING,
     )
     exprs: list[tuple[str, Expr]] = [(c.name, c) for c in left.cols]
