@@ -404,6 +404,12 @@ ERRORS = {
         r"^Conversion Error: Could not convert string 'abc' to INT32 when casting from source "
         r"column s",
     ),
+    "bad string to DATE": (
+        "SELECT (s || '-01-01')::DATE AS v FROM n",
+        duckdb.ConversionException,
+        r'^Conversion Error: invalid date field format: "abc-01-01", expected format is '
+        r"\(YYYY-MM-DD\)",
+    ),
     "bad string to DECIMAL": (
         "SELECT CAST(s AS DECIMAL(5,2)) AS v FROM n",
         duckdb.ConversionException,
@@ -470,6 +476,12 @@ CHECKED_BUT_FINE = {
     "text to numbers and booleans": "SELECT x, x::INT AS i, x::DOUBLE AS f, "
     "TRY_CAST(x AS DECIMAL(6,2)) AS d, TRY_CAST(x AS BOOLEAN) AS b FROM (VALUES (' 12 '), "
     "('+5'), ('-0'), ('2.5'), ('-2.5'), ('1e3'), (NULL), ('1'), ('0')) v(x)",
+    "text to integers: grouped digits, hexadecimal, binary": "SELECT x, x::BIGINT AS i, "
+    "TRY_CAST(x AS DOUBLE) AS f FROM (VALUES ('0x1F'), ('0X1f'), ('0b101'), ('1_000'), "
+    "('1_000.5'), (' 12 '), ('7'), (NULL)) v(x)",
+    "text to DATE and TIMESTAMP": "SELECT x, x::DATE AS d, x::TIMESTAMP AS t FROM (VALUES "
+    "('1992-01-01'), ('1992-1-1'), ('1992-01-01 10:00:00'), ('1992-01-01T10:00:00.5'), "
+    "('1992-01-01 10:00'), (NULL)) v(x)",
     "text to booleans": "SELECT x, x::BOOLEAN AS b FROM (VALUES ('TRUE'), ('f'), ('yes'), "
     "('0'), ('N'), (NULL), ('t')) v(x)",
     "truncating division and remainder": "SELECT id, neg // 3 AS a, neg % 3 AS b, "
@@ -618,6 +630,8 @@ CORRELATED = {
     # DuckDB's mark join of a correlated NOT IN: the NULL counts are per correlated value.
     "correlated NOT IN in a join condition": "SELECT l.a, l.x, r.b FROM pl l LEFT JOIN pr r "
     "ON r.b NOT IN (SELECT s.b FROM ps s WHERE s.a = l.a)",
+    "scalar subquery with several rows is DuckDB's error": "SELECT l.a, (SELECT s.b FROM ps s "
+    "WHERE s.a = l.a AND s.b > 100) AS b FROM pl l",
     "correlated IN as a value": "SELECT l.a, l.x, l.x IN (SELECT s.b * 1 FROM ps s "
     "WHERE s.a = l.a) AS i FROM pl l",
     "correlated NOT IN with NULL probes": "SELECT r.b, r.y FROM pr r WHERE r.b NOT IN "
@@ -686,3 +700,26 @@ def test_substring_offsets_out_of_range(temporal: duckdb.DuckDBPyConnection) -> 
             temporal.sql(query).fetchall()
         with pytest.raises(duckdb.OutOfRangeException, match=message):
             shoal.duckdb.sql(temporal, query, raise_on_fail=True, config=CONFIGS["3 partitions"])
+
+
+def test_correlated_subquery_with_hash_joins(pairs: duckdb.DuckDBPyConnection) -> None:
+    # DuckDB joins on a column twice (l = r1 AND l IS NOT DISTINCT FROM r2); hashing on it
+    # twice crashed the exchange (DuplicateError).
+    hash_joins = shoal.Config(
+        runner="local", default_partitions=3, shuffle_partitions=3, broadcast_join_threshold_bytes=0
+    )
+    check(
+        pairs,
+        "SELECT l.a, l.x, r.b FROM pl l LEFT JOIN pr r ON r.b = "
+        "(SELECT max(s.b) FROM ps s WHERE s.a = l.a AND s.b <= r.b)",
+        hash_joins,
+    )
+    check(
+        pairs,
+        "SELECT l.a, l.x, (SELECT count(*) FROM ps s WHERE s.a = l.a AND s.b >= l.x) AS n "
+        "FROM pl l",
+        hash_joins,
+    )
+    # A mark join on one column twice (correlated ANY): joins on a copy of the column.
+    check(pairs, "SELECT a, a = ANY(SELECT a FROM ps WHERE a = l.a) AS y FROM pl l", hash_joins)
+    check(pairs, "SELECT a, x > ALL(SELECT b FROM ps WHERE a = l.a) AS y FROM pl l", hash_joins)

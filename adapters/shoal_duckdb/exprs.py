@@ -213,6 +213,13 @@ def duck_cast(
     value = e  # what DuckDB's message shows
     if src.is_string and (target.is_numeric or pa.types.is_boolean(target.arrow)):
         out = _from_text(e, target)
+    elif src.is_string and (pa.types.is_date32(target.arrow) or _is_naive_timestamp(target)):
+        if pa.types.is_timestamp(target.arrow) and target.arrow.unit == "ns":
+            raise Unsupported("cast of text to TIMESTAMP_NS")  # (parsed in microseconds)
+        if try_cast:
+            # shoal reads fewer text forms than DuckDB: NULL would be a wrong answer.
+            raise Unsupported(f"TRY_CAST of text to {physical_name(target)}")
+        out = _temporal_from_text(e, target)
     elif target.is_integer and src.is_float:  # C's nearbyint: half to even
         out = cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, False)
     elif target.is_integer and src.is_decimal:
@@ -256,8 +263,24 @@ def _from_text(s: Expr, target: DataType) -> Expr:
             Ternary(is_false, lit(False, BOOL), lit(None, BOOL), BOOL),
             BOOL,
         )
-    text = fn("str.strip_chars", [s, lit(_WHITESPACE, STRING)], STRING)
+    text: Expr = fn("str.strip_chars", [s, lit(_WHITESPACE, STRING)], STRING)
+    # Digits may be grouped with single underscores (1_000), as DuckDB reads them.
+    grouped = fn("str.contains", [text, lit(r"^[+-]?[0-9]+(_[0-9]+)+(\.[0-9]*)?$", STRING)], BOOL)
+    plain = fn("str.replace", [text, lit("_", STRING), lit("", STRING)], STRING, literal=True, n=-1)
+    text = Ternary(grouped, plain, text, STRING)
     out = cast(text, target, False)
+    if target.is_integer:
+        # 0x1F and 0b101: hexadecimal and binary integers (DuckDB: not after whitespace).
+        for prefix, base in (("0[xX]", 16), ("0[bB]", 2)):
+            digits = fn("str.replace", [s, lit(f"^{prefix}", STRING), lit("", STRING)], STRING, n=1)
+            has = fn("str.contains", [s, lit(f"^{prefix}[0-9a-fA-F]+$", STRING)], BOOL)
+            value = Function(
+                "str.to_integer",
+                (digits, lit(base, INT64)),
+                (("dtype", INT64), ("strict", False)),
+                INT64,
+            )
+            out = Ternary(has, cast(value, target, False), out, target)
     if not target.is_integer:
         return out
     number = cast(text, FLOAT64, False)
@@ -274,6 +297,44 @@ def _from_text(s: Expr, target: DataType) -> Expr:
     )
     via_float = Ternary(fits, cast(rounded, target, False), lit(None, target), target)
     return fn("coalesce", [out, via_float], target)
+
+
+#: The text forms of a TIMESTAMP shoal reads (DuckDB reads more: other separators,
+#: time zone offsets; those fail with DuckDB's ConversionException).
+_TIMESTAMP_FORMATS = (
+    "%Y-%m-%d %H:%M:%S%.f",
+    "%Y-%m-%dT%H:%M:%S%.f",
+    "%Y-%m-%d %H:%M",
+    "%Y-%m-%dT%H:%M",
+    "%Y-%m-%d",
+)
+
+
+def _is_naive_timestamp(dtype: DataType) -> bool:
+    return pa.types.is_timestamp(dtype.arrow) and dtype.arrow.tz is None
+
+
+def _temporal_from_text(s: Expr, target: DataType) -> Expr:
+    """ISO text to a TIMESTAMP (``YYYY-MM-DD[( |T)HH:MM[:SS[.fraction]]]``) or a DATE
+    (``YYYY-MM-DD`` with surrounding whitespace, or a timestamp's date), NULL where it does
+    not parse."""
+    work = DataType(pa.timestamp("us"))
+    parsed: list[Expr] = [_strptime(s, work, f) for f in _TIMESTAMP_FORMATS]
+    timestamp = fn("coalesce", parsed, work)
+    if pa.types.is_date32(target.arrow):
+        # A DATE also from a timestamp's text (its date), as DuckDB reads it.
+        text = fn("str.strip_chars", [s, lit(_WHITESPACE, STRING)], STRING)
+        return fn(
+            "coalesce", [_strptime(text, target, "%Y-%m-%d"), cast(timestamp, target)], target
+        )
+    return cast(timestamp, target)
+
+
+def _strptime(s: Expr, dtype: DataType, fmt: str) -> Expr:
+    """Kernel ``str.strptime`` of ``s`` in format ``fmt`` to ``dtype``, NULL where it does
+    not parse."""
+    options = {"dtype": dtype, "format": fmt, "strict": False}
+    return Function("str.strptime", (s,), tuple(sorted(options.items())), dtype)
 
 
 def _temporal_text(x: Expr) -> Expr:
@@ -348,7 +409,7 @@ def _cast_can_fail(src: DataType, target: DataType) -> bool:
     if target.is_string:
         return False
     if src.is_string:
-        return True
+        return True  # (numbers, BOOLEAN, DATE, TIMESTAMP: the only text casts translated)
     if target.is_decimal:
         return src.is_numeric
     if target.is_integer:
@@ -364,6 +425,14 @@ def _cast_can_fail(src: DataType, target: DataType) -> bool:
 def _cast_message(src: DataType, target: DataType, value: Expr) -> list[Expr | str]:
     """DuckDB's words for a value of ``src`` that does not convert to ``target``."""
     name = physical_name(target)
+    if src.is_string and pa.types.is_date32(target.arrow):
+        return ['invalid date field format: "', value, '", expected format is (YYYY-MM-DD)']
+    if src.is_string and pa.types.is_timestamp(target.arrow):
+        return [
+            'invalid timestamp field format: "',
+            value,
+            '", expected format is (YYYY-MM-DD HH:MM[:SS[.US]][±HH[:MM[:SS]]| ZONE])',
+        ]
     if src.is_string:
         if target.is_decimal:
             return ['Could not convert string "', value, f'" to {name}']
@@ -704,6 +773,10 @@ def physical_name(dtype: DataType) -> str:
         return "DOUBLE"
     if pa.types.is_boolean(arrow):
         return "BOOL"
+    if pa.types.is_date32(arrow):
+        return "DATE"
+    if pa.types.is_timestamp(arrow):
+        return "TIMESTAMP"
     return str(arrow).upper()
 
 

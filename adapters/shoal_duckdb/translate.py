@@ -1541,6 +1541,7 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
                 t.error(where, exc.explained())
     if t.errors:
         raise _Failed()
+    left, right, keys = _repeated_key_columns(t, left, right, keys, kind)
     lmap = [int(i) for i in op.get("left_projection_map") or []]
     rmap = [int(i) for i in op.get("right_projection_map") or []]
     if kind == "INNER":
@@ -1627,6 +1628,54 @@ def _outer_with_residual(
         parts.append(unmatched(rnum, rid, left))
     schema = parts[0].node.schema
     return Rel(Union(tuple(p.node for p in parts), schema), parts[0].cols)
+
+
+#: Join types whose output has no unmatched row of the right (left) side.
+_NO_UNMATCHED_RIGHT = frozenset({"INNER", "LEFT", "SEMI", "ANTI"})
+_NO_UNMATCHED_LEFT = frozenset({"INNER", "RIGHT", "RIGHT_SEMI", "RIGHT_ANTI"})
+
+
+def _repeated_key_columns(
+    t: Translator, left: Rel, right: Rel, keys: list[_Key], kind: str
+) -> tuple[Rel, Rel, list[_Key]]:
+    """Join keys with each column once per side. DuckDB writes conditions such as
+    ``l = r1 AND l IS NOT DISTINCT FROM r2`` (decorrelated subqueries); the kernel cannot
+    hash or join on a column twice. Given the first condition, the second says ``r1 op
+    r2`` (``l`` and ``r1`` are the same value), a filter of the right side, exact where the
+    join keeps no unmatched right row (the same for the left side)."""
+    kept: list[_Key] = []
+    right_conditions: list[Expr] = []
+    left_conditions: list[Expr] = []
+    for k in keys:
+        op = "eq_missing" if k.null_safe else "eq"
+        same_left = next((o for o in kept if o.left == k.left), None)
+        same_right = next((o for o in kept if o.right == k.right), None)
+        if same_left is not None and kind in _NO_UNMATCHED_RIGHT:
+            right_conditions.append(compare(op, same_left.right, k.right))
+        elif same_right is not None and kind in _NO_UNMATCHED_LEFT:
+            left_conditions.append(compare(op, same_right.left, k.left))
+        elif same_left is not None or same_right is not None:
+            # Other joins (mark, single, outer): join on a copy of the column instead.
+            if same_left is not None:
+                left, copy = _with_copy(t, left, k.left)
+                k = _Key(copy, k.right, k.null_safe)
+            if same_right is not None:
+                right, copy = _with_copy(t, right, k.right)
+                k = _Key(k.left, copy, k.null_safe)
+            kept.append(k)
+        else:
+            kept.append(k)
+    if right_conditions:
+        right = t.filter(right, and_all(right_conditions))
+    if left_conditions:
+        left = t.filter(left, and_all(left_conditions))
+    return left, right, kept
+
+
+def _with_copy(t: Translator, rel: Rel, e: Expr) -> tuple[Rel, Col]:
+    """``rel`` carrying one more column holding ``e`` (its ``cols`` unchanged)."""
+    extra = NamedExpr(t.fresh("key"), e)
+    return _with_columns(rel, [extra]), Col(extra.name, extra.dtype)
 
 
 def _join_output(
@@ -1740,8 +1789,8 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     rel = _equi(t, left, counted_rel, keys, "left")
     too_many = compare("gt", rel.cols[-1], lit(1, IDX))
     message = lit(
-        "More than one row returned by a subquery used as an expression - scalar "
-        "subqueries can only return a single row.",
+        "Invalid Input Error: More than one row returned by a subquery used as an "
+        "expression - scalar subqueries can only return a single row.",
         STRING,
     )
     exprs: list[tuple[str, Expr]] = [(c.name, c) for c in left.cols]
