@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any, cast
 
 import polars as pl
-import pyarrow.parquet as pq
 
+from shoal import storage
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
@@ -36,6 +36,7 @@ from shoal.ir.nodes import (
     Scan,
     Slice,
     Sort,
+    StorageOptions,
     Union,
     Unnest,
     Unpivot,
@@ -125,7 +126,8 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     where = f"Scan({scan_type})"
     fo = node.file_options
     problems = _scan_problems(node, scan_type)
-    paths = tuple(os.path.abspath(os.fspath(p)) for p in node.paths)
+    paths = tuple(_source_path(p) for p in node.paths)
+    options = _storage_options(node, problems)
     row_index = fo.row_index
     index_name = None if row_index is None else str(row_index[0])
     # Hive partitions: one row of partition values per file (Polars has already dropped the
@@ -139,9 +141,9 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     sources: list[Any] = []
     for group in _file_groups(paths, hive, hive_cols) if not problems else []:
         if scan_type == "parquet":
-            sources.append(ParquetSource(group))
+            sources.append(ParquetSource(group, options))
             continue
-        found = _file_source(scan_type, group, node.scan_type[1], file_schema)
+        found = _file_source(scan_type, group, node.scan_type[1], file_schema, options)
         if isinstance(found, str):
             problems.append(found)
             break
@@ -172,6 +174,55 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
+
+
+def _source_path(path: Any) -> str:
+    """A scan's path as the IR keeps it: object-storage URLs as they are, local paths
+    absolute."""
+    text = os.fspath(path)
+    return text if storage.is_url(text) else os.path.abspath(text)
+
+
+def _storage_options(node: Any, problems: list[str]) -> StorageOptions | None:
+    """The scan's cloud options (Polars' serialised ``CloudOptions``, the third member of
+    ``scan_type``) as ``storage_options`` in object_store's key names (``Endpoint`` of
+    ``Aws`` -> ``aws_endpoint``, ``{"Client": "AllowHttp"}`` -> ``allow_http``), or None
+    when the scan has none. Appends to ``problems`` when an option cannot be carried."""
+    raw = (
+        node.scan_type[2] if isinstance(node.scan_type, tuple) and len(node.scan_type) > 2 else None
+    )
+    if not raw:
+        return None
+    try:
+        cloud = json.loads(raw)
+    except (TypeError, ValueError):
+        problems.append("its cloud storage options could not be read")
+        return None
+    config = (cloud or {}).get("config") or {}
+    out: dict[str, str] = {}
+    for family, pairs in config.items():
+        prefix = {"Aws": "aws_", "Gcp": "google_", "Azure": "azure_"}.get(family)
+        if prefix is None or not isinstance(pairs, list):
+            problems.append(f"{family} storage options are not supported")
+            return None
+        for key, value in pairs:
+            if isinstance(key, dict) and "Client" in key:
+                name = _snake(str(key["Client"]))
+            elif isinstance(key, str):
+                name = prefix + _snake(key)
+            else:
+                problems.append(f"storage option {key!r} is not supported")
+                return None
+            if name not in storage.OPTION_MAP:
+                problems.append(f"storage option {name!r} is not supported")
+                return None
+            out[name] = str(value)
+    return StorageOptions(out) if out else None
+
+
+def _snake(name: str) -> str:
+    """``AccessKeyId`` -> ``access_key_id``."""
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
 def _file_groups(
@@ -206,7 +257,9 @@ def _hive_union(
     if not file_schema.fields:
         if not isinstance(sources[0], ParquetSource):
             raise UnsupportedError("a scan of hive partition columns only (CSV, NDJSON)")
-        first_field = pq.read_schema(sources[0].paths[0])[0]
+        src = sources[0]
+        meta = storage.read_footers(src.paths[:1], src.storage_options)[0]
+        first_field = meta.schema.to_arrow_schema()[0]
         carrier = Schema(((first_field.name, DataType(first_field.type)),))
     wide = Schema((*carrier.fields, *((n, table_schema[n]) for n in hive_cols)))
     parts: list[PlanNode] = []
@@ -285,7 +338,11 @@ _DTYPES: dict[str, pl.DataType] = {
 
 
 def _file_source(
-    kind: str, paths: tuple[str, ...], options_json: str, schema: Schema
+    kind: str,
+    paths: tuple[str, ...],
+    options_json: str,
+    schema: Schema,
+    storage_options: StorageOptions | None = None,
 ) -> FileSource | str:
     """A CSV or NDJSON source whose files, each read on its own, give the rows Polars reads
     from all of them: the parse options are carried over, and each file is read with the
@@ -336,7 +393,7 @@ def _file_source(
             return f"option {key}={value!r} is not supported"
     if "schema" not in kwargs and schema.fields:
         kwargs["schema_overrides"] = schema.fields
-    return FileSource(kind, paths, tuple(sorted(kwargs.items())))
+    return FileSource(kind, paths, tuple(sorted(kwargs.items())), storage_options)
 
 
 def _comment_prefix(value: Any) -> str:

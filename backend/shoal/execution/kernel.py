@@ -55,6 +55,7 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    StorageOptions,
     UdfProject,
     Union,
     Unnest,
@@ -157,8 +158,9 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     elif isinstance(node.source, ParquetSource):
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
+        so = _storage(node.source.storage_options)
         lfs = [
-            pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
+            pl.scan_parquet(p.path, **so).slice(p.offset, p.rows).select(cols)
             for p in part.pieces
             if p.rows > 0 and cols
         ]
@@ -174,7 +176,8 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         reader = _READERS.get(node.source.format)
         if reader is None:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
-        lf = reader(part.path, **_reader_options(node.source.options))
+        so = _storage(node.source.storage_options)
+        lf = reader(part.path, **_reader_options(node.source.options), **so)
         if not cols:
             lf = _height_only(lf.select(pl.len()).collect().item()).lazy()
         else:
@@ -184,6 +187,12 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
+
+
+def _storage(options: StorageOptions | None) -> dict[str, Any]:
+    """Polars' ``storage_options`` keyword for a source read from object storage (Polars
+    reads with its own object_store client, as it would natively)."""
+    return {"storage_options": options.to_dict()} if options else {}
 
 
 def _height_only(rows: int) -> pl.DataFrame:
@@ -568,7 +577,7 @@ def run_single(plan: PlanNode) -> pa.Table:
 
     A reference path for tests and debugging: every scan reads all its rows.
     """
-    import pyarrow.parquet as pq
+    from shoal import storage
 
     def whole(node: Scan) -> ScanInput | list[ScanInput]:
         if isinstance(node.source, InMemorySource):
@@ -577,7 +586,14 @@ def run_single(plan: PlanNode) -> pa.Table:
             return [FilePartition(p) for p in node.source.paths]
         assert isinstance(node.source, ParquetSource)
         return ScanPartition(
-            tuple(ParquetPiece(p, 0, pq.read_metadata(p).num_rows) for p in node.source.paths)
+            tuple(
+                ParquetPiece(p, 0, m.num_rows)
+                for p, m in zip(
+                    node.source.paths,
+                    storage.read_footers(node.source.paths, node.source.storage_options),
+                    strict=True,
+                )
+            )
         )
 
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
