@@ -219,7 +219,23 @@ def test_errors_before_any_task_name_the_url(s3: dict[str, Any]) -> None:
     _grep_secret(str(info2.value))
 
 
-def test_refused_credentials_raise_permission_error() -> None:
+def test_bad_credentials_raise_permission_error_naming_the_url(s3: dict[str, Any]) -> None:
+    import moto.settings
+
+    url = f"s3://{BUCKET}/flat/part-0.parquet"
+    bad = StorageOptions({**s3["options"], "aws_secret_access_key": SECRET + "-wrong"})
+    plan = Scan(ParquetSource((url,), bad), shoal.ir.Schema.from_polars({"a": pl.Int64}))
+    before = moto.settings.INITIAL_NO_AUTH_ACTION_COUNT
+    moto.settings.INITIAL_NO_AUTH_ACTION_COUNT = 0  # the server now checks every signature
+    try:
+        with pytest.raises(PermissionError, match=url.replace(".", r"\.")) as info:
+            shoal.execute(plan, runner="local")
+    finally:
+        moto.settings.INITIAL_NO_AUTH_ACTION_COUNT = before
+    _grep_secret(str(info.value))
+
+
+def test_refused_credentials_message_is_scrubbed() -> None:
     err = storage._error(
         "s3://b/k", OSError(f"AWS Error ACCESS_DENIED during HeadObject: key {SECRET}"),
         StorageOptions({"aws_secret_access_key": SECRET}),
