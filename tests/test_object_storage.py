@@ -236,7 +236,7 @@ def test_bad_credentials_raise_permission_error_naming_the_url(s3: dict[str, Any
 
 
 def test_refused_credentials_message_is_scrubbed() -> None:
-    err = storage._error(
+    err = storage.error(
         "s3://b/k", OSError(f"AWS Error ACCESS_DENIED during HeadObject: key {SECRET}"),
         StorageOptions({"aws_secret_access_key": SECRET}),
     )  # fmt: skip
@@ -263,3 +263,44 @@ def test_storage_options_serde_roundtrip_is_redacted() -> None:
         {"aws_region": "eu-west-1", "aws_secret_access_key": "***"}
     )
     assert StorageOptions({"b": "1", "a": "2"}) == StorageOptions({"a": "2", "b": "1"})
+
+
+def _listing(client: Any, prefix: str) -> list[str]:
+    got = client.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("Contents", [])
+    return sorted(o["Key"][len(prefix) :] for o in got)
+
+
+@pytest.mark.parametrize("layout", ["file", "split", "hive"])
+def test_sink_parquet_to_the_bucket_writes_what_polars_writes(
+    s3: dict[str, Any], runner: str, layout: str
+) -> None:
+    so = s3["options"]
+    lf = _queries(so)["flat"].filter(pl.col("a") % 3 != 0).with_columns(k=pl.col("a") % 2)
+    client = s3["client"]
+    base = f"sink-{runner}-{layout}"
+
+    def target(who: str) -> Any:
+        url = f"s3://{BUCKET}/{base}/{who}"
+        if layout == "file":
+            return url + "/out.parquet"
+        if layout == "split":
+            return pl.PartitionBy(url, max_rows_per_file=25)
+        return pl.PartitionBy(url, key="k")
+
+    lf.sink_parquet(target("polars"), storage_options=so)
+    lf.sink_parquet(target("shoal"), storage_options=so, engine=_engine(runner))
+    names = _listing(client, f"{base}/polars/")
+    assert names and _listing(client, f"{base}/shoal/") == names
+    assert not [k for k in _listing(client, f"{base}/") if "staging" in k]  # cleaned up
+    for name in names:
+        theirs = pl.read_parquet(f"s3://{BUCKET}/{base}/polars/{name}", storage_options=so)
+        ours = pl.read_parquet(f"s3://{BUCKET}/{base}/shoal/{name}", storage_options=so)
+        assert_frame_equal(ours, theirs)
+
+
+def test_sink_to_a_missing_bucket_fails_before_any_task(s3: dict[str, Any]) -> None:
+    lf = _queries(s3["options"])["flat"]
+    url = "s3://no-such-bucket/out.parquet"
+    with pytest.raises(FileNotFoundError, match="no-such-bucket") as info:
+        lf.sink_parquet(url, storage_options=s3["options"], engine=_engine("local"))
+    _grep_secret(str(info.value))

@@ -155,8 +155,10 @@ def _make_filesystem(family: str, options: StorageOptions | None) -> pafs.FileSy
     return pafs.AzureFileSystem(**kwargs)
 
 
-def _error(url: str, exc: Exception, options: StorageOptions | None) -> Exception:
-    """A clear error naming ``url`` for a failed storage call, without any credential."""
+def error(url: str, exc: Exception, options: StorageOptions | None) -> Exception:
+    """A clear error naming ``url`` for a failed storage call, without any credential:
+    ``PermissionError`` for refused credentials, ``FileNotFoundError`` for a missing
+    bucket or key, ``OSError`` otherwise."""
     text = scrub(str(exc), options)
     low = text.lower()
     if isinstance(exc, PermissionError) or any(
@@ -192,7 +194,7 @@ def file_infos(
         try:
             infos = fs.get_file_info(inners)
         except Exception as exc:
-            raise _error(paths[idx[0]], exc, options) from None
+            raise error(paths[idx[0]], exc, options) from None
         found.update(zip(idx, infos, strict=True))
     for i, url in enumerate(paths):
         info = found[i]
@@ -241,7 +243,7 @@ def read_footers(paths: Sequence[str], options: StorageOptions | None) -> list[p
             with fs.open_input_file(inner) as f:
                 return pq.read_metadata(f)
         except (FileNotFoundError, PermissionError) as exc:
-            raise _error(url, exc, options) from None
+            raise error(url, exc, options) from None
         except Exception as exc:
             raise PlanError(
                 f"shoal: {url} is not a readable Parquet file (corrupt or truncated): "

@@ -559,7 +559,8 @@ class Sink(PlanNode):
     ``options`` are keyword arguments of Polars' Parquet writer (``compression``,
     ``compression_level``, ``statistics``, ``row_group_size``, ``data_page_size``,
     ``metadata``, ``sync_on_close``, ``mkdir``) as (name, value) pairs; a mapping is kept as
-    (key, value) pairs. ``path`` is absolute.
+    (key, value) pairs. ``path`` is absolute, or an object-storage URL written with
+    ``storage_options`` (there, moving a staged file into place is a copy and a delete).
     """
 
     input: PlanNode
@@ -573,6 +574,7 @@ class Sink(PlanNode):
     max_bytes_per_file: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
     staging: str = ""
+    storage_options: StorageOptions | None = None
 
 
 def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:
