@@ -304,3 +304,40 @@ def test_sink_to_a_missing_bucket_fails_before_any_task(s3: dict[str, Any]) -> N
     with pytest.raises(FileNotFoundError, match="no-such-bucket") as info:
         lf.sink_parquet(url, storage_options=s3["options"], engine=_engine("local"))
     _grep_secret(str(info.value))
+
+
+def test_duckdb_read_parquet_from_the_bucket(
+    s3: dict[str, Any], runner: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DuckDB's httpfs is not installed here, so DuckDB's own ``SET s3_...`` and secrets
+    cannot be stated; credentials come from the environment. The answer is native DuckDB
+    reading the same files locally."""
+    import duckdb
+
+    so = s3["options"]
+    for var, key in (
+        ("AWS_ENDPOINT_URL", "aws_endpoint_url"),
+        ("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+        ("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+        ("AWS_REGION", "aws_region"),
+        ("AWS_ALLOW_HTTP", "aws_allow_http"),
+    ):
+        monkeypatch.setenv(var, so[key])
+    storage._FILESYSTEMS.clear()  # an earlier S3FileSystem() read another environment
+    local = tmp_path / "flat"
+    local.mkdir()
+    for i in range(4):
+        s3["client"].download_file(
+            BUCKET, f"flat/part-{i}.parquet", str(local / f"part-{i}.parquet")
+        )
+    query = (
+        "SELECT s, count(*) AS n, sum(a) AS sa, sum(x) AS sx FROM read_parquet('{}') "
+        "WHERE a > 105 GROUP BY s ORDER BY s NULLS FIRST"
+    )
+    con = duckdb.connect()
+    expected = con.sql(query.format(f"{local}/*.parquet")).pl()
+    cfg = shoal.Config(runner=runner, default_partitions=3, shuffle_partitions=3)  # type: ignore[arg-type]
+    got = shoal.duckdb.sql(
+        con, query.format(f"s3://{BUCKET}/flat/*.parquet"), config=cfg, raise_on_fail=True
+    )
+    assert_frame_equal(got.pl(), expected)

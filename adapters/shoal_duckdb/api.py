@@ -24,6 +24,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -199,8 +200,39 @@ def _translate(
     return Project(node, exprs, schema), out_names
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The names and types of a result bound over stand-ins (which are gone by now)."""
+
+    columns: list[str]
+    types: list[Any]
+
+
+def _bind(con: duckdb.DuckDBPyConnection, text: str) -> duckdb.DuckDBPyRelation | _Shape:
+    """``text`` bound by DuckDB (names and types of its result). A query that reads object
+    storage (``read_parquet('s3://...')``) cannot bind where DuckDB's httpfs extension is
+    not installed: it is bound over shoal's stand-in tables instead, whose schemas come
+    from shoal's own footer reads (``shoal.storage``); DuckDB's error stands otherwise."""
+    try:
+        return con.sql(text)
+    except duckdb.Error as exc:
+        if "httpfs" not in str(exc):
+            raise
+        try:
+            prepared = prepare(con, text)
+        except Exception:
+            raise exc from None
+        try:
+            rel = con.sql(prepared.sql)
+            return _Shape(list(rel.columns), list(rel.types))
+        except Exception:
+            raise exc from None
+        finally:
+            prepared.close()
+
+
 def _result_relation(
-    con: duckdb.DuckDBPyConnection, table: pa.Table, bound: duckdb.DuckDBPyRelation
+    con: duckdb.DuckDBPyConnection, table: pa.Table, bound: duckdb.DuckDBPyRelation | _Shape
 ) -> duckdb.DuckDBPyRelation:
     """``table`` as a relation on ``con`` with the names and types of DuckDB's own result."""
     inner = [f"c{i}" for i in range(table.num_columns)]
@@ -265,11 +297,12 @@ def sql(
     if reason is not None:
         return _fallback(con, query, None, UnsupportedError(reason), raise_on_fail, config)
     with _python_objects(con, query, _caller_frame()) as (text, registered):
-        bound = con.sql(text)  # binds: DuckDB's CatalogException / BinderException
+        bound = _bind(con, text)  # binds: DuckDB's CatalogException / BinderException
         try:
             plan, _ = _translate(con, text, list(bound.columns))
         except Exception as exc:
-            rel = _fallback(con, text, bound, exc, raise_on_fail, config)
+            native = bound if isinstance(bound, duckdb.DuckDBPyRelation) else None
+            rel = _fallback(con, text, native, exc, raise_on_fail, config)
             if registered:
                 # The relation reads objects registered only for this call: keep its rows.
                 return _result_relation(con, rel.to_arrow_table(), bound)

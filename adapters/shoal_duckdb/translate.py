@@ -480,12 +480,12 @@ def _unified_parquet(
 
     A file that lacks a column is recorded as unsupported (DuckDB itself then answers or
     raises its own error)."""
-    import pyarrow.parquet as pq
+    from shoal import storage
 
     runs: list[tuple[tuple[DataType, ...], list[str]]] = []
     for path in paths:
         try:
-            file_schema = pq.read_schema(path)
+            file_schema = storage.read_footers([path], None)[0].schema.to_arrow_schema()
         except Exception:
             return None  # the planner names the unreadable file
         types: list[DataType] = []

@@ -14,6 +14,8 @@ bucket or key, :class:`PermissionError` for refused credentials.
 
 from __future__ import annotations
 
+import os
+import re
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -95,7 +97,7 @@ def scrub(text: str, options: StorageOptions | None) -> str:
 
 
 _FS_LOCK = threading.Lock()
-_FILESYSTEMS: dict[tuple[str, StorageOptions | None], pafs.FileSystem] = {}
+_FILESYSTEMS: dict[tuple[str, StorageOptions | None, str | None], pafs.FileSystem] = {}
 
 
 def filesystem(url: str, options: StorageOptions | None) -> tuple[pafs.FileSystem, str]:
@@ -113,7 +115,11 @@ def filesystem(url: str, options: StorageOptions | None) -> tuple[pafs.FileSyste
     if family is None:
         raise UnsupportedError(f"shoal: cannot plan a scan of {url!r}: scheme {scheme!r}")
     inner = f"{parts.netloc}{parts.path}"
-    key = (family, options)
+    key = (
+        family,
+        options,
+        os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL"),
+    )
     with _FS_LOCK:
         fs = _FILESYSTEMS.get(key)
     if fs is None:
@@ -143,6 +149,14 @@ def _make_filesystem(family: str, options: StorageOptions | None) -> pafs.FileSy
                 kwargs["scheme"] = ep.scheme
         else:
             kwargs[arg] = value
+    if family == "s3" and "endpoint_override" not in kwargs:
+        # As object_store (Polars) does: an endpoint from the environment.
+        env = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if env:
+            ep = urlsplit(env)
+            kwargs["endpoint_override"] = f"{ep.netloc}{ep.path}".rstrip("/") or env
+            if ep.scheme:
+                kwargs["scheme"] = ep.scheme
     if unknown:
         raise UnsupportedError(
             f"shoal: storage options {sorted(unknown)} are not supported for planning "
@@ -268,3 +282,45 @@ def footer_cache_info() -> int:
     """How many footers the cache holds (for tests and diagnostics)."""
     with _FOOTERS_LOCK:
         return len(_FOOTERS)
+
+
+def glob(pattern: str, options: StorageOptions | None) -> list[str]:
+    """The object-storage URLs that match ``pattern`` (``*`` and ``?`` within one path
+    segment, ``**`` across segments), sorted; a pattern without wildcards is returned as
+    is. Lists the prefix before the first wildcard (recursively). Raises
+    ``FileNotFoundError``/``PermissionError`` naming the URL (see :func:`error`)."""
+    if not any(c in pattern for c in "*?["):
+        return [pattern]
+    parts = urlsplit(pattern)
+    fs, inner = filesystem(pattern, options)
+    cut = min(i for i, c in enumerate(inner) if c in "*?[")
+    prefix = inner[: inner.rfind("/", 0, cut) + 1].rstrip("/")
+    regex = re.compile(_glob_regex(inner))
+    try:
+        infos = fs.get_file_info(pafs.FileSelector(prefix, recursive=True, allow_not_found=True))
+    except Exception as exc:
+        raise error(pattern, exc, options) from None
+    scheme = parts.scheme
+    return sorted(
+        f"{scheme}://{i.path}"
+        for i in infos
+        if i.type == pafs.FileType.File and regex.fullmatch(i.path)
+    )
+
+
+def _glob_regex(pattern: str) -> str:
+    out = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+            continue
+        if pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+            continue
+        out.append("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c))
+        i += 1
+    return "".join(out)
