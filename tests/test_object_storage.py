@@ -341,3 +341,19 @@ def test_duckdb_read_parquet_from_the_bucket(
         con, query.format(f"s3://{BUCKET}/flat/*.parquet"), config=cfg, raise_on_fail=True
     )
     assert_frame_equal(got.pl(), expected)
+
+
+def test_own_credential_provider_falls_back_with_reason(s3: dict[str, Any]) -> None:
+    so = s3["options"]
+
+    def provider() -> tuple[dict[str, str], None]:
+        return {"aws_access_key_id": KEY_ID, "aws_secret_access_key": SECRET}, None
+
+    lf = pl.scan_parquet(
+        f"s3://{BUCKET}/flat/part-0.parquet",
+        storage_options={k: v for k, v in so.items() if "secret" not in k and "key" not in k},
+        credential_provider=provider,
+    )
+    with pytest.raises(shoal.UnsupportedError, match="credential_provider") as info:
+        lf.collect(engine=_engine("local"))
+    _grep_secret(str(info.value))

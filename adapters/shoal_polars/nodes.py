@@ -198,6 +198,15 @@ def _storage_options(node: Any, problems: list[str]) -> StorageOptions | None:
     except (TypeError, ValueError):
         problems.append("its cloud storage options could not be read")
         return None
+    provider = (cloud or {}).get("credential_provider")
+    builder = provider.get("Builder") if isinstance(provider, dict) else None
+    if provider is not None and not (
+        isinstance(builder, list) and b"AutoInit" in bytes(b % 256 for b in builder)
+    ):
+        # Polars' default (AutoInit) provider builds itself from the options on each
+        # reader; a provider of the user's own cannot travel to the tasks.
+        problems.append("a credential_provider is not supported (storage_options are)")
+        return None
     config = (cloud or {}).get("config") or {}
     out: dict[str, str] = {}
     for family, pairs in config.items():
