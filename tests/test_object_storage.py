@@ -357,3 +357,16 @@ def test_own_credential_provider_falls_back_with_reason(s3: dict[str, Any]) -> N
     with pytest.raises(shoal.UnsupportedError, match="credential_provider") as info:
         lf.collect(engine=_engine("local"))
     _grep_secret(str(info.value))
+
+
+def test_hive_scan_prunes_row_groups_with_file_columns(s3: dict[str, Any]) -> None:
+    client = s3["client"]
+    for k in (1, 2):
+        df = pl.DataFrame({"v": list(range(k * 100, k * 100 + 30)), "w": ["a"] * 30})
+        _put(client, f"hive2/k={k}/f.parquet", df, row_group_size=10)
+    lf = pl.scan_parquet(
+        f"s3://{BUCKET}/hive2/**/*.parquet", storage_options=s3["options"], hive_partitioning=True
+    ).filter((pl.col("v") >= 215) & (pl.col("k") >= 1) & (pl.col("w") == "a"))
+    text = shoal.explain(lf, runner="local", config=shoal.Config(runner="local"))
+    assert "Parquet row groups: 2 of 6 read, 4 pruned by statistics" in text
+    assert_frame_equal(lf.collect(engine=_engine("local")), lf.collect(engine="in-memory"))

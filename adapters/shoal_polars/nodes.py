@@ -160,7 +160,10 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
         out = Scan(sources[0], file_schema)
     else:
         try:
-            out = _hive_union(sources, hive, hive_cols, table_schema, file_schema)
+            # The file columns' part of the predicate also goes into each file scan, where
+            # the planner prunes row groups with it (it stays on the Filter below too).
+            inner = pred if row_index is None and fo.n_rows is None else None
+            out = _hive_union(sources, hive, hive_cols, table_schema, file_schema, inner)
         except UnsupportedError as exc:
             t.error(where, str(exc))
             return t.placeholder(schema)
@@ -256,6 +259,7 @@ def _hive_union(
     hive_cols: list[str],
     table_schema: Schema,
     file_schema: Schema,
+    pred: Expr | None = None,
 ) -> PlanNode:
     """Each group of files with its partition values as literal columns, in file order.
 
@@ -271,6 +275,7 @@ def _hive_union(
         first_field = meta.schema.to_arrow_schema()[0]
         carrier = Schema(((first_field.name, DataType(first_field.type)),))
     wide = Schema((*carrier.fields, *((n, table_schema[n]) for n in hive_cols)))
+    file_pred = _file_conjuncts(pred, set(carrier.names)) if pred is not None else None
     parts: list[PlanNode] = []
     first = 0
     for source in sources:
@@ -280,9 +285,23 @@ def _hive_union(
             *_cols(carrier),
             *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
         )
-        parts.append(Project(Scan(source, carrier), exprs, wide, keep_height=True))
+        parts.append(Project(Scan(source, carrier, file_pred), exprs, wide, keep_height=True))
     out = parts[0] if len(parts) == 1 else Union(tuple(parts), wide)
     return Project(out, _cols(table_schema), table_schema, keep_height=True)
+
+
+def _file_conjuncts(pred: Expr, columns: set[str]) -> Expr | None:
+    """The AND of ``pred``'s top-level conjuncts that read only ``columns`` and are row
+    local (None when there is none): a filter implied by ``pred``."""
+    if isinstance(pred, BinaryOp) and pred.op == "and":
+        left = _file_conjuncts(pred.left, columns)
+        right = _file_conjuncts(pred.right, columns)
+        if left is None or right is None:
+            return left or right
+        return BinaryOp("and", left, right, BOOL)
+    if pred.columns() and pred.columns() <= columns and pred.is_row_local():
+        return pred
+    return None
 
 
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
