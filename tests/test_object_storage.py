@@ -341,6 +341,7 @@ def test_duckdb_read_parquet_from_the_bucket(
         con, query.format(f"s3://{BUCKET}/flat/*.parquet"), config=cfg, raise_on_fail=True
     )
     assert_frame_equal(got.pl(), expected)
+    _grep_secret(shoal.duckdb.explain(con, query.format(f"s3://{BUCKET}/flat/*.parquet")))
 
 
 def test_own_credential_provider_falls_back_with_reason(s3: dict[str, Any]) -> None:

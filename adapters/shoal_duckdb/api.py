@@ -102,7 +102,7 @@ def _to_ir(con: duckdb.DuckDBPyConnection, query: str, frame: FrameType | None) 
     if reason is not None:
         raise UnsupportedError(f"shoal cannot run this DuckDB query: {reason}")
     with _python_objects(con, query, frame) as (text, _):
-        bound = con.sql(text)
+        bound = _bind(con, text)
         try:
             plan, _names = _translate(con, text, list(bound.columns))
         except UnsupportedError:

@@ -350,9 +350,10 @@ class Rewriter:
             return None
         if all(storage.is_url(p) for p in patterns):
             # Object storage: listed and read by shoal (DuckDB's httpfs is not needed to
-            # plan); credentials come from the environment (AWS_* variables, instance
-            # roles), as Polars' and pyarrow's default credential chains read them.
-            return tuple(u for p in patterns for u in storage.glob(p, None)) or None
+            # plan); credentials come from the driver's AWS_* environment.
+            return (
+                tuple(u for p in patterns for u in storage.glob(p, storage.env_options(p))) or None
+            )
         if any("://" in p for p in patterns):
             return None
         return _glob_paths(self.con, patterns)
@@ -366,7 +367,7 @@ class Rewriter:
         if paths and storage.is_url(paths[0]):
             # DuckDB cannot open the URL without httpfs: the stand-in takes the schema
             # from shoal's own footer read.
-            footer = storage.read_footers(paths[:1], None)[0]
+            footer = storage.read_footers(paths[:1], storage.env_options(paths[0]))[0]
             empty = footer.schema.to_arrow_schema().empty_table()
             view = f"{name}_arrow"
             self.con.register(view, empty)
@@ -539,7 +540,7 @@ def _columns_in_files(con: Any, standin: str, paths: tuple[str, ...]) -> bool:
 
     cols = con.sql(f"SELECT * FROM temp.main.{quote_ident(standin)}").columns
     try:
-        footer = storage.read_footers(paths[:1], None)[0]
+        footer = storage.read_footers(paths[:1], storage.env_options(paths[0]))[0]
         names = set(footer.schema.to_arrow_schema().names)
     except Exception:
         return False

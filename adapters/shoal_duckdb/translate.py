@@ -402,7 +402,10 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         raise _Failed()
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
-        source: Any = ParquetSource(standin.paths)
+        from shoal import storage
+
+        # Object storage: the driver's AWS_* credentials travel with the plan.
+        source: Any = ParquetSource(standin.paths, storage.env_options(standin.paths[0]))
         schema = Schema.of(scanned)
     else:
         if standin is not None:
@@ -485,7 +488,8 @@ def _unified_parquet(
     runs: list[tuple[tuple[DataType, ...], list[str]]] = []
     for path in paths:
         try:
-            file_schema = storage.read_footers([path], None)[0].schema.to_arrow_schema()
+            footer = storage.read_footers([path], storage.env_options(path))[0]
+            file_schema = footer.schema.to_arrow_schema()
         except Exception:
             return None  # the planner names the unreadable file
         types: list[DataType] = []

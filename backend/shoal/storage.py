@@ -324,3 +324,26 @@ def _glob_regex(pattern: str) -> str:
         out.append("[^/]*" if c == "*" else "[^/]" if c == "?" else re.escape(c))
         i += 1
     return "".join(out)
+
+
+#: Environment variables read by :func:`env_options` -> storage option.
+ENV_OPTIONS = {
+    "AWS_ACCESS_KEY_ID": "aws_access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "aws_secret_access_key",
+    "AWS_SESSION_TOKEN": "aws_session_token",
+    "AWS_REGION": "aws_region",
+    "AWS_DEFAULT_REGION": "aws_default_region",
+    "AWS_ENDPOINT_URL": "aws_endpoint_url",
+    "AWS_ALLOW_HTTP": "aws_allow_http",
+}
+
+
+def env_options(url: str) -> StorageOptions | None:
+    """The driver's ``AWS_*`` environment (see :data:`ENV_OPTIONS`) as storage options for
+    an ``s3://`` URL, or None (no such variable, or another scheme). A frontend without
+    storage options of its own (DuckDB without httpfs) plans with them and hands them to
+    the tasks, so that the workers read with the credentials the driver planned with."""
+    if SCHEMES.get(urlsplit(url).scheme.lower()) != "s3":
+        return None
+    found = {opt: os.environ[var] for var, opt in ENV_OPTIONS.items() if os.environ.get(var)}
+    return StorageOptions(found) if found else None
