@@ -211,6 +211,9 @@ def test_errors_before_any_task_name_the_url(s3: dict[str, Any]) -> None:
                 runner="local",
             )
         _grep_secret(str(info.value))
+        assert ("bucket 'no-such-bucket' does not exist" in str(info.value)) == (
+            url == missing_bucket
+        )
     # Through Polars: Polars itself resolves the files before shoal sees the plan.
     lf = pl.scan_parquet(missing_key, storage_options=s3["options"])
     with pytest.raises(FileNotFoundError) as info2:

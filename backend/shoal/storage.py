@@ -175,10 +175,14 @@ def error(url: str, exc: Exception, options: StorageOptions | None) -> Exception
     bucket or key, ``OSError`` otherwise."""
     text = scrub(str(exc), options)
     low = text.lower()
-    if isinstance(exc, PermissionError) or any(
-        w in low
-        for w in ("access_denied", "accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch",
-                  "forbidden", "403", "unauthorized", "401")
+    if (
+        isinstance(exc, PermissionError)
+        or re.search(r"\b40[13]\b", low)
+        or any(
+            w in low
+            for w in ("access_denied", "accessdenied", "invalidaccesskeyid",
+                      "signaturedoesnotmatch", "forbidden", "unauthorized")
+        )
     ):  # fmt: skip
         return PermissionError(
             13, f"shoal: access to {url} was refused (check the credentials): {text}", url
@@ -213,11 +217,27 @@ def file_infos(
     for i, url in enumerate(paths):
         info = found[i]
         if info.type == pafs.FileType.NotFound:
-            raise FileNotFoundError(2, f"shoal: {kind} file not found: {url}", url)
+            raise FileNotFoundError(
+                2, f"shoal: {kind} file not found: {url}{_why(url, options)}", url
+            )
         if info.type != pafs.FileType.File:
             raise FileNotFoundError(2, f"shoal: {kind} path is not a file: {url}", url)
         out.append(info)
     return out
+
+
+def _why(url: str, options: StorageOptions | None) -> str:
+    """For a missing object-storage URL: ``" (bucket 'b' does not exist)"`` when that is
+    the reason, else ``""``."""
+    if not is_url(url):
+        return ""
+    fs, inner = filesystem(url, options)
+    bucket = inner.split("/", 1)[0]
+    try:
+        missing = fs.get_file_info(bucket).type == pafs.FileType.NotFound
+    except Exception:
+        return ""
+    return f" (bucket {bucket!r} does not exist)" if missing else ""
 
 
 #: Footers kept in memory (most recently used); a file that changed (size or modification
