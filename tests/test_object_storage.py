@@ -374,3 +374,48 @@ def test_hive_scan_prunes_row_groups_with_file_columns(s3: dict[str, Any]) -> No
     text = shoal.explain(lf, runner="local", config=shoal.Config(runner="local"))
     assert "Parquet row groups: 2 of 6 read, 4 pruned by statistics" in text
     assert_frame_equal(lf.collect(engine=_engine("local")), lf.collect(engine="in-memory"))
+
+
+@pytest.mark.parametrize(
+    "pred",
+    [
+        pl.col("i") > 25,
+        pl.col("i") >= 40,
+        25 > pl.col("i"),
+        pl.col("i") == 17,
+        pl.col("f") > 2.0,
+        pl.col("f") >= 100.0,
+        pl.col("f") < 0.0,
+        pl.col("f") <= -0.0,
+        pl.col("f") == 0.0,
+        pl.col("s") == "b",
+        pl.col("s") > "c",
+        pl.col("d") >= pl.date(2026, 1, 25),
+        pl.col("n") > 0,
+        (pl.col("i") > 5) & (pl.col("s") < "b"),
+        (pl.col("i") > 35) | (pl.col("i") < 3),
+    ],
+    ids=str,
+)
+def test_pruning_rules_keep_polars_answers_on_local_files(tmp_path: Path, pred: pl.Expr) -> None:
+    """Pruning applies to every Parquet scan: on local files with nulls, NaN, -0.0, a
+    row group of nulls only, strings and dates, shoal's answer is native Polars'."""
+    import datetime
+
+    n = 40
+    df = pl.DataFrame(
+        {
+            "i": list(range(n)),
+            "f": [float("nan") if j in (3, 33) else -0.0 if j == 12 else 0.0 if j == 25
+                  else None if j % 9 == 0 else j / 10 for j in range(n)],
+            "s": [["a", "b", "c", "d"][j // 10] if j % 7 else None for j in range(n)],
+            "d": [datetime.date(2026, 1, 1) + datetime.timedelta(days=j) for j in range(n)],
+            "n": [None if j < 10 else j for j in range(n)],
+        },
+        schema={"i": pl.Int64, "f": pl.Float64, "s": pl.String, "d": pl.Date, "n": pl.Int32},
+    )  # fmt: skip
+    path = tmp_path / "t.parquet"
+    df.write_parquet(path, row_group_size=10)
+    lf = pl.scan_parquet(path).filter(pred)
+    expected = lf.collect(engine="in-memory")
+    assert_frame_equal(lf.collect(engine=_engine("local")), expected)
