@@ -25,7 +25,7 @@ from shoal.ir import expr as expr_module
 from shoal.ir import nodes as nodes_module
 from shoal.ir import serde
 from shoal.ir.expr import BinaryOp, Col, Expr, Function, Lit, NamedExpr
-from shoal.ir.nodes import Filter, ParquetSource, PlanNode, Project, Scan
+from shoal.ir.nodes import Filter, ParquetSource, PlanNode, Project, Scan, StorageOptions
 from shoal.ir.types import BOOL, INT64, DataType, Schema
 from tests.test_ir_builder import PROPERTY, assert_same, random_plan, run
 
@@ -107,6 +107,8 @@ def _sample(hint: Any, depth: int = 0) -> Any:
         return _SAMPLE_SCHEMA
     if inner is pa.Table:
         return _SAMPLE_TABLE
+    if inner is StorageOptions:
+        return StorageOptions({"aws_region": "eu-west-1"})  # no credential: round-trips
     if inner is PlanNode:
         return Scan(ParquetSource(("/x.parquet",)), _SAMPLE_SCHEMA)
     if inner is Expr:

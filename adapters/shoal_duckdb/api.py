@@ -24,6 +24,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -105,7 +106,7 @@ def _to_ir(con: duckdb.DuckDBPyConnection, query: str, frame: FrameType | None) 
     if reason is not None:
         raise UnsupportedError(f"shoal cannot run this DuckDB query: {reason}")
     with _python_objects(con, query, frame) as (text, _):
-        bound = con.sql(text)
+        bound = _bind(con, text)
         try:
             plan, _names = _translate(con, text, list(bound.columns))
         except UnsupportedError:
@@ -203,8 +204,39 @@ def _translate(
     return Project(node, exprs, schema), out_names
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The names and types of a result bound over stand-ins (which are gone by now)."""
+
+    columns: list[str]
+    types: list[Any]
+
+
+def _bind(con: duckdb.DuckDBPyConnection, text: str) -> duckdb.DuckDBPyRelation | _Shape:
+    """``text`` bound by DuckDB (names and types of its result). A query that reads object
+    storage (``read_parquet('s3://...')``) cannot bind where DuckDB's httpfs extension is
+    not installed: it is bound over shoal's stand-in tables instead, whose schemas come
+    from shoal's own footer reads (``shoal.storage``); DuckDB's error stands otherwise."""
+    try:
+        return con.sql(text)
+    except duckdb.Error as exc:
+        if "httpfs" not in str(exc):
+            raise
+        try:
+            prepared = prepare(con, text)
+        except Exception:
+            raise exc from None
+        try:
+            rel = con.sql(prepared.sql)
+            return _Shape(list(rel.columns), list(rel.types))
+        except Exception:
+            raise exc from None
+        finally:
+            prepared.close()
+
+
 def _result_relation(
-    con: duckdb.DuckDBPyConnection, table: pa.Table, bound: duckdb.DuckDBPyRelation
+    con: duckdb.DuckDBPyConnection, table: pa.Table, bound: duckdb.DuckDBPyRelation | _Shape
 ) -> duckdb.DuckDBPyRelation:
     """``table`` as a relation on ``con`` with the names and types of DuckDB's own result."""
     inner = [f"c{i}" for i in range(table.num_columns)]
@@ -298,13 +330,14 @@ def _sql(
     """:func:`sql` of one SELECT; ``native`` is DuckDB's own relation of the query when it
     was bound with parameter values (its types are the result's)."""
     with _python_objects(con, query, _caller_frame()) as (text, registered):
-        bound = con.sql(text)  # binds: DuckDB's CatalogException / BinderException
-        if native is not None:
-            bound = native
+        # binds: DuckDB's CatalogException / BinderException (with parameter values, DuckDB
+        # has bound it already)
+        bound = native if native is not None else _bind(con, text)
         try:
             plan, _ = _translate(con, text, list(bound.columns))
         except Exception as exc:
-            rel = _fallback(con, text, bound, exc, raise_on_fail, config)
+            native = bound if isinstance(bound, duckdb.DuckDBPyRelation) else None
+            rel = _fallback(con, text, native, exc, raise_on_fail, config)
             if registered:
                 # The relation reads objects registered only for this call: keep its rows.
                 return _result_relation(con, rel.to_arrow_table(), bound)

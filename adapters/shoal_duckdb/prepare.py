@@ -36,6 +36,7 @@ from typing import Any, Literal
 
 import duckdb
 
+from shoal import storage
 from shoal.errors import UnsupportedError
 from shoal_duckdb.types import loads_plan_json
 
@@ -401,7 +402,15 @@ class Rewriter:
             return None  # named options (hive_partitioning, filename, ...): DuckDB reads
         expr = args[0]["expression"]
         patterns = _constant_strings(expr)
-        if patterns is None or any("://" in p for p in patterns):
+        if patterns is None:
+            return None
+        if all(storage.is_url(p) for p in patterns):
+            # Object storage: listed and read by shoal (DuckDB's httpfs is not needed to
+            # plan); credentials come from the driver's AWS_* environment.
+            return (
+                tuple(u for p in patterns for u in storage.glob(p, storage.env_options(p))) or None
+            )
+        if any("://" in p for p in patterns):
             return None
         return _glob_paths(self.con, patterns)
 
@@ -411,9 +420,23 @@ class Rewriter:
         if found is not None:
             return found
         name = f"__shoal_standin_{uuid.uuid4().hex[:12]}"
-        self.con.execute(
-            f"CREATE TEMP TABLE {quote_ident(name)} AS {source_sql} LIMIT 0"
-        ).fetchall()
+        if paths and storage.is_url(paths[0]):
+            # DuckDB cannot open the URL without httpfs: the stand-in takes the schema
+            # from shoal's own footer read.
+            footer = storage.read_footers(paths[:1], storage.env_options(paths[0]))[0]
+            empty = footer.schema.to_arrow_schema().empty_table()
+            view = f"{name}_arrow"
+            self.con.register(view, empty)
+            try:
+                self.con.execute(
+                    f"CREATE TEMP TABLE {quote_ident(name)} AS SELECT * FROM {quote_ident(view)}"
+                ).fetchall()
+            finally:
+                self.con.unregister(view)
+        else:
+            self.con.execute(
+                f"CREATE TEMP TABLE {quote_ident(name)} AS {source_sql} LIMIT 0"
+            ).fetchall()
         self.prepared._temp_tables.append(name)
         if paths is not None and not _columns_in_files(self.con, name, paths):
             paths = None  # e.g. hive partition columns: DuckDB reads
@@ -454,7 +477,7 @@ def fill_with_samples(con: Any, standins: list[StandIn]) -> None:
     rows = {
         s.name: sum(pq.read_metadata(p).num_rows for p in s.paths)
         for s in standins
-        if s.kind == "parquet"
+        if s.kind == "parquet" and not storage.is_url(s.paths[0])
     }
     if not rows or max(rows.values()) == 0:
         return
@@ -579,11 +602,11 @@ def _glob_paths(con: Any, patterns: list[str]) -> tuple[str, ...] | None:
 
 
 def _columns_in_files(con: Any, standin: str, paths: tuple[str, ...]) -> bool:
-    import pyarrow.parquet as pq
 
     cols = con.sql(f"SELECT * FROM temp.main.{quote_ident(standin)}").columns
     try:
-        names = set(pq.read_schema(paths[0]).names)
+        footer = storage.read_footers(paths[:1], storage.env_options(paths[0]))[0]
+        names = set(footer.schema.to_arrow_schema().names)
     except Exception:
         return False
     return all(c in names for c in cols)

@@ -419,7 +419,10 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         raise _Failed()
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
-        source: Any = ParquetSource(standin.paths)
+        from shoal import storage
+
+        # Object storage: the driver's AWS_* credentials travel with the plan.
+        source: Any = ParquetSource(standin.paths, storage.env_options(standin.paths[0]))
         schema = Schema.of(_as_in_files(scanned, standin.paths))
     else:
         if standin is not None:
@@ -493,8 +496,10 @@ def _as_in_files(
     TIMESTAMPTZ column comes with the zone (and unit) the file holds (UTC, or the zone in
     its Arrow schema), not the session's; the scan's projection converts it (the same
     instants)."""
-    if not paths or not any(is_tstz(dt) for _, dt in scanned):
-        return scanned
+    from shoal import storage
+
+    if not paths or not any(is_tstz(dt) for _, dt in scanned) or storage.is_url(paths[0]):
+        return scanned  # (a file in object storage: the zone the footer read gave)
     import polars as pl
 
     in_file = pl.read_parquet_schema(paths[0])
@@ -518,12 +523,13 @@ def _unified_parquet(
 
     A file that lacks a column is recorded as unsupported (DuckDB itself then answers or
     raises its own error)."""
-    import pyarrow.parquet as pq
+    from shoal import storage
 
     runs: list[tuple[tuple[DataType, ...], list[str]]] = []
     for path in paths:
         try:
-            file_schema = pq.read_schema(path)
+            footer = storage.read_footers([path], storage.env_options(path))[0]
+            file_schema = footer.schema.to_arrow_schema()
         except Exception:
             return None  # the planner names the unreadable file
         types: list[DataType] = []

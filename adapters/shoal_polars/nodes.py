@@ -16,8 +16,8 @@ from typing import Any, cast
 
 import polars as pl
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from shoal import storage
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr, replace
 from shoal.ir.nodes import (
@@ -38,6 +38,7 @@ from shoal.ir.nodes import (
     Scan,
     Slice,
     Sort,
+    StorageOptions,
     Union,
     Unnest,
     Unpivot,
@@ -146,7 +147,8 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     where = f"Scan({scan_type})"
     fo = node.file_options
     problems = _scan_problems(node, scan_type)
-    paths = tuple(_local_path(p) for p in node.paths)
+    paths = tuple(_source_path(p) for p in node.paths)
+    options = _storage_options(node, problems)
     row_index = fo.row_index
     index_name = None if row_index is None else str(row_index[0])
     # Hive partitions: one row of partition values per file (Polars has already dropped the
@@ -160,9 +162,9 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     sources: list[Any] = []
     for group in _file_groups(paths, hive, hive_cols) if not problems else []:
         if scan_type == "parquet":
-            sources.append(ParquetSource(group))
+            sources.append(ParquetSource(group, options))
             continue
-        found = _file_source(scan_type, group, node.scan_type[1], file_schema)
+        found = _file_source(scan_type, group, node.scan_type[1], file_schema, options)
         if isinstance(found, str):
             problems.append(found)
             break
@@ -179,7 +181,10 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
         out = Scan(sources[0], file_schema)
     else:
         try:
-            out = _hive_union(sources, hive, hive_cols, table_schema, file_schema)
+            # The file columns' part of the predicate also goes into each file scan, where
+            # the planner prunes row groups with it (it stays on the Filter below too).
+            inner = pred if row_index is None and fo.n_rows is None else None
+            out = _hive_union(sources, hive, hive_cols, table_schema, file_schema, inner)
         except UnsupportedError as exc:
             t.error(where, str(exc))
             return t.placeholder(schema)
@@ -195,17 +200,68 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     return out
 
 
-def _local_path(path: Any) -> str:
-    """A scan's path as an absolute local path: a ``file:`` URI (``file:///a/b``,
-    ``file:/a/b``; percent escapes decoded, as Polars reads them) becomes the path it names.
-    Other paths are made absolute; a file name is never a pattern here (Polars has already
-    expanded the user's globs into file names)."""
-    p = os.fspath(path)
-    if p.startswith("file:"):
-        parsed = urllib.parse.urlsplit(p)
+def _source_path(path: Any) -> str:
+    """A scan's path as the IR keeps it: object-storage URLs as they are; a ``file:`` URI
+    (``file:///a/b``, ``file:/a/b``; percent escapes decoded, as Polars reads them) as the
+    path it names; local paths absolute. A file name is never a pattern here (Polars has
+    already expanded the user's globs into file names)."""
+    text = os.fspath(path)
+    if text.startswith("file:"):
+        parsed = urllib.parse.urlsplit(text)
         if parsed.netloc in ("", "localhost"):
-            p = urllib.parse.unquote(parsed.path)
-    return os.path.abspath(p)
+            return os.path.abspath(urllib.parse.unquote(parsed.path))
+    return text if storage.is_url(text) else os.path.abspath(text)
+
+
+def _storage_options(node: Any, problems: list[str]) -> StorageOptions | None:
+    """The scan's cloud options (Polars' serialised ``CloudOptions``, the third member of
+    ``scan_type``) as ``storage_options`` in object_store's key names (``Endpoint`` of
+    ``Aws`` -> ``aws_endpoint``, ``{"Client": "AllowHttp"}`` -> ``allow_http``), or None
+    when the scan has none. Appends to ``problems`` when an option cannot be carried."""
+    raw = (
+        node.scan_type[2] if isinstance(node.scan_type, tuple) and len(node.scan_type) > 2 else None
+    )
+    if not raw:
+        return None
+    try:
+        cloud = json.loads(raw)
+    except (TypeError, ValueError):
+        problems.append("its cloud storage options could not be read")
+        return None
+    provider = (cloud or {}).get("credential_provider")
+    builder = provider.get("Builder") if isinstance(provider, dict) else None
+    if provider is not None and not (
+        isinstance(builder, list) and b"AutoInit" in bytes(b % 256 for b in builder)
+    ):
+        # Polars' default (AutoInit) provider builds itself from the options on each
+        # reader; a provider of the user's own cannot travel to the tasks.
+        problems.append("a credential_provider is not supported (storage_options are)")
+        return None
+    config = (cloud or {}).get("config") or {}
+    out: dict[str, str] = {}
+    for family, pairs in config.items():
+        prefix = {"Aws": "aws_", "Gcp": "google_", "Azure": "azure_"}.get(family)
+        if prefix is None or not isinstance(pairs, list):
+            problems.append(f"{family} storage options are not supported")
+            return None
+        for key, value in pairs:
+            if isinstance(key, dict) and "Client" in key:
+                name = _snake(str(key["Client"]))
+            elif isinstance(key, str):
+                name = prefix + _snake(key)
+            else:
+                problems.append(f"storage option {key!r} is not supported")
+                return None
+            if name not in storage.OPTION_MAP:
+                problems.append(f"storage option {name!r} is not supported")
+                return None
+            out[name] = str(value)
+    return StorageOptions(out) if out else None
+
+
+def _snake(name: str) -> str:
+    """``AccessKeyId`` -> ``access_key_id``."""
+    return "".join(f"_{c.lower()}" if c.isupper() and i else c.lower() for i, c in enumerate(name))
 
 
 def _file_groups(
@@ -230,6 +286,7 @@ def _hive_union(
     hive_cols: list[str],
     table_schema: Schema,
     file_schema: Schema,
+    pred: Expr | None = None,
 ) -> PlanNode:
     """Each group of files with its partition values as literal columns, in file order.
 
@@ -240,9 +297,12 @@ def _hive_union(
     if not file_schema.fields:
         if not isinstance(sources[0], ParquetSource):
             raise UnsupportedError("a scan of hive partition columns only (CSV, NDJSON)")
-        first_field = pq.read_schema(sources[0].paths[0])[0]
+        src = sources[0]
+        meta = storage.read_footers(src.paths[:1], src.storage_options)[0]
+        first_field = meta.schema.to_arrow_schema()[0]
         carrier = Schema(((first_field.name, DataType(first_field.type)),))
     wide = Schema((*carrier.fields, *((n, table_schema[n]) for n in hive_cols)))
+    file_pred = _file_conjuncts(pred, set(carrier.names)) if pred is not None else None
     parts: list[PlanNode] = []
     first = 0
     for source in sources:
@@ -252,9 +312,23 @@ def _hive_union(
             *_cols(carrier),
             *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
         )
-        parts.append(Project(Scan(source, carrier), exprs, wide, keep_height=True))
+        parts.append(Project(Scan(source, carrier, file_pred), exprs, wide, keep_height=True))
     out = parts[0] if len(parts) == 1 else Union(tuple(parts), wide)
     return Project(out, _cols(table_schema), table_schema, keep_height=True)
+
+
+def _file_conjuncts(pred: Expr, columns: set[str]) -> Expr | None:
+    """The AND of ``pred``'s top-level conjuncts that read only ``columns`` and are row
+    local (None when there is none): a filter implied by ``pred``."""
+    if isinstance(pred, BinaryOp) and pred.op == "and":
+        left = _file_conjuncts(pred.left, columns)
+        right = _file_conjuncts(pred.right, columns)
+        if left is None or right is None:
+            return left or right
+        return BinaryOp("and", left, right, BOOL)
+    if pred.columns() and pred.columns() <= columns and pred.is_row_local():
+        return pred
+    return None
 
 
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
@@ -319,7 +393,11 @@ _DTYPES: dict[str, pl.DataType] = {
 
 
 def _file_source(
-    kind: str, paths: tuple[str, ...], options_json: str, schema: Schema
+    kind: str,
+    paths: tuple[str, ...],
+    options_json: str,
+    schema: Schema,
+    storage_options: StorageOptions | None = None,
 ) -> FileSource | str:
     """A CSV or NDJSON source whose files, each read on its own, give the rows Polars reads
     from all of them: the parse options are carried over, and each file is read with the
@@ -370,7 +448,7 @@ def _file_source(
             return f"option {key}={value!r} is not supported"
     if "schema" not in kwargs and schema.fields:
         kwargs["schema_overrides"] = schema.fields
-    return FileSource(kind, paths, tuple(sorted(kwargs.items())))
+    return FileSource(kind, paths, tuple(sorted(kwargs.items())), storage_options)
 
 
 def _comment_prefix(value: Any) -> str:

@@ -14,8 +14,9 @@ from typing import Any
 import polars as pl
 from polars._utils.wrap import wrap_expr
 
+from shoal import storage
 from shoal.errors import UnsupportedError
-from shoal.ir.nodes import SINK_SCHEMA, PlanNode, Sink
+from shoal.ir.nodes import SINK_SCHEMA, PlanNode, Sink, StorageOptions
 
 #: Polars' "no limit" for ``PartitionBy(approximate_bytes_per_file=None)``: 2**64 - 1.
 _NO_LIMIT = (1 << 64) - 1
@@ -42,13 +43,18 @@ def sink_plan(
     ``pl.PartitionBy``) with Polars' writer options.
 
     Raises :class:`shoal.UnsupportedError` for a target or option shoal cannot honour: a
-    file-like object, a cloud URL, ``storage_options``, a credential provider other than
+    file-like object, a remote URL other than object storage (``s3://``, ``gs://``,
+    ``az://``), ``storage_options`` with a key shoal does not map, a credential provider other than
     ``"auto"``, ``arrow_schema``, ``encryption``, metadata given as a callable, a
     ``PartitionBy`` with a ``file_path_provider`` or with keys that are not plain columns.
     """
     problems = []
+    so: StorageOptions | None = None
     if storage_options:
-        problems.append("storage_options (cloud storage)")
+        so = StorageOptions(dict(storage_options))
+        unknown = sorted(k for k, _ in so.items if k.lower() not in storage.OPTION_MAP)
+        if unknown:
+            problems.append(f"storage options {unknown}")
     if credential_provider not in (None, "auto"):
         problems.append("a credential_provider")
     if arrow_schema is not None:
@@ -70,11 +76,14 @@ def sink_plan(
     if metadata is not None and isinstance(metadata, Mapping):
         options.append(("metadata", _pairs(metadata)))
     if isinstance(path, pl.PartitionBy):
-        sink = _partitioned(plan, path, tuple(options), problems)
+        sink = _partitioned(plan, path, tuple(options), problems, storage_options)
     elif isinstance(path, str | os.PathLike):
         text = os.path.expanduser(os.fspath(path))
         _local(text, problems)
-        sink = Sink(plan, "parquet", _absolute(text), "file", SINK_SCHEMA, options=tuple(options))
+        sink = Sink(
+            plan, "parquet", _absolute(text), "file", SINK_SCHEMA, options=tuple(options),
+            storage_options=so,
+        )  # fmt: skip
     else:
         problems.append(f"a file-like target ({type(path).__name__})")
         sink = None
@@ -90,6 +99,7 @@ def _partitioned(
     target: pl.PartitionBy,
     options: tuple[tuple[str, Any], ...],
     problems: list[str],
+    storage_options: Any = None,
 ) -> Sink | None:
     inner = target._pl_partition_by
     base = os.path.expanduser(inner.base_path)
@@ -104,6 +114,7 @@ def _partitioned(
         keys.append(key.meta.output_name())
     if problems:
         return None
+    so = StorageOptions(dict(storage_options)) if storage_options else None
     max_bytes = inner.approximate_bytes_per_file
     return Sink(
         plan,
@@ -116,17 +127,22 @@ def _partitioned(
         max_rows_per_file=inner.max_rows_per_file,
         max_bytes_per_file=None if max_bytes >= _NO_LIMIT else max_bytes,
         options=options,
+        storage_options=so,
     )
 
 
 def _local(path: str, problems: list[str]) -> None:
-    if "://" in path:
-        problems.append(f"a cloud or remote target {path!r} (local paths are supported)")
+    if "://" in path and not storage.is_url(path):
+        problems.append(
+            f"a remote target {path!r} (local paths and s3://, gs://, az:// are supported)"
+        )
 
 
 def _absolute(path: str) -> str:
     """``path`` made absolute (tasks may run in another working directory), keeping a
-    trailing separator, which marks a directory."""
+    trailing separator, which marks a directory; an object-storage URL stays as it is."""
+    if storage.is_url(path):
+        return path
     out = os.path.abspath(path)
     return out + os.sep if path.endswith(os.sep) and out != os.sep else out
 

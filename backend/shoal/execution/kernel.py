@@ -58,6 +58,7 @@ from shoal.ir.nodes import (
     Slice,
     Sort,
     StageInput,
+    StorageOptions,
     UdfProject,
     Union,
     Unnest,
@@ -174,9 +175,10 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     elif isinstance(node.source, ParquetSource):
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
+        so = _storage(node.source.storage_options)
         lfs = [
             _null_columns_cast(
-                pl.scan_parquet(p.path, glob=False).slice(p.offset, p.rows).select(cols),
+                pl.scan_parquet(p.path, glob=False, **so).slice(p.offset, p.rows).select(cols),
                 p.null_columns,
                 node.schema,
             )
@@ -195,7 +197,8 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         reader = _READERS.get(node.source.format)
         if reader is None:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
-        lf = reader(part.path, **_reader_options(node.source.options))
+        so = _storage(node.source.storage_options)
+        lf = reader(part.path, **_reader_options(node.source.options), **so)
         if not cols:
             lf = _height_only(collect(lf.select(pl.len())).item()).lazy()
         else:
@@ -212,6 +215,12 @@ def _null_columns_cast(lf: pl.LazyFrame, nulls: tuple[str, ...], schema: Schema)
     types, as Polars reads a file whose column pyarrow wrote untyped."""
     cast = {c: schema[c].to_polars() for c in nulls if c in lf.collect_schema()}
     return lf.cast(cast) if cast else lf  # type: ignore[arg-type]
+
+
+def _storage(options: StorageOptions | None) -> dict[str, Any]:
+    """Polars' ``storage_options`` keyword for a source read from object storage (Polars
+    reads with its own object_store client, as it would natively)."""
+    return {"storage_options": options.to_dict()} if options else {}
 
 
 def _height_only(rows: int) -> pl.DataFrame:
@@ -632,7 +641,7 @@ def run_single(plan: PlanNode) -> pa.Table:
 
     A reference path for tests and debugging: every scan reads all its rows.
     """
-    import pyarrow.parquet as pq
+    from shoal import storage
 
     def whole(node: Scan) -> ScanInput | list[ScanInput]:
         if isinstance(node.source, InMemorySource):
@@ -641,7 +650,14 @@ def run_single(plan: PlanNode) -> pa.Table:
             return [FilePartition(p) for p in node.source.paths]
         assert isinstance(node.source, ParquetSource)
         return ScanPartition(
-            tuple(ParquetPiece(p, 0, pq.read_metadata(p).num_rows) for p in node.source.paths)
+            tuple(
+                ParquetPiece(p, 0, m.num_rows)
+                for p, m in zip(
+                    node.source.paths,
+                    storage.read_footers(node.source.paths, node.source.storage_options),
+                    strict=True,
+                )
+            )
         )
 
     scans = [n for n in plan.walk() if isinstance(n, Scan)]

@@ -7,7 +7,10 @@ checks the target before any task runs (:func:`check_target`), gives a ``"split"
 fresh staging directory (:func:`prepare`), and after the last task renames the staged
 files to Polars' names in partition order (:func:`commit`), or removes them when the
 query failed or was cancelled (:func:`abort`). Renaming is a metadata operation: no data
-passes through the driver.
+passes through the driver. In object storage (``s3://``, ...: the sink's
+``storage_options``) tasks write with Polars' object-storage writer, and a rename is
+:mod:`pyarrow.fs`'s move (a server-side copy and a delete); the target's bucket is checked
+before any task runs.
 
 The layouts are Polars 2.1's (``LazyFrame.sink_parquet`` with a path, or with
 ``pl.PartitionBy``), as measured by running it: ``PartitionBy(base, max_rows_per_file=n)``
@@ -19,6 +22,7 @@ an empty result: no file), numbering files per key.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
@@ -27,7 +31,9 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.fs as pafs
 
+from shoal import storage
 from shoal.execution.kernel import _reader_options
 from shoal.ir.nodes import SINK_SCHEMA, Sink
 
@@ -51,6 +57,11 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
     compression, statistics and row groups are exactly Polars'. Raises what Polars raises
     for a file it cannot write (``OSError`` and its subclasses)."""
     options = _reader_options(node.options)
+    remote = storage.is_url(node.path)
+    if node.storage_options:
+        options["storage_options"] = node.storage_options.to_dict()
+    if remote:
+        options.pop("mkdir", None)  # object storage has no directories to make
     written: list[Any] = []
     target: Any
     if node.layout == "file":
@@ -58,7 +69,7 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
     else:
         base = node.path
         if node.staging:  # a directory of this task's own, moved into place by commit()
-            base = os.path.join(node.path, node.staging, uuid.uuid4().hex)
+            base = _join(node, staging_root(node), uuid.uuid4().hex)
         keys: dict[str, Any] = {}
         if node.layout == "hive":
             keys = {"key": list(node.partition_by), "include_key": node.include_key}
@@ -77,7 +88,7 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
     )
     written.sort(key=lambda p: p.path)
     return _files_frame(
-        [os.path.abspath(p.path) for p in written],
+        [p.path if remote else os.path.abspath(p.path) for p in written],
         [p.num_rows for p in written],
         [p.num_bytes for p in written],
     )
@@ -91,6 +102,9 @@ def check_target(node: Sink) -> None:
     ``mkdir`` is not set, ``NotADirectoryError`` when a partitioned target (or the parent
     of a file target) is an existing file. Each message names the path."""
     path = node.path
+    if storage.is_url(path):
+        _check_bucket(node)
+        return
     mkdir = dict(node.options).get("mkdir", False)
     if node.layout == "file":
         if path.endswith(os.sep) or os.path.isdir(path):
@@ -112,6 +126,82 @@ def check_target(node: Sink) -> None:
         )
 
 
+def _check_bucket(node: Sink) -> None:
+    """An object-storage target's bucket must exist (a missing one raises
+    ``FileNotFoundError`` naming the URL; refused credentials ``PermissionError``)."""
+    fs, inner = storage.filesystem(node.path, node.storage_options)
+    bucket = inner.split("/", 1)[0]
+    try:
+        info = fs.get_file_info(bucket)
+    except Exception as exc:
+        raise storage.error(node.path, exc, node.storage_options) from None
+    if info.type == pafs.FileType.NotFound:
+        raise FileNotFoundError(
+            2, f"sink target {node.path!r}: bucket {bucket!r} does not exist", node.path
+        )
+    if node.layout == "file" and node.path.endswith("/"):
+        raise IsADirectoryError(
+            f"sink target {node.path!r} ends with '/'; sink_parquet expects a file path"
+        )
+
+
+class _Files:
+    """Moves and deletes on the target's file system: ``os`` for local paths,
+    :mod:`pyarrow.fs` for object storage (a move is a copy and a delete there)."""
+
+    def __init__(self, node: Sink) -> None:
+        self.remote = storage.is_url(node.path)
+        self.node = node
+
+    def _fs(self, url: str) -> tuple[pafs.FileSystem, str]:
+        return storage.filesystem(url, self.node.storage_options)
+
+    def move(self, src: str, dst: str) -> None:
+        if not self.remote:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            return
+        fs, a = self._fs(src)
+        _, b = self._fs(dst)
+        try:
+            fs.move(a, b)
+        except Exception as exc:
+            raise storage.error(dst, exc, self.node.storage_options) from None
+
+    def remove(self, path: str) -> None:
+        if not self.remote:
+            os.remove(path)
+            return
+        fs, a = self._fs(path)
+        fs.delete_file(a)
+
+    def remove_tree(self, path: str) -> None:
+        if not self.remote:
+            shutil.rmtree(path, ignore_errors=True)
+            return
+        fs, a = self._fs(path)
+        with contextlib.suppress(Exception):  # best effort, as rmtree(ignore_errors=True)
+            fs.delete_dir(a)
+
+    @staticmethod
+    def join(*parts: str) -> str:
+        return "/".join(p.rstrip("/") for p in parts)
+
+
+def _join(node: Sink, *parts: str) -> str:
+    return _Files.join(*parts) if storage.is_url(node.path) else os.path.join(*parts)
+
+
+def staging_root(node: Sink) -> str:
+    """Where a partitioned sink's tasks write before the commit: the ``staging`` directory
+    inside the target for a local path; beside the target for object storage
+    (``<target>.<staging>``), because pyarrow leaves an empty directory-marker object in
+    the parent of a prefix it deletes, which must not land inside the target."""
+    if storage.is_url(node.path):
+        return f"{node.path.rstrip('/')}.{node.staging}"
+    return os.path.join(node.path, node.staging)
+
+
 def prepare(node: Sink) -> Sink:
     """``node`` ready to run: a partitioned sink (``"split"``, ``"hive"``) gets a fresh
     staging directory name, so that its tasks write nothing into the target itself and a
@@ -130,6 +220,8 @@ def commit(node: Sink, written: pa.Table) -> pa.Table:
     :data:`~shoal.ir.nodes.SINK_SCHEMA`)."""
     df = pl.from_arrow(written)
     assert isinstance(df, pl.DataFrame)
+    files = _Files(node)
+    join = files.join if files.remote else os.path.join
     if node.layout == "hive":
         df = _commit_hive(node, df).sort("path")
     elif node.layout == "split":
@@ -137,13 +229,12 @@ def commit(node: Sink, written: pa.Table) -> pa.Table:
         if keep.height == 0:
             keep = df.head(1)
         for stale in df.filter(~pl.col("path").is_in(keep["path"].implode()))["path"]:
-            os.remove(stale)
+            files.remove(stale)
         final = [
-            os.path.join(node.path, FILE_NAME.format(index=i, ext=node.format))
-            for i in range(keep.height)
+            join(node.path, FILE_NAME.format(index=i, ext=node.format)) for i in range(keep.height)
         ]
         for src, dst in zip(keep["path"], final, strict=True):
-            os.replace(src, dst)
+            files.move(src, dst)
         df = keep.with_columns(pl.Series("path", final, pl.String))
         abort(node)
     return df.to_arrow().cast(SINK_SCHEMA.to_arrow())
@@ -156,20 +247,24 @@ def _commit_hive(node: Sink, df: pl.DataFrame) -> pl.DataFrame:
     the files already moved are moved back before the error propagates."""
     if not node.staging:
         return df
-    root = os.path.join(node.path, node.staging)
+    files = _Files(node)
+    join = files.join if files.remote else os.path.join
+    root = staging_root(node)
     final: list[str] = []
     moved: list[tuple[str, str]] = []
     try:
         for src in df["path"]:
-            rel = os.path.relpath(src, root).split(os.sep, 1)[1]  # drop the task's folder
-            dst = os.path.join(node.path, rel)
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            os.replace(src, dst)
+            if files.remote:
+                rel = src[len(root) :].lstrip("/").split("/", 1)[1]
+            else:
+                rel = os.path.relpath(src, root).split(os.sep, 1)[1]  # drop the task's folder
+            dst = join(node.path, rel)
+            files.move(src, dst)
             moved.append((src, dst))
             final.append(dst)
     except BaseException:
         for src, dst in reversed(moved):
-            os.replace(dst, src)
+            files.move(dst, src)
         raise
     abort(node)
     return df.with_columns(pl.Series("path", final, pl.String))
@@ -179,4 +274,4 @@ def abort(node: Sink) -> None:
     """Remove a partitioned sink's staging directory (after success, failure or
     cancellation; files already in their final place stay)."""
     if node.layout in ("split", "hive") and node.staging:
-        shutil.rmtree(os.path.join(node.path, node.staging), ignore_errors=True)
+        _Files(node).remove_tree(staging_root(node))

@@ -68,12 +68,77 @@ class PlanNode:
 
 # ---------------------------------------------------------------- sources
 
+#: Substrings of option names whose values are credentials: never shown, never written.
+_SECRET_WORDS = ("secret", "token", "password", "key", "sas", "credential", "signature")
+#: Option names that contain a secret word but are not secrets.
+_NOT_SECRET = frozenset({"aws_access_key_id", "access_key_id", "azure_storage_account_key_id"})
+#: What a secret value is shown and written as.
+REDACTED = "***"
+
+
+def is_secret_option(name: str) -> bool:
+    """Whether the storage option ``name`` holds a credential (its value is never shown)."""
+    low = name.lower()
+    return low not in _NOT_SECRET and any(w in low for w in _SECRET_WORDS)
+
+
+class StorageOptions:
+    """The object-storage options of a file scan (Polars' ``storage_options``, in
+    object_store's key names: ``aws_endpoint_url``, ``aws_secret_access_key``, ...).
+
+    They travel with the plan to the tasks, which read with them; they never show:
+    ``repr``/``str`` and the IR's JSON form write every credential (see
+    :func:`is_secret_option`) as ``***``. Immutable; compares and hashes by value.
+    """
+
+    __slots__ = ("_items",)
+    _items: tuple[tuple[str, str], ...]
+
+    def __init__(self, items: Any = ()) -> None:
+        pairs = items.items() if isinstance(items, dict) else items
+        object.__setattr__(self, "_items", tuple(sorted((str(k), str(v)) for k, v in pairs)))
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("StorageOptions is immutable")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StorageOptions, (self._items,))
+
+    @property
+    def items(self) -> tuple[tuple[str, str], ...]:
+        """The (name, value) pairs, sorted, values in the clear (for readers only)."""
+        return self._items
+
+    def to_dict(self) -> dict[str, str]:
+        """The options as Polars' ``storage_options`` (values in the clear)."""
+        return dict(self._items)
+
+    def redacted(self) -> dict[str, str]:
+        """The options with every credential replaced by ``***``."""
+        return {k: REDACTED if is_secret_option(k) else v for k, v in self._items}
+
+    def __bool__(self) -> bool:
+        return bool(self._items)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StorageOptions) and other._items == self._items
+
+    def __hash__(self) -> int:
+        return hash(self._items)
+
+    def __repr__(self) -> str:
+        return f"StorageOptions({self.redacted()!r})"
+
+    __str__ = __repr__
+
 
 @dataclass(frozen=True)
 class ParquetSource:
-    """Parquet files read in order, as one table. ``paths`` are absolute file paths."""
+    """Parquet files read in order, as one table. ``paths`` are absolute file paths or
+    object-storage URLs (``s3://bucket/key``), read with ``storage_options``."""
 
     paths: tuple[str, ...]
+    storage_options: StorageOptions | None = None
 
     def describe(self) -> str:
         if len(self.paths) <= 2:
@@ -110,12 +175,14 @@ class FileSource:
     """Files of another format, read whole (one partition per file), in order.
 
     ``format`` is ``"csv"``, ``"ndjson"`` or ``"ipc"``; ``options`` are keyword arguments
-    of the matching Polars reader (``polars.scan_csv`` etc.), as (name, value) pairs.
+    of the matching Polars reader (``polars.scan_csv`` etc.), as (name, value) pairs;
+    ``storage_options`` are those of object-storage URLs (see :class:`StorageOptions`).
     """
 
     format: str
     paths: tuple[str, ...]
     options: tuple[tuple[str, Any], ...] = ()
+    storage_options: StorageOptions | None = None
 
     def describe(self) -> str:
         first = self.paths[0] if self.paths else ""
@@ -498,7 +565,8 @@ class Sink(PlanNode):
     ``options`` are keyword arguments of Polars' Parquet writer (``compression``,
     ``compression_level``, ``statistics``, ``row_group_size``, ``data_page_size``,
     ``metadata``, ``sync_on_close``, ``mkdir``) as (name, value) pairs; a mapping is kept as
-    (key, value) pairs. ``path`` is absolute.
+    (key, value) pairs. ``path`` is absolute, or an object-storage URL written with
+    ``storage_options`` (there, moving a staged file into place is a copy and a delete).
     """
 
     input: PlanNode
@@ -512,6 +580,7 @@ class Sink(PlanNode):
     max_bytes_per_file: int | None = None
     options: tuple[tuple[str, Any], ...] = ()
     staging: str = ""
+    storage_options: StorageOptions | None = None
 
 
 def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:

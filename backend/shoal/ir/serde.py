@@ -27,6 +27,9 @@ below.
   ``{"$tuple": [...]}``, ``{"$dict": [[k, v], ...]}``, ``{"$dtype": T}``, and a
   user-defined function as ``{"$udf": name}``, its registered name (:func:`shoal.udf.lookup`
   finds it again when the plan is read, in a process that has imported its definition).
+* Storage options (:class:`~shoal.ir.nodes.StorageOptions`) are an object of strings with
+  every credential written as ``"***"``: a plan read back names its storage but holds no
+  secret, and reading with it fails until the caller supplies the options again.
 * In-memory tables are never written: an :class:`~shoal.ir.nodes.InMemorySource` is
   written as the *name* the caller gives its table (``to_json(plan, tables={"t": table})``)
   and bound again by name when read (``from_json(text, tables={"t": table})``); without a
@@ -65,7 +68,7 @@ import pyarrow as pa
 from shoal.errors import PlanError
 from shoal.ir import nodes as _nodes
 from shoal.ir.expr import Expr, NamedExpr
-from shoal.ir.nodes import PlanNode
+from shoal.ir.nodes import PlanNode, StorageOptions
 from shoal.ir.types import DataType, Schema
 
 #: The format version this module writes and reads.
@@ -145,7 +148,17 @@ def _union_classes(hint: Any) -> list[type] | None:
 
 
 def _hint_supported(hint: Any) -> bool:
-    if hint is Any or hint in (str, int, bool, float, _NONE_TYPE, DataType, Schema, pa.Table):
+    if hint is Any or hint in (
+        str,
+        int,
+        bool,
+        float,
+        _NONE_TYPE,
+        DataType,
+        Schema,
+        pa.Table,
+        StorageOptions,
+    ):
         return True
     if isinstance(hint, type) and (
         issubclass(hint, PlanNode | Expr) or dataclasses.is_dataclass(hint)
@@ -471,6 +484,9 @@ class _Encoder:
             return dtype_to_json(v)
         if isinstance(v, Schema):
             return _schema_to_json(v)
+        if isinstance(v, StorageOptions):
+            # Credentials are never written: their values become "***".
+            return v.redacted()
         if isinstance(v, pa.Table):
             name = self.names.get(id(v))
             if name is None:
@@ -613,6 +629,10 @@ class _Decoder:
             return dtype_from_json(j, path)
         if inner is Schema:
             return _schema_from_json(j, path)
+        if inner is StorageOptions:
+            if not isinstance(j, dict) or not all(isinstance(x, str) for x in j.values()):
+                raise PlanError(f"{path}: expected an object of strings, got {_short(j)}")
+            return StorageOptions(j)
         if inner is pa.Table:
             if not isinstance(j, str):
                 raise PlanError(f"{path}: expected the name of an in-memory table, got {_short(j)}")
@@ -751,6 +771,12 @@ def _hint_schema(hint: Any) -> dict[str, Any]:
         return _ref("DataType")
     if hint is Schema:
         return _ref("Schema")
+    if hint is StorageOptions:
+        return {
+            "type": "object",
+            "additionalProperties": {"type": "string"},
+            "description": "object-storage options; credentials written as ***",
+        }
     if hint is pa.Table:
         return {"type": "string", "description": "name of an in-memory table, bound when read"}
     if hint is PlanNode:

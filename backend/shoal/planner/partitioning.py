@@ -8,13 +8,15 @@ In-memory tables split into row ranges the same way.
 
 from __future__ import annotations
 
+import datetime
 import math
-import os
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from shoal import storage
 from shoal.errors import PlanError
 from shoal.execution.task import (
     FilePartition,
@@ -24,6 +26,7 @@ from shoal.execution.task import (
     ScanPartition,
     to_wire,
 )
+from shoal.ir.expr import BinaryOp, Col, Expr, Lit
 from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
 from shoal.ir.types import DataType
 
@@ -35,14 +38,21 @@ class ScanSplit:
     partitions: tuple[ScanInput, ...]
     est_bytes: int
     est_rows: int
+    #: Parquet row groups of the scan, and how many of them the footers' statistics ruled
+    #: out against the scan's predicate (not read by any task).
+    row_groups: int = 0
+    row_groups_pruned: int = 0
 
 
-def check_paths(source: ParquetSource | FileSource) -> None:
-    """Raise ``FileNotFoundError`` naming the first path that does not exist."""
-    for path in source.paths:
-        if not os.path.exists(path):
-            kind = "Parquet" if isinstance(source, ParquetSource) else source.format.upper()
-            raise FileNotFoundError(2, f"shoal: {kind} file not found: {path}", path)
+def check_paths(source: ParquetSource | FileSource) -> list[int]:
+    """The size of every file of ``source`` (bytes), in order, through
+    :mod:`shoal.storage` (local paths and object-storage URLs alike).
+
+    Raises ``FileNotFoundError`` naming the first path that does not exist (also a missing
+    bucket), ``PermissionError`` naming it when the storage refuses the credentials."""
+    kind = "Parquet" if isinstance(source, ParquetSource) else source.format.upper()
+    infos = storage.file_infos(source.paths, source.storage_options, kind)
+    return [int(i.size or 0) for i in infos]
 
 
 #: A scan is not cut finer than this to reach ``min_partitions`` (bytes).
@@ -66,13 +76,11 @@ def split_scan(
     if isinstance(scan.source, InMemorySource):
         return _split_table(scan, target_bytes, default_partitions)
     if isinstance(scan.source, FileSource):
-        check_paths(scan.source)
-        sizes = [os.path.getsize(p) for p in scan.source.paths]
+        sizes = check_paths(scan.source)
         parts: tuple[ScanInput, ...] = tuple(FilePartition(p) for p in scan.source.paths)
         return ScanSplit(parts or (FilePartition(""),), sum(sizes), 0)
     assert isinstance(scan.source, ParquetSource)
-    check_paths(scan.source)
-    groups = _row_groups(scan)
+    groups, pruned = _row_groups(scan)
     total = sum(g[3] for g in groups)
     if min_partitions > 1 and total > MIN_SPLIT_BYTES:
         target_bytes = min(target_bytes, max(MIN_SPLIT_BYTES, total // min_partitions))
@@ -104,26 +112,32 @@ def split_scan(
     if current or not partitions:
         partitions.append(ScanPartition(tuple(current)))
     rows_total = sum(p.rows for p, _ in units)
-    return ScanSplit(tuple(partitions), total, rows_total)
+    n_groups = sum(1 for g in groups if g[2]) + pruned
+    return ScanSplit(tuple(partitions), total, rows_total, n_groups, pruned)
 
 
-def _row_groups(scan: Scan) -> list[tuple[str, int, int, int, tuple[str, ...]]]:
-    """(path, first row, rows, estimated bytes, the file's Null-typed columns to cast) of
-    every row group of the scan's files, in order; a file without row groups gives one
-    entry of 0 rows. Checks the files agree."""
+def _row_groups(scan: Scan) -> tuple[list[tuple[str, int, int, int, tuple[str, ...]]], int]:
+    """(path, first row, rows, estimated bytes, the file's Null-typed columns to cast)
+    of every row group of the scan's files that
+    the scan's predicate may keep (see :func:`row_group_may_match`), in order, and how many
+    were pruned; a file without row groups gives one entry of 0 rows. Checks the files
+    agree. Footers are read through :func:`shoal.storage.read_footers` (parallel, cached)."""
     assert isinstance(scan.source, ParquetSource)
     columns = set(scan.schema.names)
     width = scan.schema.row_width()
     out: list[tuple[str, int, int, int, tuple[str, ...]]] = []
+    pruned = 0
     first: tuple[str, dict[str, DataType]] | None = None
-    for path in scan.source.paths:
+    conjuncts = _conjuncts(scan.predicate) if scan.predicate is not None else []
+    metas = storage.read_footers(scan.source.paths, scan.source.storage_options)
+    for path, meta in zip(scan.source.paths, metas, strict=True):
         try:
-            meta = pq.read_metadata(path)
             arrow_schema = meta.schema.to_arrow_schema()
         except Exception as exc:
             raise PlanError(
                 f"shoal: {path} is not a readable Parquet file (corrupt or truncated): {exc}"
             ) from exc
+        leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
         types = {f.name: DataType(f.type) for f in arrow_schema if f.name in columns}
         nulls: tuple[str, ...] = ()
         if first is None:
@@ -138,11 +152,100 @@ def _row_groups(scan: Scan) -> list[tuple[str, int, int, int, tuple[str, ...]]]:
                 col = rg.column(j)
                 if col.path_in_schema.split(".")[0] in columns:
                     size += col.total_uncompressed_size
-            out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width), nulls))
+            if rg.num_rows and not row_group_may_match(conjuncts, rg, leaf):
+                pruned += 1
+            else:
+                out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width), nulls))
             offset += rg.num_rows
         if meta.num_row_groups == 0:
             out.append((path, 0, 0, 0, nulls))
-    return out
+    if not out and metas:  # every row group pruned: one empty piece keeps the scan typed
+        out.append((scan.source.paths[0], 0, 0, 0, ()))
+    return out, pruned
+
+
+# ---------------------------------------------------------------- row-group pruning
+
+#: ``lit <op> col`` read as ``col <flipped op> lit``.
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}
+
+
+def _conjuncts(pred: Expr) -> list[tuple[str, str, Any]]:
+    """The ``col <op> literal`` terms of ``pred``'s top-level AND, as (column, op, value);
+    other terms are left out (they never prune)."""
+    if isinstance(pred, BinaryOp) and pred.op == "and":
+        return _conjuncts(pred.left) + _conjuncts(pred.right)
+    if isinstance(pred, BinaryOp) and pred.op in _FLIP:
+        left, right, op = pred.left, pred.right, pred.op
+        if isinstance(left, Lit) and isinstance(right, Col):
+            left, right, op = right, left, _FLIP[op]
+        if isinstance(left, Col) and isinstance(right, Lit) and _comparable(left, right):
+            return [(left.name, op, right.value)]
+    return []
+
+
+def _comparable(col: Col, lit: Lit) -> bool:
+    """Whether the footer statistics of ``col`` compare with ``lit`` as Polars compares
+    them: integers, floats, strings and dates, with a literal of the same kind (a float
+    NaN literal never: Polars orders NaN above every number)."""
+    t, v = col.dtype, lit.value
+    if v is None or isinstance(v, bool):
+        return False
+    if t.is_integer:
+        return isinstance(v, int)
+    if t.is_float:
+        return isinstance(v, int | float) and v == v
+    if t.is_string:
+        return isinstance(v, str)
+    if pa.types.is_date32(t.arrow):
+        return isinstance(v, datetime.date) and not isinstance(v, datetime.datetime)
+    return False
+
+
+def row_group_may_match(
+    conjuncts: list[tuple[str, str, Any]], rg: pq.RowGroupMetaData, leaf: dict[str, int]
+) -> bool:
+    """False when the row group's min/max statistics prove that some term of
+    ``conjuncts`` (``col <op> literal``, ANDed) is false or null for every row, so no row
+    passes the predicate (a null compares as null, which a filter drops).
+
+    Floating-point columns: Parquet writers leave NaN out of min/max, and Polars orders NaN
+    above every number, so ``>``/``>=`` never prune them (``<``, ``<=``, ``==`` do).
+    A column without exact statistics keeps the row group."""
+    for name, op, value in conjuncts:
+        j = leaf.get(name)
+        if j is None:
+            continue
+        stats = rg.column(j).statistics
+        if stats is None:
+            continue
+        if stats.has_null_count and stats.null_count == rg.num_rows:
+            return False  # every value null: the comparison is null for every row
+        if not stats.has_min_max:
+            continue
+        if (
+            getattr(stats, "is_max_value_exact", None) is False
+            or getattr(stats, "is_min_value_exact", None) is False
+        ):
+            continue  # truncated (long strings): not a bound of the values
+        lo, hi = stats.min, stats.max
+        if isinstance(lo, bytes) or isinstance(hi, bytes):
+            continue
+        is_float = isinstance(lo, float) or isinstance(hi, float)
+        try:
+            if op == "eq" and (value < lo or value > hi):
+                return False
+            if op == "lt" and lo >= value:
+                return False
+            if op == "le" and lo > value:
+                return False
+            if op == "gt" and hi <= value and not is_float:
+                return False
+            if op == "ge" and hi < value and not is_float:
+                return False
+        except TypeError:
+            continue
+    return True
 
 
 def _check_same_schema(

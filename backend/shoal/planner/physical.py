@@ -97,6 +97,10 @@ class PhysicalPlan:
     #: plan explained before any runner started).
     cpus: int = 0
     cpus_source: str = ""
+    #: Parquet row groups of the plan's scans, and how many the footers' min/max statistics
+    #: ruled out against the scans' predicates (read by no task).
+    row_groups: int = 0
+    row_groups_pruned: int = 0
 
     @property
     def root(self) -> Stage:
@@ -113,6 +117,11 @@ class PhysicalPlan:
         lines: list[str] = []
         if self.cpus:
             lines.append(f"Sized for {self.cpus} CPUs ({self.cpus_source})")
+        if self.row_groups_pruned:
+            lines.append(
+                f"Parquet row groups: {self.row_groups - self.row_groups_pruned} of "
+                f"{self.row_groups} read, {self.row_groups_pruned} pruned by statistics"
+            )
         for st in reversed(self.stages):
             ins = ", ".join(
                 f"stage{'s' if i.more else ''} {', '.join(map(str, i.stages))} ({i.mode})"

@@ -169,6 +169,8 @@ class _Builder:
                 self.config.default_partitions,
                 2 * self.cpus,
             )
+            self.plan.row_groups += split.row_groups
+            self.plan.row_groups_pruned += split.row_groups_pruned
             est = split.est_bytes
             if node.predicate is not None:
                 est = int(est * FILTER_SELECTIVITY)
