@@ -38,13 +38,29 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, assume, event, given, note, settings
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import event as _event
+from hypothesis import note as _note
 from hypothesis import strategies as st
+from hypothesis.control import currently_in_test_context
 from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal_polars import DistEngine
+
+
+def note(text: str) -> None:
+    """``hypothesis.note`` inside a hypothesis test, nothing outside (regression tests)."""
+    if currently_in_test_context():
+        _note(text)
+
+
+def event(text: str) -> None:
+    """``hypothesis.event`` inside a hypothesis test, nothing outside."""
+    if currently_in_test_context():
+        _event(text)
+
 
 Step = Callable[[pl.LazyFrame], pl.LazyFrame]
 
@@ -159,7 +175,11 @@ def predicate_candidates(schema: pl.Schema, t: int) -> list[str]:
             f"pl.col({c!r}).str.len_bytes() == 0",
         ]
     for c in _of(schema, "enum", "categorical"):
-        out += [f"pl.col({c!r}) == 'a'", f"pl.col({c!r}).is_in(['x', 'z'])"]
+        out.append(f"pl.col({c!r}) == 'a'")
+    # Known bug (found-bugs.md, polars-crash): is_in on an Enum column raises "'is_in'
+    # cannot check for Enum values in List(Categorical) data". Add "enum" when fixed.
+    for c in _of(schema, "categorical"):
+        out.append(f"pl.col({c!r}).is_in(['x', 'z'])")
     for c in _of(schema, "enum"):
         out.append(f"pl.col({c!r}) < 'm'")  # category order: z < a < m
     for c in _of(schema, "datetime"):

@@ -609,7 +609,7 @@ def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
     aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
     child = _done(maybe)
-    child, aggs = _per_row_constants(t, child, aggs)
+    child, aggs, groups = _per_row_constants(t, child, aggs, groups)
     sets = [list(map(int, s)) for s in op.get("grouping_sets") or []]
     all_groups = list(range(len(groups)))
     grouping_functions = [list(map(int, g)) for g in op.get("grouping_functions") or []]
@@ -651,10 +651,15 @@ def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     return Rel(Union(tuple(branches), branches[0].schema), out_cols)
 
 
-def _per_row_constants(t: Translator, child: Rel, aggs: list[Expr]) -> tuple[Rel, list[Expr]]:
+def _per_row_constants(
+    t: Translator, child: Rel, aggs: list[Expr], groups: list[Expr]
+) -> tuple[Rel, list[Expr], list[Expr]]:
     """DuckDB aggregates a constant argument once per row (``sum(5)`` over 10 rows is 50,
-    ``count(1)`` counts rows); in the IR, as in Polars, a literal is one value. Such
-    arguments become columns of a projection below the aggregate, one value per row."""
+    ``count(1)`` counts rows) and groups by a constant key once per row (``GROUP BY`` of a
+    constant over no rows is no group: DuckDB plans ``count(DISTINCT TRUE)`` so); in the
+    IR, as in Polars, a literal is one value, and a literal key makes one group even of
+    no rows. Such arguments and keys become columns of a projection below the aggregate,
+    one value per row. Returns the new child, aggregates and keys."""
     extra: list[NamedExpr] = []
 
     def per_row(e: Expr) -> Expr | None:
@@ -664,12 +669,20 @@ def _per_row_constants(t: Translator, child: Rel, aggs: list[Expr]) -> tuple[Rel
             return Agg(e.name, Col(name, e.arg.dtype), e.dtype, e.options)
         return None
 
+    def key(e: Expr) -> Expr:
+        if e.columns() or e.has_agg():
+            return e
+        name = t.fresh("const_key")
+        extra.append(NamedExpr(name, e))
+        return Col(name, e.dtype)
+
     rewritten = [replace_expr(a, per_row) for a in aggs]
+    keys = [key(g) for g in groups]
     if not extra or not child.node.schema.names:
-        return child, aggs
+        return child, aggs, groups
     keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in child.node.schema.fields)
     schema = Schema.of([*child.node.schema.fields, *((x.name, x.dtype) for x in extra)])
-    return Rel(Project(child.node, (*keep, *extra), schema), child.cols), rewritten
+    return Rel(Project(child.node, (*keep, *extra), schema), child.cols), rewritten, keys
 
 
 def _group_by(
