@@ -577,6 +577,15 @@ REGRESSIONS: dict[str, str] = {
     "group-by-constant-empty": "SELECT 1 AS a FROM e GROUP BY a",
     "group-by-constant": "SELECT 1 AS a FROM t GROUP BY a",
     "group-by-constant-agg-empty": "SELECT 1 AS a, count(*) AS n FROM e GROUP BY a",
+    # An uncorrelated scalar subquery is a cross join with a scan that reads no column: the
+    # scan's placeholder column must keep the table's row count (0 rows here, not 1).
+    "scalar-subquery-empty": "SELECT (SELECT max(x) FROM t) AS sq FROM e",
+    "scalar-subquery-constant-empty": "SELECT TRUE AS c, (SELECT max(x) FROM t) AS sq FROM e",
+    "scalar-subquery": "SELECT TRUE AS c, (SELECT count(*) FROM e) AS sq FROM t",
+    # A window over the whole frame of a scan that reads no column: one value per row.
+    "count-over-all": "SELECT count(*) OVER () AS n FROM t",
+    "count-over-all-empty": "SELECT count(*) OVER () AS n FROM e",
+    "exists-per-row": "SELECT exists(SELECT 1) AS b FROM t",
 }
 
 

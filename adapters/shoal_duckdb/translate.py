@@ -261,7 +261,12 @@ class Translator:
             # Columns picked from a projection: one projection (plans read better).
             inner = {n.name: n.expr for n in node.exprs}
             picked = [inner.get(n.expr.name) for n in named if isinstance(n.expr, Col)]
-            if all(e is not None for e in picked):
+            # Only when a row-wise column expression is left: literals alone, or aggregates
+            # alone (a window over the whole frame), would be one row in the IR, while the
+            # inner projection's other columns (a scan's placeholder) carry the row count.
+            if all(e is not None for e in picked) and any(
+                e is not None and e.columns() and not e.has_agg() for e in picked
+            ):
                 composed = tuple(
                     NamedExpr(n.name, e) for n, e in zip(named, picked, strict=True) if e
                 )
