@@ -564,6 +564,10 @@ _REGRESSION_SETUP = Tables(
     (
         "CREATE TABLE t (k INTEGER, x DOUBLE)",
         "INSERT INTO t VALUES (1, 1.0), (NULL, 'nan'::DOUBLE), (1, '-0.0'::DOUBLE)",
+        "CREATE TABLE n (i INTEGER, k INTEGER, x DOUBLE)",
+        "INSERT INTO n VALUES (0, 1, 'nan'), (1, 1, 1.0), (2, 1, NULL), (3, 1, 2.0), "
+        "(4, 2, 1.0), (5, 2, 'nan'), (6, 2, 0.5), (7, 3, NULL), (8, 3, 'nan'), (9, 3, NULL), "
+        "(10, 3, 'inf'), (11, 4, NULL)",
         "CREATE TABLE e (k INTEGER, x DOUBLE)",
     ),
     "UTC",
@@ -586,10 +590,16 @@ REGRESSIONS: dict[str, str] = {
     "count-over-all": "SELECT count(*) OVER () AS n FROM t",
     "count-over-all-empty": "SELECT count(*) OVER () AS n FROM e",
     "exists-per-row": "SELECT exists(SELECT 1) AS b FROM t",
+    # Running max/min as DuckDB orders floats: NaN above every number, so a running max
+    # is NaN from the first NaN on, and a running min is NaN only while nothing else came.
+    "running-max-nan": "SELECT i, max(x) OVER (PARTITION BY k ORDER BY i) AS m FROM n",
+    "running-min-nan": "SELECT i, min(x) OVER (PARTITION BY k ORDER BY i) AS m FROM n",
+    "running-max-nan-desc": "SELECT i, max(x) OVER (ORDER BY i DESC) AS m FROM n",
+    "running-min-nan-range": "SELECT i, min(x) OVER (PARTITION BY k ORDER BY k) AS m FROM n",
 }
 
 
 @pytest.mark.parametrize("name", sorted(REGRESSIONS))
-@pytest.mark.parametrize("partitions", [1, 2, 7])
+@pytest.mark.parametrize("partitions", [1, 7])
 def test_regressions(name: str, partitions: int) -> None:
     run_query(_REGRESSION_SETUP, Select(REGRESSIONS[name], (), ()), partitions, partitions, False)

@@ -484,7 +484,7 @@ KNOWN_ERRORS = {
     # others keep Enum, so concat (in a union task or when the result is put together)
     # fails; the literal of is_in on an Enum column arrives as List(Categorical).
     "issue 14: Enum carried as Categorical": re.compile(
-        r"supertype of enum and cat"
+        r"supertype of (enum and cat|cat and enum)"
         r"|cannot check for Enum\(\[\.\.\.\]\) values in List\(Categorical\)"
         r"|should all have the same schema.*Enum.*Categorical",
         re.DOTALL,

@@ -961,6 +961,13 @@ def _running(
     # min / max: a running extreme, carried over the NULL rows.
     running = _over(fn(f"cum_{name}", [x], x.dtype), parts, x.dtype)
     filled = _over(fn("fill_null_strategy", [running], x.dtype, strategy="forward"), parts, x.dtype)
+    if name == "max" and x.dtype.is_float:
+        # DuckDB orders NaN above every number: the running max is NaN from the first NaN
+        # on. Polars' cum_max skips NaN after the first value (its cum_min, skipping NaN
+        # unless nothing else came yet, is already DuckDB's min).
+        nans = fn("fill_null", [cast(fn("is_nan", [x], BOOL), INT64), lit(0, INT64)], INT64)
+        seen_nan = compare("gt", _over(fn("cum_sum", [nans], INT64), parts, INT64), lit(0, INT64))
+        filled = Ternary(seen_nan, lit(float("nan"), x.dtype), filled, x.dtype)
     return cast(filled, dtype)
 
 
