@@ -211,6 +211,12 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"CAST({sub('dbl')} AS INTEGER)",
             f"CAST({sub('dec')} AS INTEGER)",
             f"extract(hour FROM {sub('ts')})",
+            f"NULLIF({sub('int')}, 1)",
+            f"CAST({sub('str')} AS INTEGER)",
+            f"TRY_CAST({sub('str')} AS INTEGER)",
+            f"date_part('year', {sub('ts')})",
+            f"CASE {sub('str')} WHEN 'a' THEN 1 WHEN 'b' THEN 2 END",
+            f"least({sub('int')}, {sub('int')}, 0)",
         ]
         if has("struct") and STRUCT_FIELDS:
             options.append(f"{sub('struct')}.a")
@@ -228,6 +234,10 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"CAST({sub('int')} AS DOUBLE)",
             f"greatest({sub('dbl')}, {sub('dbl')})",
             f"sign({sub('dbl')})::DOUBLE",
+            f"trunc({sub('dbl')})",
+            f"({sub('dbl')} - {sub('int')})",
+            f"power({sub('dbl')}, 2)",
+            f"ln(abs({sub('dbl')}) + 1)",
         ]
     elif kind == "dec":
         options += [
@@ -236,6 +246,9 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"({sub('dec')} - {sub('dec')})",
             f"CAST({sub('int')} AS DECIMAL(10,2))",
             f"abs({sub('dec')})",
+            f"round({sub('dec')}, 1)",
+            f"CAST({sub('dbl')} AS DECIMAL(10,2))",
+            f"({sub('dec')} * {sub('dec')})",
         ]
     elif kind == "str":
         options += [
@@ -245,6 +258,11 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"substr({sub('str')}, 1, 1)",
             f"replace({sub('str')}, 'a', 'b')",
             f"concat_ws('-', {sub('str')}, {sub('str')})",
+            f"lower(trim({sub('str')}))",
+            f"({sub('str')} || {sub('str')})",
+            f"strftime({sub('ts')}, '%Y-%m-%d %H')",
+            f"left({sub('str')}, 2)",
+            f"CAST({sub('dbl')} AS VARCHAR)",
         ]
         if has("struct") and STRUCT_FIELDS:
             options.append(f"{sub('struct')}.b")
@@ -261,6 +279,10 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"({sub('str')} LIKE 'a%')",
             f"({sub('int')} IN (1, 3, NULL))",
             f"({sub('int')} BETWEEN -1 AND 2)",
+            f"({sub('str')} ILIKE 'A%')",
+            f"starts_with({sub('str')}, 'a')",
+            f"contains({sub('str')}, 'b')",
+            f"({sub('dbl')} IN (1.5, 'nan'::DOUBLE, 0.0))",
         ]
         if has("list"):
             options.append(f"list_contains({sub('list')}, 1)")
@@ -326,7 +348,11 @@ def _aggregate(draw: st.DrawFn, cols: dict[str, str], i: int) -> tuple[str, str]
     if k in _ORDERED_KINDS:
         choices += [(f"min({e})", k), (f"max({e})", k), (f"count(DISTINCT {e})", "int")]
     if k in ("int", "dbl", "dec"):
-        choices += [(f"sum({e})", "dec" if k != "dbl" else "dbl"), (f"avg({e})", "dbl")]
+        choices += [
+            (f"sum({e})", "dec" if k != "dbl" else "dbl"),
+            (f"avg({e})", "dbl"),
+            (f"sum(DISTINCT {e})", "dec" if k != "dbl" else "dbl"),
+        ]
     if k == "dbl":
         choices.append((f"stddev_samp({e})", "dbl"))
     if k == "bool":
@@ -413,6 +439,10 @@ def selects(draw: st.DrawFn, depth: int = 1) -> Select:
             funcs += [
                 ("row_number()", "int"),
                 ("rank()", "int"),
+                ("dense_rank()", "int"),
+                (f"sum({e})", "dec" if e_kind != "dbl" else "dbl"),
+                (f"min({e})", e_kind),
+                (f"count({e})", "int"),
                 (f"lag({e})", e_kind),
                 (f"lead({e}, 2)", e_kind),
                 (f"first_value({e})", e_kind),

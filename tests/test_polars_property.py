@@ -211,8 +211,22 @@ def expression_candidates(schema: pl.Schema, tag: int) -> list[str]:
             f"pl.when(pl.col({c!r}) > 0).then(pl.col({c!r})).otherwise(None).alias('{c}w{tag}')",
             f"pl.col({c!r}).cast(pl.String).alias('{c}t{tag}')",
         ]
+    for c in _of(schema, "int", "float")[:1]:
+        out += [
+            f"pl.col({c!r}).is_between(-1, 2).alias('{c}b{tag}')",
+            f"pl.col({c!r}).clip(-1, 2).alias('{c}k{tag}')",
+            f"pl.col({c!r}).rank('dense').alias('{c}rk{tag}')",
+            f"pl.col({c!r}).n_unique().alias('{c}u{tag}')",
+            f"pl.col({c!r}).is_duplicated().alias('{c}dup{tag}')",
+            f"pl.col({c!r}).is_unique().alias('{c}uq{tag}')",
+            f"pl.col({c!r}).max().alias('{c}mx{tag}')",
+            f"pl.col({c!r}).cast(pl.Int8, strict=False).alias('{c}i8{tag}')",
+            f"pl.col({c!r}).pow(2).alias('{c}sq{tag}')",
+        ]
     for c in _of(schema, "float")[:1]:
         out += [
+            f"pl.col({c!r}).is_infinite().alias('{c}inf{tag}')",
+            f"pl.col({c!r}).sign().alias('{c}sg{tag}')",
             f"pl.col({c!r}).fill_nan(None).alias('{c}n{tag}')",
             f"pl.col({c!r}).abs().sqrt().round(2).alias('{c}r{tag}')",
             f"(pl.col({c!r}) / pl.col({c!r})).alias('{c}d{tag}')",
@@ -227,12 +241,22 @@ def expression_candidates(schema: pl.Schema, tag: int) -> list[str]:
             f"pl.col({c!r}).str.to_uppercase().alias('up{tag}')",
             f"(pl.col({c!r}) + '_').alias('{c}c{tag}')",
             f"pl.coalesce(pl.col({c!r}), pl.lit('none')).alias('{c}z{tag}')",
+            f"pl.col({c!r}).str.contains('a').alias('{c}has{tag}')",
+            f"pl.col({c!r}).str.slice(0, 1).alias('{c}sl{tag}')",
+            f"pl.col({c!r}).str.len_chars().alias('{c}len{tag}')",
+            f"pl.col({c!r}).cast(pl.Categorical).alias('{c}cat{tag}')",
+            f"pl.col({c!r}).cast(pl.Enum(['a', 'b', 'c', ''])).alias('{c}en{tag}')",
+            f"pl.concat_str([pl.col({c!r}), pl.lit('-')], ignore_nulls=True).alias('{c}cs{tag}')",
         ]
     for c in _of(schema, "decimal")[:1]:
         out += [
             f"(pl.col({c!r}) * 2).alias('{c}x{tag}')",
             f"(pl.col({c!r}) + pl.col({c!r})).alias('{c}p{tag}')",
             f"pl.col({c!r}).cast(pl.Float64).alias('{c}f{tag}')",
+            f"(pl.col({c!r}) * pl.col({c!r})).alias('{c}m{tag}')",
+            f"pl.col({c!r}).sum().alias('{c}s{tag}')",
+            f"pl.col({c!r}).round(1).alias('{c}r{tag}')",
+            f"(pl.col({c!r}) - pl.col({c!r}).min()).alias('{c}d{tag}')",
         ]
     for c in _of(schema, "datetime")[:1]:
         out += [
@@ -240,11 +264,28 @@ def expression_candidates(schema: pl.Schema, tag: int) -> list[str]:
             f"pl.col({c!r}).dt.truncate('1h').alias('{c}t{tag}')",
             f"pl.col({c!r}).dt.date().alias('{c}d{tag}')",
             f"(pl.col({c!r}) + pl.duration(hours=1)).alias('{c}p{tag}')",
+            f"pl.col({c!r}).dt.weekday().alias('{c}wd{tag}')",
+            f"pl.col({c!r}).dt.offset_by('1d').alias('{c}o{tag}')",
+            f"pl.col({c!r}).dt.epoch('s').alias('{c}e{tag}')",
+            f"pl.col({c!r}).dt.strftime('%Y-%m-%d %H:%M').alias('{c}f{tag}')",
+            f"(pl.col({c!r}) - pl.col({c!r}).min()).alias('{c}d{tag}')",
+            f"pl.col({c!r}).dt.round('1h').alias('{c}r{tag}')",
         ]
+        if schema[c].time_zone is not None:  # type: ignore[attr-defined]
+            out += [
+                f"pl.col({c!r}).dt.convert_time_zone('America/New_York').alias('{c}z{tag}')",
+                f"pl.col({c!r}).dt.replace_time_zone(None).alias('{c}n{tag}')",
+            ]
+        else:
+            out.append(
+                f"pl.col({c!r}).dt.replace_time_zone('Europe/Berlin', ambiguous='null',"
+                f" non_existent='null').alias('{c}z{tag}')"
+            )
     for c in _of(schema, "enum", "categorical")[:2]:
         out += [
             f"pl.col({c!r}).cast(pl.String).alias('{c}s{tag}')",
             f"pl.col({c!r}).to_physical().alias('{c}i{tag}')",
+            f"(pl.col({c!r}) == 'a').alias('{c}eq{tag}')",
         ]
     for c in _of(schema, "bool")[:1]:
         out += [
@@ -255,6 +296,9 @@ def expression_candidates(schema: pl.Schema, tag: int) -> list[str]:
         out += [
             f"pl.col({c!r}).list.len().alias('{c}n{tag}')",
             f"pl.col({c!r}).list.sum().alias('{c}s{tag}')",
+            f"pl.col({c!r}).list.first().alias('{c}f{tag}')",
+            f"pl.col({c!r}).list.max().alias('{c}mx{tag}')",
+            f"pl.col({c!r}).list.unique().list.sort().alias('{c}u{tag}')",
         ]
     out.append(f"pl.lit(1).alias('one{tag}')")
     return out
@@ -291,9 +335,46 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, tag: int) -> Op:
         kinds.append("join")
     if _of(schema, "list"):
         kinds.append("explode")
+    if _of(schema, "float"):
+        kinds.append("drop_nans")
+    if names:
+        kinds.append("struct")
     if ordered:
-        kinds += ["slice", "cumulative", "with_row_index"]
+        kinds += ["slice", "cumulative", "with_row_index", "ordered_rows"]
+        if comparable:
+            kinds.append("group_head")
     kind = draw(st.sampled_from(kinds))
+    if kind == "drop_nans":
+        c = draw(st.sampled_from(_of(schema, "float")))
+        subset = draw(st.sampled_from(["", f"subset=[{c!r}]"]))
+        return Op(f".drop_nans({subset})", True)
+    if kind == "struct":
+        # Pack columns into a struct and take them apart again (a struct column between).
+        cols = draw(st.lists(st.sampled_from(names), min_size=1, max_size=3, unique=True))
+        return Op(f".select(pl.struct({cols}).alias('st{tag}')).unnest('st{tag}')", True)
+    if kind == "group_head":
+        key = draw(st.sampled_from(comparable))
+        n = draw(st.integers(1, 3))
+        head = draw(st.sampled_from(["head", "tail"]))
+        return Op(f".group_by({key!r}, maintain_order=True).{head}({n})", True)
+    if kind == "ordered_rows":
+        # Row filters and fills that depend on the order of all rows.
+        c = draw(st.sampled_from(names))
+        return Op(
+            draw(
+                st.sampled_from(
+                    [
+                        f".filter(pl.col({c!r}).is_first_distinct())",
+                        f".filter(pl.col({c!r}).is_last_distinct())",
+                        f".with_columns(pl.col({c!r}).forward_fill().alias('ff{tag}'))",
+                        f".with_columns(pl.col({c!r}).backward_fill().alias('bf{tag}'))",
+                        f".with_columns(pl.col({c!r}).diff().alias('df{tag}'))",
+                        f".gather_every(2, offset={draw(st.integers(0, 1))})",
+                    ]
+                )
+            ),
+            True,
+        )
     if kind == "filter":
         return Op(f".filter({draw(predicates(schema))})", True)
     if kind == "with_columns":
@@ -377,6 +458,8 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, tag: int) -> Op:
             kind_c = _kind(schema[c])
             funcs = {
                 "int": [
+                    "quantile(0.5, 'nearest')",
+                    "quantile(0.25, 'linear')",
                     "sum",
                     "min",
                     "max",
@@ -387,7 +470,10 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, tag: int) -> Op:
                     "null_count",
                     "std",
                 ],
+                # Not std/var(ddof=0): for a group whose one row is null, Polars' own answer
+                # is 0.0 or null depending on the plan (in-memory and streaming alike).
                 "float": [
+                    "quantile(0.75, 'lower')",
                     "sum",
                     "min",
                     "max",
@@ -398,16 +484,19 @@ def steps(draw: st.DrawFn, schema: pl.Schema, ordered: bool, tag: int) -> Op:
                     "null_count",
                     "var",
                 ],
-                "decimal": ["sum", "min", "max", "count", "null_count"],
-                "datetime": ["min", "max", "count", "n_unique"],
+                "decimal": ["sum", "min", "max", "count", "null_count", "mean"],
+                "datetime": ["min", "max", "count", "n_unique", "mean", "median"],
                 "bool": ["any", "all", "sum", "count"],
                 "enum": ["min", "max", "n_unique", "count"],
+                "categorical": ["n_unique", "count", "null_count"],
+                "string": ["n_unique", "count", "min", "max", "null_count"],
                 "list": ["count", "null_count"],
             }.get(kind_c, ["n_unique", "count", "min", "max"])
             if ordered:
                 funcs = [*funcs, "first", "last"]
             f = draw(st.sampled_from(funcs))
-            aggs.append(f"pl.col({c!r}).{f}().alias('a{tag}_{i}')")
+            call = f if "(" in f else f"{f}()"
+            aggs.append(f"pl.col({c!r}).{call}.alias('a{tag}_{i}')")
         in_order = ordered and draw(st.booleans())
         return Op(f".group_by({keys}, maintain_order={in_order}).agg({', '.join(aggs)})", in_order)
     if kind == "join":
@@ -624,6 +713,20 @@ REGRESSIONS: dict[str, tuple[pl.DataFrame, Step, bool]] = {
         _SMALL.clear(),
         lambda lf: lf.unique(maintain_order=True).slice(0, None),
         True,
+    ),
+    # std/var of a group with no value: null (Polars' in-memory engine; its streaming
+    # engine, which tasks run, gave 0.0 with ddof=0).
+    "std-of-no-values": (
+        pl.DataFrame(
+            {"k": [1, 2, 2, 3, 4, 4], "g": ["a"] * 6, "v": [None, 1.0, None, 2.0, None, None]}
+        ),
+        lambda lf: lf.group_by("k").agg(
+            pl.col("v").std(ddof=0).alias("s0"),
+            pl.col("v").var(ddof=0).alias("v0"),
+            pl.col("v").std().alias("s1"),
+            pl.col("g").len().alias("n"),
+        ),
+        False,
     ),
     # Polars fuses the slices into one of length IdxSize::MAX - 1: "to the end".
     "fused-slices-to-the-end": (
