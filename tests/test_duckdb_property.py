@@ -44,7 +44,7 @@ from hypothesis.control import currently_in_test_context
 from polars.testing import assert_frame_equal
 
 import shoal
-from shoal.errors import UnsupportedError
+from shoal.errors import TaskError, UnsupportedError
 
 
 def note(text: str) -> None:
@@ -174,6 +174,9 @@ def tables(draw: st.DrawFn) -> Tables:
 #: Issue 15 (duckdb-fix): a struct field (s.a, s['a'], struct_extract) raises "conversion
 #: from struct[2] to struct[2] failed".
 STRUCT_FIELDS = False
+#: Issue 15 (duckdb-fix), wrong error classes: where DuckDB raises, shoal raises Polars'
+#: error in a shoal.TaskError; such queries are left out (and counted) while this is True.
+KNOWN_ERROR_CLASSES = True
 
 # --------------------------------------------------------------------------- expressions
 
@@ -545,6 +548,17 @@ def run_query(tabs: Tables, query: Select, partitions: int, shuffle: int, broadc
             event(f"unsupported: {str(exc).splitlines()[-1][:100]}")
             assume(False)
             raise  # unreachable
+        except TaskError as exc:
+            if error is None or not KNOWN_ERROR_CLASSES:
+                raise
+            # Issue 15 (duckdb-fix): where DuckDB raises (ConversionException for a NaN or
+            # a bad string cast to INTEGER, OutOfRangeException, InvalidInputException for
+            # // or % by zero), shoal raises Polars' error in a TaskError.
+            event(
+                f"known bug: issue 15: {type(exc).__name__} where DuckDB raised {type(error).__name__}"
+            )
+            assume(False)
+            raise  # unreachable
         if error is not None:
             event("DuckDB raised")
             assert got_error is not None, f"DuckDB raised {type(error).__name__}: {error}"
@@ -579,6 +593,7 @@ def test_random_sql_matches_duckdb(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 @settings(_BASE, max_examples=LONG_EXAMPLES)
 @given(tables(), queries(), _PARTITIONS, _PARTITIONS, st.booleans())
 def test_random_sql_matches_duckdb_long(

@@ -692,6 +692,7 @@ LONG_EXAMPLES = int(os.environ.get("SHOAL_PROPERTY_EXAMPLES", "600"))
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(7200)
 @settings(_BASE, max_examples=LONG_EXAMPLES)
 @given(queries(max_steps=6), _PARTITIONS, _PARTITIONS, st.booleans())
 def test_random_queries_match_polars_long(
