@@ -677,6 +677,7 @@ _BASE = settings(
     ],
 )
 _PARTITIONS = st.sampled_from([1, 2, 7])
+_LONG_PARTITIONS = st.sampled_from([1, 2, 7, 64])
 
 
 @settings(_BASE, max_examples=60, derandomize=True)
@@ -694,7 +695,7 @@ LONG_EXAMPLES = int(os.environ.get("SHOAL_PROPERTY_EXAMPLES", "600"))
 @pytest.mark.slow
 @pytest.mark.timeout(7200)
 @settings(_BASE, max_examples=LONG_EXAMPLES)
-@given(queries(max_steps=6), _PARTITIONS, _PARTITIONS, st.booleans())
+@given(queries(max_steps=6), _LONG_PARTITIONS, _LONG_PARTITIONS, st.booleans())
 def test_random_queries_match_polars_long(
     query: Query, partitions: int, shuffle: int, broadcast: bool
 ) -> None:
