@@ -63,6 +63,15 @@ def event(text: str) -> None:
         _event(text)
 
 
+def leave_out(reason: str) -> None:
+    """Count ``reason`` and leave the example out (hypothesis ``assume``); outside a
+    hypothesis test (the regression tests), fail with it."""
+    if not currently_in_test_context():
+        pytest.fail(f"left out: {reason}")
+    _event(reason)
+    assume(False)
+
+
 Step = Callable[[pl.LazyFrame], pl.LazyFrame]
 
 #: Categories deliberately not in lexical order: an Enum sorts by category order.
@@ -637,13 +646,11 @@ def run_query(query: Query, partitions: int, shuffle: int, broadcast: bool) -> N
     note(f"partitions={partitions} shuffle={shuffle} broadcast={broadcast}")
     bug = known_bug(lf)
     if bug is not None:
-        event(f"known bug: {bug}")
-        assume(False)
+        leave_out(f"known bug: {bug}")
     try:
         expected = lf.collect(engine="in-memory")
     except pl.exceptions.PolarsError as exc:
-        event(f"native Polars raised {type(exc).__name__}")
-        assume(False)
+        leave_out(f"native Polars raised {type(exc).__name__}")
         raise  # unreachable
     config = Config(
         runner="local",
@@ -654,15 +661,13 @@ def run_query(query: Query, partitions: int, shuffle: int, broadcast: bool) -> N
     try:
         got = lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
     except UnsupportedError as exc:
-        event(f"unsupported: {str(exc).splitlines()[-1][:100]}")
-        assume(False)
+        leave_out(f"unsupported: {str(exc).splitlines()[-1][:100]}")
         raise  # unreachable
     except Exception as exc:
         bug = known_error(exc)
         if bug is None:
             raise
-        event(f"known bug: {bug}")
-        assume(False)
+        leave_out(f"known bug: {bug}")
         raise  # unreachable
     event("compared")
     assert_frame_equal(got, expected, check_row_order=ordered)

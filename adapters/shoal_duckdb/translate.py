@@ -20,7 +20,7 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
-from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr, Ternary
+from shoal.ir.expr import Agg, Col, Expr, Function, Lit, NamedExpr, Ternary
 from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
@@ -739,15 +739,61 @@ def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
 def _sort_keys(
     t: Translator, op: dict[str, Any], cols: Sequence[Col], where: str
 ) -> tuple[tuple[Expr, ...], tuple[bool, ...], tuple[bool, ...]]:
-    by, desc, last = [], [], []
+    by: list[Expr] = []
+    desc: list[bool] = []
+    last: list[bool] = []
     for o in op.get("orders", []):
-        by.append(t.expr(o["expression"], cols, where))
-        desc.append(o.get("type") in ("DESCENDING", "ORDER_DESCENDING"))
+        key = t.expr(o["expression"], cols, where)
+        descending = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
         null_order = str(o.get("null_order", "NULLS_LAST")).replace(" ", "_")
         if null_order not in ("NULLS_LAST", "NULLS_FIRST", "ORDER_NULLS_LAST", "ORDER_NULLS_FIRST"):
             t.error(where, f"null order {null_order}")
-        last.append(null_order.endswith("NULLS_LAST"))
+        nulls_last = null_order.endswith("NULLS_LAST")
+        if pa.types.is_struct(key.dtype.arrow):
+            problem = _nested_sort_problem(key.dtype.arrow)
+            if problem:
+                t.error(where, problem)
+                continue
+            # DuckDB orders a struct field by field, a NULL field above every value (NULLS
+            # FIRST/LAST place only a struct that is NULL itself); Polars would order a NULL
+            # field first. So: the struct's own NULL, then each field as a key of its own.
+            by.append(is_null(key))
+            desc.append(not nulls_last)
+            last.append(False)
+            for field in _struct_leaves(key):
+                by.append(field)
+                desc.append(descending)
+                last.append(not descending)
+            continue
+        if pa.types.is_list(key.dtype.arrow) or pa.types.is_large_list(key.dtype.arrow):
+            t.error(where, "ORDER BY a LIST: DuckDB orders a NULL element above every value")
+            continue
+        by.append(key)
+        desc.append(descending)
+        last.append(nulls_last)
     return tuple(by), tuple(desc), tuple(last)
+
+
+def _nested_sort_problem(t: pa.DataType) -> str | None:
+    """Why shoal cannot order by a struct of this type as DuckDB does, or None."""
+    for f in t:
+        if pa.types.is_struct(f.type):
+            inner = _nested_sort_problem(f.type)
+            if inner:
+                return inner
+        elif pa.types.is_nested(f.type):
+            return f"ORDER BY a STRUCT with a {f.type} field: DuckDB orders NULL elements last"
+    return None
+
+
+def _struct_leaves(key: Expr) -> list[Expr]:
+    """The fields of a struct expression, nested structs' fields in order (the keys DuckDB
+    orders a struct by)."""
+    out: list[Expr] = []
+    for f in key.dtype.arrow:
+        field = Function("struct.field", (key,), (("name", f.name),), DataType(f.type))
+        out += _struct_leaves(field) if pa.types.is_struct(f.type) else [field]
+    return out
 
 
 @_register("LOGICAL_ORDER_BY")
