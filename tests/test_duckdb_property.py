@@ -650,6 +650,10 @@ REGRESSIONS: dict[str, str] = {
     "running-min-nan": "SELECT i, min(x) OVER (PARTITION BY k ORDER BY i) AS m FROM n",
     "running-max-nan-desc": "SELECT i, max(x) OVER (ORDER BY i DESC) AS m FROM n",
     "running-min-nan-range": "SELECT i, min(x) OVER (PARTITION BY k ORDER BY k) AS m FROM n",
+    # A running aggregate of a constant: once per row (1, 2, 3, ...), not once.
+    "running-sum-constant": "SELECT i, sum(1) OVER (PARTITION BY k ORDER BY i) AS m FROM n",
+    "running-max-constant": "SELECT i, max(2.5) OVER (ORDER BY i) AS m FROM n",
+    "running-avg-constant": "SELECT i, avg(3) OVER (PARTITION BY k ORDER BY i) AS m FROM n",
     # DuckDB orders a NULL inside a struct above every value (NULLS FIRST/LAST place only
     # the struct that is NULL itself).
     "order-by-struct-asc": "SELECT i, s FROM st ORDER BY s ASC NULLS LAST, i",

@@ -975,6 +975,11 @@ def _one_window(
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
     args = [t.expr(c, cols, where) for c in w.get("children", [])]
+    for i, a in enumerate(args):
+        if not a.columns():
+            # DuckDB aggregates a constant once per row (sum(1) counts); in the IR a
+            # literal is one value: make it a column first.
+            rel, args[i] = add(rel, "const", a)
     running = _running(name, args, parts, row_number, dtype)
     rel, value = add(rel, "running", running)
     if w.get("end") == "CURRENT_ROW_RANGE":
