@@ -4,6 +4,7 @@ test, or falls back with ``--shoal-fallback``."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -54,3 +55,66 @@ def test_unsupported_query_fails_or_falls_back(tmp_path: Path) -> None:
     assert fallback.returncode == 0, fallback.stdout[-3000:]
     assert "ShoalFallbackWarning" in fallback.stdout
     assert "shoal engine: 1 LazyFrame.collect() calls ran on shoal" in fallback.stdout
+
+
+def test_records_selection_and_queries_inside_tasks(tmp_path: Path) -> None:
+    """``--shoal-record`` writes one JSON line per test (outcome, error class, collects
+    that reached shoal); ``--shoal-only`` runs only the listed tests; a query made inside a
+    shoal task (here by a UDF) stays on Polars instead of starting a nested shoal query,
+    which on the local runner would wait forever for the pool its own tasks fill."""
+    test_file = tmp_path / "test_suite.py"
+    test_file.write_text(
+        "import polars as pl\n"
+        "import shoal\n\n"
+        "@shoal.udf(return_dtype=pl.Int64)\n"
+        "def plus_len(a: pl.Series) -> pl.Series:\n"
+        "    n = pl.LazyFrame({'x': [1, 2, 3]}).select(pl.len()).collect().item()\n"
+        "    return a + n\n\n"
+        "def test_udf_collects_inside_a_task():\n"
+        "    lf = pl.LazyFrame({'a': list(range(12))})\n"
+        "    out = lf.shoal.with_udf(plus_len, inputs=['a'], output='b').collect()\n"
+        "    assert out['b'].to_list() == [a + 3 for a in range(12)]\n\n"
+        "def test_two_collects():\n"
+        "    lf = pl.LazyFrame({'a': [3, 1, 2]})\n"
+        "    assert lf.sort('a').collect()['a'].to_list() == [1, 2, 3]\n"
+        "    assert lf.select(pl.col('a').sum()).collect().item() == 6\n\n"
+        "def test_unsupported():\n"
+        "    lf = pl.LazyFrame({'a': [1]}).select(pl.col('a').map_batches(lambda s: s))\n"
+        "    lf.collect()\n\n"
+        "def test_eager_only():\n"
+        "    assert pl.DataFrame({'a': [1]}).height == 1\n\n"
+        "def test_not_selected():\n"
+        "    raise AssertionError('deselected by --shoal-only')\n"
+    )
+    only = tmp_path / "only.txt"
+    only.write_text(
+        "".join(
+            f"test_suite.py::{name}\n"
+            for name in ("test_udf_collects_inside_a_task", "test_two_collects",
+                         "test_unsupported", "test_eager_only")
+        )
+    )  # fmt: skip
+    record = tmp_path / "record"
+    args = ["--shoal-engine", "--shoal-record", str(record), "--shoal-only", str(only)]
+    out = _pytest(*args, "-p", "no:randomly", "--rootdir", str(tmp_path), str(test_file),
+                  cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 1, out.stdout[-3000:]
+    assert "1 failed, 3 passed, 1 deselected" in out.stdout, out.stdout[-3000:]
+    lines = (record / "main.jsonl").read_text().splitlines()
+    recs = {r["nodeid"].split("::")[1]: r for r in map(json.loads, lines)}
+    assert set(recs) == {
+        "test_udf_collects_inside_a_task", "test_two_collects", "test_unsupported",
+        "test_eager_only",
+    }  # fmt: skip
+    assert recs["test_udf_collects_inside_a_task"]["outcome"] == "passed"
+    assert recs["test_udf_collects_inside_a_task"]["routed"] == 1  # the UDF's stayed on Polars
+    assert recs["test_udf_collects_inside_a_task"]["nested"] >= 1
+    assert (recs["test_two_collects"]["outcome"], recs["test_two_collects"]["reached"]) == (
+        "passed",
+        2,
+    )
+    assert recs["test_eager_only"]["reached"] == 0
+    failed = recs["test_unsupported"]
+    assert (failed["outcome"], failed["when"]) == ("failed", "call")
+    assert failed["error"]["type"] == "shoal.errors.UnsupportedError"
+    assert "Python UDFs" in failed["error"]["message"]
