@@ -44,7 +44,7 @@ from hypothesis.control import currently_in_test_context
 from polars.testing import assert_frame_equal
 
 import shoal
-from shoal.errors import TaskError, UnsupportedError
+from shoal.errors import UnsupportedError
 
 
 def note(text: str) -> None:
@@ -178,14 +178,8 @@ def tables(draw: st.DrawFn) -> Tables:
 # --------------------------------------------------------------------------- known bugs
 
 #: Constructs left out because they hit a bug already reported (issue 15 or
-#: /work/notes/found-bugs.md), so that the test finds others. Set each back to True (and
-#: delete the flag) when its bug is fixed.
-#: Issue 15 (duckdb-fix): a struct field (s.a, s['a'], struct_extract) raises "conversion
-#: from struct[2] to struct[2] failed".
-STRUCT_FIELDS = False
-#: Issue 15 (duckdb-fix), wrong error classes: where DuckDB raises, shoal raises Polars'
-#: error in a shoal.TaskError; such queries are left out (and counted) while this is True.
-KNOWN_ERROR_CLASSES = True
+#: /work/notes/found-bugs.md), so that the test finds others: none at present. Add a flag
+#: here (and a comment naming the bug) to leave a construct out; delete it when fixed.
 
 # --------------------------------------------------------------------------- expressions
 
@@ -230,7 +224,7 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"CASE {sub('str')} WHEN 'a' THEN 1 WHEN 'b' THEN 2 END",
             f"least({sub('int')}, {sub('int')}, 0)",
         ]
-        if has("struct") and STRUCT_FIELDS:
+        if has("struct"):
             options.append(f"{sub('struct')}.a")
         if has("list"):
             options += [f"len({sub('list')})", f"{sub('list')}[1]"]
@@ -276,7 +270,7 @@ def exprs(draw: st.DrawFn, cols: dict[str, str], kind: str, depth: int = 2) -> s
             f"left({sub('str')}, 2)",
             f"CAST({sub('dbl')} AS VARCHAR)",
         ]
-        if has("struct") and STRUCT_FIELDS:
+        if has("struct"):
             options.append(f"{sub('struct')}.b")
     elif kind == "bool":
         k = draw(st.sampled_from(_ORDERED_KINDS[:-1]))
@@ -436,7 +430,7 @@ def selects(draw: st.DrawFn, depth: int = 1) -> Select:
             tuple(kinds),
         )
     if shape == "window":
-        key = draw(st.sampled_from(["k", "g", "b", "s.a"] if STRUCT_FIELDS else ["k", "g", "b"]))
+        key = draw(st.sampled_from(["k", "g", "b", "s.a"]))
         e_kind = draw(st.sampled_from(["int", "dbl", "dec"]))
         e = draw(exprs(t_cols, e_kind, depth=1))
         order = draw(st.sampled_from(["", " ORDER BY id", " ORDER BY id DESC"]))
@@ -556,18 +550,12 @@ def run_query(tabs: Tables, query: Select, partitions: int, shuffle: int, broadc
         except UnsupportedError as exc:
             leave_out(f"unsupported: {str(exc).splitlines()[-1][:100]}")
             raise  # unreachable
-        except TaskError:
-            if error is None or not KNOWN_ERROR_CLASSES:
-                raise
-            # Issue 15 (duckdb-fix): where DuckDB raises (ConversionException for a NaN or
-            # a bad string cast to INTEGER, OutOfRangeException, InvalidInputException for
-            # // or % by zero), shoal raises Polars' error in a TaskError.
-            leave_out(f"known bug: issue 15: TaskError where DuckDB raised {type(error).__name__}")
-            raise  # unreachable
         if error is not None:
             event("DuckDB raised")
             assert got_error is not None, f"DuckDB raised {type(error).__name__}: {error}"
-            assert type(got_error) is type(error), f"{got_error!r} instead of {error!r}"
+            # DuckDB's class (shoal's TaskError[<class>] derives from it), so that a DuckDB
+            # user's `except duckdb.ConversionException:` catches it.
+            assert isinstance(got_error, type(error)), f"{got_error!r} instead of {error!r}"
             return
         assert got_error is None, f"shoal raised {got_error!r}"
         assert expected is not None and got is not None

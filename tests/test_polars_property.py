@@ -596,19 +596,6 @@ def known_error(exc: BaseException) -> str | None:
     return next((name for name, pattern in KNOWN_ERRORS.items() if pattern.search(text)), None)
 
 
-def known_bug(lf: pl.LazyFrame) -> str | None:
-    """The bug, already reported in an issue or /work/notes/found-bugs.md, that ``lf``
-    would hit, or None. Such queries are left out (and counted) so that the test finds
-    other bugs; remove each entry when its bug is fixed."""
-    plan = lf.explain()
-    # Issue 14 (polars-wrong): a plan whose projection Polars pruned to zero columns
-    # ("simple π 0/0") loses its height: filter(...).with_row_index().select(pl.len())
-    # counts 0 rows.
-    if "π 0/" in plan:
-        return "issue 14: zero-column projection"
-    return None
-
-
 @st.composite
 def queries(draw: st.DrawFn, max_steps: int = 4) -> Query:
     left = draw(frames())
@@ -644,9 +631,6 @@ def run_query(query: Query, partitions: int, shuffle: int, broadcast: bool) -> N
     note(_frame_source("right", query.right))
     note(f"q = {query.source()}  # ordered={ordered}")
     note(f"partitions={partitions} shuffle={shuffle} broadcast={broadcast}")
-    bug = known_bug(lf)
-    if bug is not None:
-        leave_out(f"known bug: {bug}")
     try:
         expected = lf.collect(engine="in-memory")
     except pl.exceptions.PolarsError as exc:
