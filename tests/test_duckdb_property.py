@@ -21,7 +21,7 @@ exception class.
 ``raise_on_fail=True``: a query shoal refuses (:class:`shoal.UnsupportedError`) is
 assumed away and counted as a hypothesis event (``--hypothesis-show-statistics`` lists
 them), never passed. The default run checks a few dozen queries (seconds); ``-m slow``
-runs hundreds (SHOAL_PROPERTY_EXAMPLES sets how many).
+runs hundreds (PROPERTY_EXAMPLES sets how many).
 """
 
 from __future__ import annotations
@@ -573,8 +573,8 @@ _BASE = settings(
     ],
 )
 _PARTITIONS = st.sampled_from([1, 2, 7])
-#: Examples of the long run (``-m slow``); SHOAL_PROPERTY_EXAMPLES sets another number.
-LONG_EXAMPLES = int(os.environ.get("SHOAL_PROPERTY_EXAMPLES", "600"))
+#: Examples of the long run (``-m slow``); PROPERTY_EXAMPLES sets another number.
+LONG_EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "600"))
 
 
 @settings(_BASE, max_examples=25, derandomize=True)

@@ -677,8 +677,8 @@ def test_random_queries_match_polars(
     run_query(query, partitions, shuffle, broadcast)
 
 
-#: Examples of the long run (``-m slow``); SHOAL_PROPERTY_EXAMPLES sets another number.
-LONG_EXAMPLES = int(os.environ.get("SHOAL_PROPERTY_EXAMPLES", "600"))
+#: Examples of the long run (``-m slow``); PROPERTY_EXAMPLES sets another number.
+LONG_EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "600"))
 
 
 @pytest.mark.slow
