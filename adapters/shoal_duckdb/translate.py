@@ -837,6 +837,10 @@ def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
     child = _done(maybe)
     child, aggs = _per_row_constants(t, child, aggs)
+    # DuckDB groups by a constant key once per row: over no rows there is no group (it
+    # plans count(DISTINCT <constant>) so); in the IR a literal key makes one group even
+    # of no rows. So constant keys become columns first.
+    child, groups = _constant_columns(t, child, groups)
     sets = [list(map(int, s)) for s in op.get("grouping_sets") or []]
     all_groups = list(range(len(groups)))
     grouping_functions = [list(map(int, g)) for g in op.get("grouping_functions") or []]
@@ -1412,6 +1416,13 @@ def _running(
     # min / max: a running extreme, carried over the NULL rows.
     running = _over(fn(f"cum_{name}", [x], x.dtype), parts, x.dtype)
     filled = _over(fn("fill_null_strategy", [running], x.dtype, strategy="forward"), parts, x.dtype)
+    if name == "max" and x.dtype.is_float:
+        # DuckDB orders NaN above every number: the running max is NaN from the first NaN
+        # on. Polars' cum_max skips NaN after the first value (its cum_min, skipping NaN
+        # unless nothing else came yet, is already DuckDB's min).
+        nans = fn("fill_null", [cast(fn("is_nan", [x], BOOL), INT64), lit(0, INT64)], INT64)
+        seen_nan = compare("gt", _over(fn("cum_sum", [nans], INT64), parts, INT64), lit(0, INT64))
+        filled = Ternary(seen_nan, lit(float("nan"), x.dtype), filled, x.dtype)
     return cast(filled, dtype)
 
 

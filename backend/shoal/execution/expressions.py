@@ -721,7 +721,11 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
     ):
         return getattr(arg, name)()
     if name in ("std", "var"):
-        return getattr(arg, name)(ddof=options.get("ddof", 1))
+        ddof = options.get("ddof", 1)
+        # Null unless more than ddof values are valid, as Polars' in-memory engine gives it;
+        # its streaming engine (the kernel's collect()) gives 0.0 for a one-row group whose
+        # value is null with ddof=0.
+        return pl.when(arg.count() > ddof).then(getattr(arg, name)(ddof=ddof))
     if name in ("nan_min", "nan_max", "implode", "product", "arg_min", "arg_max"):
         return getattr(arg, name)()
     if name == "item":
