@@ -513,6 +513,95 @@ def test_dates_beyond_python_years(con: duckdb.DuckDBPyConnection) -> None:
         )
 
 
+# ---------------------------------------------------------------- silently wrong before
+
+#: Queries that shoal answered differently from DuckDB (sqllogictest runner, branch
+#: duckdb-coverage), each exact now.
+EXACT_QUERIES = {
+    "DOUBLE divided by a constant (rounded as one division, not by the reciprocal)": (
+        "SELECT i, (1709990042002000 + i * 1000)::DOUBLE / 1e6 a, x / 3.0 b, x / 7 c, "
+        "fdiv((1709990042002000 + i * 1000)::DOUBLE, 1e6) d, "
+        "(1709990042002000 + i * 1000)::DOUBLE // 1e6 e, 7 / x f FROM t ORDER BY i"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", list(EXACT_QUERIES))
+def test_formerly_wrong(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    check(con, EXACT_QUERIES[name])
+
+
+def test_infinite_timestamps_cast_to_timestamptz() -> None:
+    """DuckDB's ``infinity`` / ``-infinity`` of TIMESTAMP_NS, TIMESTAMP and DATE stay
+    infinite through a cast to TIMESTAMPTZ and back (they were read as instants: 2262-04-11
+    from TIMESTAMP_NS, a crash from TIMESTAMP)."""
+    c = duckdb.connect()
+    c.execute("SET TimeZone = 'America/New_York'")
+    c.execute(
+        """CREATE TABLE inf AS SELECT i,
+          CASE i % 4 WHEN 0 THEN 'infinity'::TIMESTAMP_NS WHEN 1 THEN '-infinity'::TIMESTAMP_NS
+            WHEN 2 THEN NULL ELSE TIMESTAMP_NS '2020-01-01 10:00:00.123456789' END v,
+          CASE i % 3 WHEN 0 THEN 'infinity'::TIMESTAMP WHEN 1 THEN '-infinity'::TIMESTAMP
+            ELSE TIMESTAMP '2024-03-10 02:30:00' + i * INTERVAL 1 HOUR END w,
+          CASE i % 5 WHEN 0 THEN 'infinity'::DATE WHEN 1 THEN '-infinity'::DATE
+            ELSE DATE '2024-03-10' + i::INT END d
+        FROM range(40) r(i)"""
+    )
+    check(
+        c,
+        "SELECT i, v, v::TIMESTAMPTZ a, v::TIMESTAMPTZ::TIMESTAMP b, w::TIMESTAMPTZ e, "
+        "d::TIMESTAMPTZ f, d::TIMESTAMPTZ::DATE h FROM inf ORDER BY i",
+    )
+
+
+#: Queries shoal answered where DuckDB raises, or answered differently, and now refuses
+#: (they run on DuckDB, which is right): (query, words of the reason, DuckDB's error class
+#: or None where DuckDB answers).
+REFUSED = [
+    (
+        "SELECT percentile_disc(0.25) WITHIN GROUP (ORDER BY i DESC) a FROM t",
+        "ORDER BY ... DESC",
+        None,
+    ),
+    ("SELECT g, quantile_disc(i, -0.25) a FROM t GROUP BY g", "negative quantile", None),
+    ("SELECT quantile_cont(x, -0.1) a FROM t", "negative quantile", None),
+    (
+        "SELECT time_bucket('-1 month'::INTERVAL, ts::DATE) a FROM t",
+        "not positive",
+        duckdb.NotImplementedException,
+    ),
+    (
+        "SELECT regexp_replace(s, '(b)', '\\3Y', 'g') a FROM t",
+        "names group 3",
+        duckdb.InvalidInputException,
+    ),
+    ("SELECT array_extract(s, 9223372036854775807) a FROM t", "string index", None),
+    ("SELECT i FROM t LIMIT DATE '1992-01-01'", "DuckDB has no such cast", None),
+    ("SELECT ts::DATE::BIGINT a FROM t", "DuckDB has no such cast", None),
+]
+
+
+@pytest.mark.parametrize(("query", "reason", "error"), REFUSED)
+def test_formerly_wrong_now_refused(
+    con: duckdb.DuckDBPyConnection, query: str, reason: str, error: type[Exception] | None
+) -> None:
+    """shoal refuses in the translator (UnsupportedError naming what the user wrote); the
+    fallback then gives DuckDB's own answer or exception class."""
+    with pytest.raises(shoal.UnsupportedError, match=reason.replace("(", "\\(")):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+    try:
+        want: Any = sorted(con.sql(query).fetchall(), key=repr)
+    except duckdb.Error as native:
+        want = type(native)
+    if error is not None:
+        assert want is error
+    try:
+        got: Any = sorted(shoal.duckdb.sql(con, query, config=CONFIG).fetchall(), key=repr)
+    except duckdb.Error as fallback:
+        got = type(fallback)
+    assert _norm(got) == _norm(want)
+
+
 # ---------------------------------------------------------------- on Ray
 
 
