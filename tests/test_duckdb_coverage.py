@@ -554,6 +554,34 @@ def test_infinite_timestamps_cast_to_timestamptz() -> None:
     )
 
 
+def test_infinite_timestamp_s_and_renamed_rowid_refused() -> None:
+    """Two values shoal read wrongly and now refuses (the query runs on DuckDB): DuckDB's
+    ``infinity`` in a TIMESTAMP_S column (the kernel's milliseconds overflow: it read as
+    1969-12-31 23:59:59), and ``rowid`` of a table that a decorrelated join renames (it
+    read as NULL)."""
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE sec AS SELECT i, CASE i % 3 WHEN 0 THEN 'infinity'::TIMESTAMP_S "
+        "ELSE TIMESTAMP_S '2020-01-01 00:00:01' END ts FROM range(30) r(i)"
+    )
+    with pytest.raises(shoal.UnsupportedError, match="infinite TIMESTAMP_S"):
+        shoal.duckdb.sql(c, "SELECT i, ts FROM sec", raise_on_fail=True, config=CONFIG)
+    assert sorted(shoal.duckdb.sql(c, "SELECT i, ts FROM sec", config=CONFIG).fetchall()) == sorted(
+        c.sql("SELECT i, ts FROM sec").fetchall()
+    )
+    c.execute("CREATE TABLE l AS SELECT i AS a FROM range(1, 7) r(i)")
+    c.execute("CREATE TABLE r AS SELECT i * 10 AS b FROM range(1, 7) r(i)")
+    c.execute("CREATE TABLE s AS SELECT i AS a, i * 10 AS b FROM range(1, 7, 2) r(i)")
+    c.execute("PRAGMA disable_optimizer")
+    query = (
+        "SELECT l.rowid, l.a, r.rowid, r.b FROM l FULL OUTER JOIN r ON EXISTS "
+        "(SELECT 1 FROM s WHERE s.a = l.a AND s.b = r.b) ORDER BY ALL"
+    )
+    with pytest.raises(shoal.UnsupportedError, match="rowid"):
+        shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
+    assert shoal.duckdb.sql(c, query, config=CONFIG).fetchall() == c.sql(query).fetchall()
+
+
 #: Queries shoal answered where DuckDB raises, or answered differently, and now refuses
 #: (they run on DuckDB, which is right): (query, words of the reason, DuckDB's error class
 #: or None where DuckDB answers).
@@ -577,6 +605,12 @@ REFUSED = [
     ),
     ("SELECT array_extract(s, 9223372036854775807) a FROM t", "string index", None),
     ("SELECT i FROM t LIMIT DATE '1992-01-01'", "DuckDB has no such cast", None),
+    (
+        "SELECT time_bucket('3 months'::INTERVAL, ts::DATE, '2000000000 months'::INTERVAL) a "
+        "FROM t",
+        "10000 years",
+        duckdb.OutOfRangeException,
+    ),
     ("SELECT ts::DATE::BIGINT a FROM t", "DuckDB has no such cast", None),
 ]
 

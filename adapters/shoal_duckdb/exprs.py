@@ -2235,6 +2235,8 @@ def _month_bucket(
     if offset is not None:
         if offset.days or offset.micros:
             raise Unsupported("time_bucket() by months with an offset in days")
+        if abs(offset.months) > 12 * 10_000:  # DuckDB may raise: the origin is out of range
+            raise Unsupported("time_bucket() offset of more than 10000 years")
         start += offset.months
     elif origin is not None:
         value = origin.value if isinstance(origin, Lit) else None

@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import nested_nulls_last_type
@@ -306,6 +307,12 @@ class Translator:
     def renamed(self, rel: Rel) -> Rel:
         """``rel`` with fresh names for every column (a second use of a shared plan)."""
         named = tuple(NamedExpr(self.fresh(c.name), c) for c in rel.cols)
+        # a virtual column (rowid) stays unreadable under its new name
+        self.virtual.update(
+            n.name.lower()
+            for n, c in zip(named, rel.cols, strict=True)
+            if c.name.lower() in self.virtual
+        )
         schema = Schema.of([(n.name, n.dtype) for n in named])
         return Rel(Project(rel.node, named, schema), tuple(Col(n.name, n.dtype) for n in named))
 
@@ -329,6 +336,18 @@ class Translator:
             got = self.con.sql(f"SELECT {listing} FROM {qualified}").to_arrow_table()
             self._tables[key] = got
         return got
+
+
+def _infinite_seconds(arrow: pa.Table) -> str | None:
+    """The first TIMESTAMP_S column of ``arrow`` that holds DuckDB's ``infinity`` or
+    ``-infinity`` (raw ``+-(2**63 - 1)``), or None. The kernel keeps TIMESTAMP_S in
+    milliseconds, and those values overflow on the way (they read as 1969-12-31 23:59:59)."""
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if pa.types.is_timestamp(column.type) and column.type.unit == "s":
+            raw = pc.abs(column.cast(pa.int64()))
+            if pc.max(raw).as_py() == 2**63 - 1:
+                return name
+    return None
 
 
 def _zone_settings(con: Any) -> tuple[str, str]:
@@ -429,6 +448,10 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+        infinite = _infinite_seconds(arrow)
+        if infinite:
+            t.error(where, f"column {infinite}: infinite TIMESTAMP_S values ('infinity')")
+            raise _Failed()
         try:
             schema = Schema.from_arrow(arrow.schema)
         except Exception as exc:
