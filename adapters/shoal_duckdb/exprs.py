@@ -2521,6 +2521,8 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
             )
     if not (x.dtype.is_float or x.dtype.is_integer):
         raise Unsupported(f"{name}() of {x.dtype}")
+    if not x.columns():
+        raise Unsupported(f"{name}() of a constant")
     if name in ("quantile_cont", "median"):
         return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
     return cast(_discrete_quantile(x, q), dtype)
