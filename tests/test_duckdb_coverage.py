@@ -604,6 +604,8 @@ REFUSED = [
         duckdb.InvalidInputException,
     ),
     ("SELECT array_extract(s, 9223372036854775807) a FROM t", "string index", None),
+    ("SELECT regexp_matches(s, '*') a FROM t", "does not parse", duckdb.InvalidInputException),
+    ("SELECT regexp_replace(s, '(', 'x') a FROM t", "does not parse", duckdb.InvalidInputException),
     ("SELECT g, quantile_cont(42, 0.5) a FROM t GROUP BY g", "of a constant", None),
     ("SELECT i FROM t LIMIT DATE '1992-01-01'", "DuckDB has no such cast", None),
     (

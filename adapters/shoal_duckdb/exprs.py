@@ -1645,9 +1645,20 @@ def _regexp(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     if len(args) != 2:
         raise Unsupported("regular expression options")
     pattern = str(_const(args[1], "the regular expression"))
+    _check_pattern(pattern)
     if e["qname"]["path"][-1].lower() == "regexp_full_match":
         pattern = f"^(?:{pattern})$"
     return fn("str.contains", [args[0], lit(pattern, STRING)], BOOL)
+
+
+def _check_pattern(pattern: str) -> None:
+    """Refuse (:class:`Unsupported`) a constant regular expression the kernel cannot parse
+    (``'*'``): DuckDB raises InvalidInputException for it, the kernel a ComputeError in
+    the tasks; the fallback gives DuckDB's own error."""
+    try:
+        pl.select(pl.lit("").str.contains(pattern))
+    except pl.exceptions.PolarsError:
+        raise Unsupported(f"regular expression {pattern!r} that does not parse") from None
 
 
 #: Characters with a meaning in the kernel's (Rust) regular expression syntax.
@@ -1974,6 +1985,7 @@ def _regexp_replace(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Ex
     rep = _const(replacement, "regexp_replace()'s replacement")
     if pat is None or rep is None:
         return lit(None, dtype)
+    _check_pattern(str(pat))
     if set(options) - set("gic"):
         raise Unsupported(f"regexp_replace() options {options!r}")
     _check_groups(str(pat), str(rep))
