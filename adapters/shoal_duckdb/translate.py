@@ -338,14 +338,22 @@ class Translator:
         return got
 
 
-def _infinite_seconds(arrow: pa.Table) -> str | None:
-    """The first TIMESTAMP_S column of ``arrow`` that holds DuckDB's ``infinity`` or
-    ``-infinity`` (raw ``+-(2**63 - 1)``), or None. The kernel keeps TIMESTAMP_S in
-    milliseconds, and those values overflow on the way (they read as 1969-12-31 23:59:59)."""
+def _infinite_values(arrow: pa.Table) -> str | None:
+    """The first DATE or TIMESTAMP column of ``arrow`` that holds DuckDB's ``infinity`` or
+    ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit), or
+    None. The kernel reads them as instants: TIMESTAMP_S overflows into milliseconds
+    (1969-12-31 23:59:59), calendar parts and arithmetic give numbers where DuckDB gives
+    NULL or infinity, some operations panic."""
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
-        if pa.types.is_timestamp(column.type) and column.type.unit == "s":
-            raw = pc.abs(column.cast(pa.int64()))
-            if pc.max(raw).as_py() == 2**63 - 1:
+        if pa.types.is_timestamp(column.type):
+            top = 2**63 - 1
+        elif pa.types.is_date32(column.type):
+            top = 2**31 - 1
+        else:
+            continue
+        if len(column) and column.null_count < len(column):
+            raw = column.cast(pa.int32() if top < 2**32 else pa.int64())
+            if pc.max(raw).as_py() == top or pc.min(raw).as_py() == -top:
                 return name
     return None
 
@@ -448,9 +456,9 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
-        infinite = _infinite_seconds(arrow)
+        infinite = _infinite_values(arrow)
         if infinite:
-            t.error(where, f"column {infinite}: infinite TIMESTAMP_S values ('infinity')")
+            t.error(where, f"column {infinite}: infinite DATE or TIMESTAMP values ('infinity')")
             raise _Failed()
         try:
             schema = Schema.from_arrow(arrow.schema)
