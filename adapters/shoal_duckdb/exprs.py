@@ -2080,6 +2080,8 @@ def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
         return cast(exact_divide(cast(epoch_micros(x), FLOAT64), 1e6), dtype)
     if is_tstz(x.dtype):
         x = local_time(x)
+    if _is_date(x) and (p in _SUBMINUTE or p in ("hour", "minute", "second")):
+        x = cast(x, TIMESTAMP_US)  # a DATE's time parts are those of its midnight: 0
     if p in _SUBMINUTE:
         sub, scale = _SUBMINUTE[p]
         whole = binop("mul", cast(fn("dt.second", [x], INT8), INT64), lit(scale, INT64), INT64)
