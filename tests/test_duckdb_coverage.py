@@ -288,7 +288,8 @@ LIST_QUERIES = {
         "SELECT i, regexp_replace(s, '[ab]', 'X') a, regexp_replace(s, '[ab]', 'X', 'g') b, "
         "regexp_replace(s, 'A(,)', '<\\1>', 'gi') c, regexp_replace(s, ',', '$', 'g') d, "
         "regexp_replace(s, '(\\d+)', '\\0\\1\\\\') e, regexp_replace(s, '', '-', 'g') f, "
-        "regexp_replace(s, '^a', 'Z') h FROM t ORDER BY i"
+        "regexp_replace(s, '^a', 'Z') h, regexp_replace(s, 'b(?i)(A)(,)', '\\2\\1') j "
+        "FROM t ORDER BY i"
     ),
 }
 

@@ -1961,8 +1961,8 @@ def _check_groups(pattern: str, replacement: str) -> None:
     named = [int(m.group(1)) for m in re.finditer(r"\\(\\|\d)", replacement) if m.group(1) != "\\"]
     if not named:
         return
-    try:
-        groups = re.compile(pattern).groups
+    try:  # inline flags (?m) capture nothing; Python only takes them at the start
+        groups = re.compile(re.sub(r"\(\?[a-zA-Z]+\)", "", pattern)).groups
     except re.error:
         raise Unsupported(f"regexp_replace() pattern {pattern!r} with groups named") from None
     for n in named:
