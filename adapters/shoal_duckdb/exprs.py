@@ -2536,7 +2536,11 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
     if not (x.dtype.is_float or x.dtype.is_integer):
         raise Unsupported(f"{name}() of {x.dtype}")
     if not x.columns():
-        raise Unsupported(f"{name}() of a constant")
+        if not isinstance(x, Lit):
+            raise Unsupported(f"{name}() of a constant expression")
+        # every value is the constant: it, or NULL for no rows (or a NULL constant)
+        rows = cast(Agg("len", None, IDX), INT64)
+        return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
     if name in ("quantile_cont", "median"):
         return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
     return cast(_discrete_quantile(x, q), dtype)
