@@ -582,6 +582,15 @@ def test_infinite_timestamp_s_and_renamed_rowid_refused() -> None:
         with pytest.raises(shoal.UnsupportedError, match="infinite DATE or TIMESTAMP"):
             shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
         assert shoal.duckdb.sql(c, query, config=CONFIG).fetchall() == c.sql(query).fetchall()
+    # beyond the kernel's calendar (years -262143..262143): the kernel panicked
+    c.execute(
+        "CREATE OR REPLACE TABLE far AS SELECT i, CASE WHEN i = 4 THEN TIMESTAMP '290000-01-01' "
+        "ELSE TIMESTAMP '2020-01-01' + i * INTERVAL 1 DAY END ts FROM range(30) r(i)"
+    )
+    query = "SELECT i, ts::TIMESTAMPTZ z, weekofyear(ts) w FROM far ORDER BY i"
+    with pytest.raises(shoal.UnsupportedError, match="beyond the years"):
+        shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
+    assert shoal.duckdb.sql(c, query, config=CONFIG).fetchall() == c.sql(query).fetchall()
     c.execute("CREATE TABLE l AS SELECT i AS a FROM range(1, 7) r(i)")
     c.execute("CREATE TABLE r AS SELECT i * 10 AS b FROM range(1, 7) r(i)")
     c.execute("CREATE TABLE s AS SELECT i AS a, i * 10 AS b FROM range(1, 7, 2) r(i)")

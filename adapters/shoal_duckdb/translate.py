@@ -338,23 +338,36 @@ class Translator:
         return got
 
 
-def _infinite_values(arrow: pa.Table) -> str | None:
+#: Days from 1970-01-01 to the year 262000, inside the kernel's calendar (years
+#: -262143..262143), which DuckDB's TIMESTAMP_S / _MS and DATE ranges exceed.
+_CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
+
+
+def _out_of_calendar(arrow: pa.Table) -> str | None:
     """The first DATE or TIMESTAMP column of ``arrow`` that holds DuckDB's ``infinity`` or
-    ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit), or
-    None. The kernel reads them as instants: TIMESTAMP_S overflows into milliseconds
-    (1969-12-31 23:59:59), calendar parts and arithmetic give numbers where DuckDB gives
-    NULL or infinity, some operations panic."""
+    ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit) or
+    a value beyond the year 262000 either way, or None. The kernel reads infinities as
+    instants (TIMESTAMP_S overflows into milliseconds: 1969-12-31 23:59:59; calendar parts
+    and arithmetic give numbers where DuckDB gives NULL or infinity), and panics on
+    values outside its calendar."""
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
         if pa.types.is_timestamp(column.type):
-            top = 2**63 - 1
+            raw = column.cast(pa.int64())
+            per_day = _PER_DAY.get(column.type.unit)
+            if per_day is None:  # nanoseconds: only the infinities are out of range
+                limit = 2**63 - 2
+            else:
+                limit = min(_CALENDAR_DAYS * per_day, 2**63 - 2)
         elif pa.types.is_date32(column.type):
-            top = 2**31 - 1
+            raw = column.cast(pa.int32())
+            limit = _CALENDAR_DAYS
         else:
             continue
-        if len(column) and column.null_count < len(column):
-            raw = column.cast(pa.int32() if top < 2**32 else pa.int64())
-            if pc.max(raw).as_py() == top or pc.min(raw).as_py() == -top:
-                return name
+        if column.null_count == len(column):
+            continue
+        if pc.max(raw).as_py() > limit or pc.min(raw).as_py() < -limit:
+            return name
     return None
 
 
@@ -456,9 +469,13 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
-        infinite = _infinite_values(arrow)
-        if infinite:
-            t.error(where, f"column {infinite}: infinite DATE or TIMESTAMP values ('infinity')")
+        beyond = _out_of_calendar(arrow)
+        if beyond:
+            t.error(
+                where,
+                f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
+                " beyond the years -262000..262000",
+            )
             raise _Failed()
         try:
             schema = Schema.from_arrow(arrow.schema)
