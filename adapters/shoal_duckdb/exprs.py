@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -558,6 +559,29 @@ def add_interval_tstz(x: Expr, iv: Interval) -> Expr:
     return out
 
 
+def _infinity(dtype: DataType) -> int:
+    """DuckDB's ``infinity`` of DATE (days) or of a TIMESTAMP type (in its unit); its
+    ``-infinity`` is the negation."""
+    return 2**31 - 1 if pa.types.is_date32(dtype.arrow) else 2**63 - 1
+
+
+def _keep_infinities(e: Expr, target: DataType, convert: Callable[[Expr], Expr]) -> Expr:
+    """``convert(e)`` (a cast between DATE / TIMESTAMP types and TIMESTAMPTZ) where ``e``
+    is finite; DuckDB's ``infinity`` and ``-infinity`` of ``e`` become those of ``target``
+    (a cast keeps them; read as numbers they are instants beyond the kernel's calendar)."""
+    top = _infinity(e.dtype)
+    raw = cast(e, INT64)
+    pos = compare("eq", raw, lit(top, INT64))
+    neg = compare("eq", raw, lit(-top, INT64))
+    finite = Ternary(or_all([pos, neg]), lit(None, e.dtype), e, e.dtype)
+    out = convert(finite)
+    target_top = _infinity(target)
+    below = cast(lit(-target_top, INT64), target)
+    return Ternary(
+        pos, cast(lit(target_top, INT64), target), Ternary(neg, below, out, target), target
+    )
+
+
 def _tstz_cast(e: Expr, target: DataType, strict: bool) -> Expr:
     """DuckDB's casts from and to TIMESTAMPTZ: to TIMESTAMP and DATE through the
     wall-clock time in the session's zone, from them by :func:`from_local`."""
@@ -567,10 +591,17 @@ def _tstz_cast(e: Expr, target: DataType, strict: bool) -> Expr:
     if is_tstz(src):
         if pa.types.is_timestamp(target.arrow) or pa.types.is_date32(target.arrow):
             # the wall-clock time, then DuckDB's TIMESTAMP cast (coarser units rounded)
-            return duck_cast(local_time(e), target, not strict)
+            return _keep_infinities(
+                e, target, lambda v: duck_cast(local_time(v), target, not strict)
+            )
         raise Unsupported(f"cast of TIMESTAMP WITH TIME ZONE to {target}")
     if pa.types.is_timestamp(src.arrow) or pa.types.is_date32(src.arrow):
-        return from_local(cast(e, _naive(target), strict), target)
+        return _keep_infinities(
+            # the TIMESTAMP cast rounds finer units as DuckDB does (.123456789 -> .123457)
+            e,
+            target,
+            lambda v: from_local(duck_cast(v, _naive(target), not strict), target),
+        )
     if pa.types.is_null(src.arrow):
         return lit(None, target)
     raise Unsupported(f"cast of {src} to TIMESTAMP WITH TIME ZONE")
@@ -800,7 +831,18 @@ def _source_column(child: dict[str, Any]) -> str | None:
 def _cast_expr(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     child = e.get("child") or e["children"][0]
     try_cast = bool(e.get("try_cast", False))
-    return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
+    return _user_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
+
+
+def _user_cast(x: Expr, target: DataType, try_cast: bool, source_column: str | None = None) -> Expr:
+    """A cast the query spells out (``CAST``, ``::``, or one DuckDB's binder adds, such as
+    the BIGINT of ``LIMIT <expr>``): :func:`duck_cast`, except that a cast DuckDB does not
+    implement (a DATE, TIME or TIMESTAMP to a number: ``ConversionException: Unimplemented
+    type for cast (DATE -> BIGINT)``) is refused rather than read as the kernel's
+    day / microsecond count."""
+    if x.dtype.is_temporal and (target.is_numeric or pa.types.is_boolean(target.arrow)):
+        raise Unsupported(f"cast of {x.dtype} to {target} (DuckDB has no such cast)")
+    return duck_cast(x, target, try_cast, source_column)
 
 
 _COMPARISONS = {
@@ -944,7 +986,7 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if kind == "OPERATOR_CAST":
         child = e["children"][0]
         try_cast = bool((e.get("function_data") or {}).get("try_cast", False))
-        return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
+        return _user_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
     name = str(e["qname"]["path"][-1]).lower()
     handler = SCALAR_FUNCTIONS.get(name)
     if name == "array_extract" and (e["children"][0].get("return_type") or {}).get("id") in (
@@ -1272,7 +1314,7 @@ def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op:
 def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_float:
-        out = cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        out = cast(float_divide(cast(a, FLOAT64), cast(b, FLOAT64)), dtype)
         return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
     if dtype.is_integer:  # SET integer_division = true
         return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "/")
@@ -1283,7 +1325,7 @@ def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 def _fdiv(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     """DuckDB's ``fdiv(a, b)``: ``floor(a / b)`` in DOUBLE (``//`` divides instead)."""
     a, b = (cast(x, FLOAT64) for x in _args(t, e))
-    out = cast(fn("floor", [binop("truediv", a, b, FLOAT64)], FLOAT64), dtype)
+    out = cast(fn("floor", [float_divide(a, b)], FLOAT64), dtype)
     return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
 
 
@@ -1319,7 +1361,7 @@ def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     if dtype.is_integer:
         return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "//")
     if dtype.is_float:
-        out = cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        out = cast(float_divide(cast(a, FLOAT64), cast(b, FLOAT64)), dtype)
         return by_zero(t, a, b, out, dtype, "//")
     raise Unsupported(f"// with result type {dtype}")
 
@@ -1676,9 +1718,20 @@ def _regexp(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     if len(args) != 2:
         raise Unsupported("regular expression options")
     pattern = str(_const(args[1], "the regular expression"))
+    _check_pattern(pattern)
     if e["qname"]["path"][-1].lower() == "regexp_full_match":
         pattern = f"^(?:{pattern})$"
     return fn("str.contains", [args[0], lit(pattern, STRING)], BOOL)
+
+
+def _check_pattern(pattern: str) -> None:
+    """Refuse (:class:`Unsupported`) a constant regular expression the kernel cannot parse
+    (``'*'``): DuckDB raises InvalidInputException for it, the kernel a ComputeError in
+    the tasks; the fallback gives DuckDB's own error."""
+    try:
+        pl.select(pl.lit("").str.contains(pattern))
+    except pl.exceptions.PolarsError:
+        raise Unsupported(f"regular expression {pattern!r} that does not parse") from None
 
 
 #: Characters with a meaning in the kernel's (Rust) regular expression syntax.
@@ -1808,6 +1861,9 @@ def _array_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Exp
         if index is None:
             return lit(None, dtype)
         index = int(index)
+        if abs(index) >= 2**31:
+            # DuckDB raises OutOfRangeException past 2**32 - 1; refused well before it.
+            raise Unsupported(f"a string index {index} out of DuckDB's supported range")
         if index == 0:
             return _null_if_any_null([x], lit("", STRING))
         start = index - 1 if index > 0 else index
@@ -1971,6 +2027,25 @@ def re2_rewrite(replacement: str) -> str:
     return "".join(out)
 
 
+def _check_groups(pattern: str, replacement: str) -> None:
+    """Refuse (:class:`Unsupported`) a replacement that names a group ``\\N`` the pattern
+    does not have (DuckDB raises InvalidInputException for it; the kernel would put an
+    empty string), or a pattern whose groups cannot be counted here."""
+    named = [int(m.group(1)) for m in re.finditer(r"\\(\\|\d)", replacement) if m.group(1) != "\\"]
+    if not named:
+        return
+    try:  # inline flags (?m) capture nothing; Python only takes them at the start
+        groups = re.compile(re.sub(r"\(\?[a-zA-Z]+\)", "", pattern)).groups
+    except re.error:
+        raise Unsupported(f"regexp_replace() pattern {pattern!r} with groups named") from None
+    for n in named:
+        if n > groups:
+            raise Unsupported(
+                f"regexp_replace() replacement {replacement!r} names group {n},"
+                f" the pattern has {groups}"
+            )
+
+
 @_register("regexp_replace")
 def _regexp_replace(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     """``regexp_replace(s, pattern, replacement[, options])``: the first match replaced, or
@@ -1983,8 +2058,10 @@ def _regexp_replace(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Ex
     rep = _const(replacement, "regexp_replace()'s replacement")
     if pat is None or rep is None:
         return lit(None, dtype)
+    _check_pattern(str(pat))
     if set(options) - set("gic"):
         raise Unsupported(f"regexp_replace() options {options!r}")
+    _check_groups(str(pat), str(rep))
     flags = ""
     for c in options:  # the last of i and c wins
         if c in "ic":
@@ -2051,8 +2128,18 @@ def exact_divide(x: Expr, divisor: float) -> Expr:
     (``1709990042002000.0 / 1e6`` gives ``1709990042.0019999``, not ``.002``) except in
     the remainder of its SIMD loop; a divisor that is a column of the same length is
     divided element by element, which IEEE 754 rounds correctly."""
-    column = Ternary(is_null(x), lit(None, FLOAT64), lit(divisor, FLOAT64), FLOAT64)
-    return binop("truediv", x, column, FLOAT64)
+    return float_divide(x, lit(divisor, FLOAT64))
+
+
+def float_divide(a: Expr, b: Expr) -> Expr:
+    """``a / b`` (both DOUBLE) rounded correctly, as DuckDB divides: where ``b`` is a
+    constant, it is turned into a column of ``a``'s length (``b + (a IS NULL)``, which is
+    ``b`` wherever ``a`` is not NULL) so that the kernel divides element by element
+    instead of multiplying by ``1 / b`` (see :func:`exact_divide`; a ``CASE`` over the
+    constant is folded back into it by the kernel's optimizer)."""
+    if not b.columns() and not b.has_agg() and a.columns():
+        b = binop("add", b, cast(is_null(a), FLOAT64), FLOAT64)
+    return binop("truediv", a, b, FLOAT64)
 
 
 def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
@@ -2066,6 +2153,8 @@ def date_part(part: str, x: Expr, dtype: DataType) -> Expr:
         return cast(exact_divide(cast(epoch_micros(x), FLOAT64), 1e6), dtype)
     if is_tstz(x.dtype):
         x = local_time(x)
+    if _is_date(x) and (p in _SUBMINUTE or p in ("hour", "minute", "second")):
+        x = cast(x, TIMESTAMP_US)  # a DATE's time parts are those of its midnight: 0
     if p in _SUBMINUTE:
         sub, scale = _SUBMINUTE[p]
         whole = binop("mul", cast(fn("dt.second", [x], INT8), INT64), lit(scale, INT64), INT64)
@@ -2191,6 +2280,8 @@ def _time_bucket(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     offset = _interval(origin) if origin is not None else None
     if iv.months and (iv.days or iv.micros):
         raise Unsupported("time_bucket() of a width mixing months and days")
+    if iv.months < 0:
+        raise Unsupported("time_bucket() of a width that is not positive")
     if iv.months:
         return _month_bucket(x, iv.months, origin, offset, dtype)
     step = iv.days * _MICROS_PER_DAY + iv.micros
@@ -2231,6 +2322,8 @@ def _month_bucket(
     if offset is not None:
         if offset.days or offset.micros:
             raise Unsupported("time_bucket() by months with an offset in days")
+        if abs(offset.months) > 12 * 10_000:  # DuckDB may raise: the origin is out of range
+            raise Unsupported("time_bucket() offset of more than 10000 years")
         start += offset.months
     elif origin is not None:
         value = origin.value if isinstance(origin, Lit) else None
@@ -2507,8 +2600,20 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         if len(quantiles) != 1 or len(args) < 2 or _is_list(args[1]):
             raise Unsupported(f"{name}() of a list of quantiles")
         q = float(value_of(quantiles[0]))
+        if q < 0 or data.get("desc"):
+            # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which
+            # its binder turns into one) as a position in the descending order.
+            raise Unsupported(
+                f"{name}() with a negative quantile or WITHIN GROUP (ORDER BY ... DESC)"
+            )
     if not (x.dtype.is_float or x.dtype.is_integer):
         raise Unsupported(f"{name}() of {x.dtype}")
+    if not x.columns():
+        if not isinstance(x, Lit):
+            raise Unsupported(f"{name}() of a constant expression")
+        # every value is the constant: it, or NULL for no rows (or a NULL constant)
+        rows = cast(Agg("len", None, IDX), INT64)
+        return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
     if name in ("quantile_cont", "median"):
         return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
     return cast(_discrete_quantile(x, q), dtype)

@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.errors import UnsupportedError
 from shoal.execution.expressions import nested_nulls_last_type
@@ -306,6 +307,12 @@ class Translator:
     def renamed(self, rel: Rel) -> Rel:
         """``rel`` with fresh names for every column (a second use of a shared plan)."""
         named = tuple(NamedExpr(self.fresh(c.name), c) for c in rel.cols)
+        # a virtual column (rowid) stays unreadable under its new name
+        self.virtual.update(
+            n.name.lower()
+            for n, c in zip(named, rel.cols, strict=True)
+            if c.name.lower() in self.virtual
+        )
         schema = Schema.of([(n.name, n.dtype) for n in named])
         return Rel(Project(rel.node, named, schema), tuple(Col(n.name, n.dtype) for n in named))
 
@@ -329,6 +336,39 @@ class Translator:
             got = self.con.sql(f"SELECT {listing} FROM {qualified}").to_arrow_table()
             self._tables[key] = got
         return got
+
+
+#: Days from 1970-01-01 to the year 262000, inside the kernel's calendar (years
+#: -262143..262143), which DuckDB's TIMESTAMP_S / _MS and DATE ranges exceed.
+_CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
+
+
+def _out_of_calendar(arrow: pa.Table) -> str | None:
+    """The first DATE or TIMESTAMP column of ``arrow`` that holds DuckDB's ``infinity`` or
+    ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit) or
+    a value beyond the year 262000 either way, or None. The kernel reads infinities as
+    instants (TIMESTAMP_S overflows into milliseconds: 1969-12-31 23:59:59; calendar parts
+    and arithmetic give numbers where DuckDB gives NULL or infinity), and panics on
+    values outside its calendar."""
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if pa.types.is_timestamp(column.type):
+            raw = column.cast(pa.int64())
+            per_day = _PER_DAY.get(column.type.unit)
+            if per_day is None:  # nanoseconds: only the infinities are out of range
+                limit = 2**63 - 2
+            else:
+                limit = min(_CALENDAR_DAYS * per_day, 2**63 - 2)
+        elif pa.types.is_date32(column.type):
+            raw = column.cast(pa.int32())
+            limit = _CALENDAR_DAYS
+        else:
+            continue
+        if column.null_count == len(column):
+            continue
+        if pc.max(raw).as_py() > limit or pc.min(raw).as_py() < -limit:
+            return name
+    return None
 
 
 def _zone_settings(con: Any) -> tuple[str, str]:
@@ -432,6 +472,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+        beyond = _out_of_calendar(arrow)
+        if beyond:
+            t.error(
+                where,
+                f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
+                " beyond the years -262000..262000",
+            )
+            raise _Failed()
         try:
             schema = Schema.from_arrow(arrow.schema)
         except Exception as exc:
