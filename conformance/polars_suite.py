@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -187,6 +188,9 @@ def shoal_commit() -> str:
 
 
 def run_dir(args: argparse.Namespace, step: str) -> Path:
+    """``<cache>/runs/<step>``; shoal runs get ``-<tag>`` with ``--tag`` (to keep several)."""
+    if args.tag and step != "native":
+        step = f"{step}-{args.tag}"
     return args.cache / "runs" / step
 
 
@@ -212,7 +216,7 @@ def run_pytest(
     venv; return the per-test records."""
     out = run_dir(args, step)
     if out.exists():
-        prev = out.with_name(step + ".prev")
+        prev = out.with_name(out.name + ".prev")
         shutil.rmtree(prev, ignore_errors=True)
         out.rename(prev)
     out.mkdir(parents=True)
@@ -299,17 +303,28 @@ def shoal_flags(args: argparse.Namespace) -> list[str]:
 
 
 def step_strict(args: argparse.Namespace, snap: dict[str, str]) -> None:
+    if args.unselected:  # every test under --paths, before (or while) the native run ends
+        run_pytest(args, snap, "strict", args.paths, shoal_flags(args))
+        return
     ids = native_passed(args)
     if not args.all_tests:
         eligible = native_eligible(args)
         ids = [i for i in ids if i in eligible]
+    if args.sample:
+        ids = sample(ids, args.sample)
     run_pytest(args, snap, "strict", _files(ids), shoal_flags(args), only=ids)
+
+
+def sample(ids: list[str], n: int) -> list[str]:
+    """``n`` of ``ids``, chosen by the SHA-1 of each id: uniform, and the same every time."""
+    return sorted(sorted(ids, key=lambda i: hashlib.sha1(i.encode()).hexdigest())[:n])
 
 
 def step_fallback(args: argparse.Namespace, snap: dict[str, str]) -> None:
     strict = read_records(run_dir(args, "strict"))
     ids = sorted(n for n, r in strict.items() if r["outcome"] in ("failed", "error"))
-    ids = [i for i in ids if _in_paths(i, args.paths)]
+    native = set(native_passed(args))
+    ids = [i for i in ids if i in native]
     if not ids:
         log("fallback: no strict failures to rerun")
         return
@@ -335,7 +350,7 @@ def step_repro(args: argparse.Namespace, snap: dict[str, str]) -> None:
 # ----------------------------------------------------------------------------- report
 
 _QUOTED = re.compile(r"'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|`[^`\n]{0,200}`")
-_NUMBER = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?")
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9.])-?\d+(\.\d+)?(e-?\d+)?(?![A-Za-z_0-9])")
 _SPACE = re.compile(r"\s+")
 
 
@@ -357,11 +372,8 @@ def group_key(rec: dict[str, Any]) -> tuple[str, str]:
     msg = err.get("message", "")
     if "shoal cannot run this Polars query" in msg:
         parts = [p.strip()[2:] for p in msg.splitlines()[1:] if p.strip().startswith("- ")]
-        first = parts[0] if parts else msg
         # "Select: expression Function(x): reason" -> "expression Function(x): reason"
-        first = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", first)
-        first = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", first)
-        return etype, _SPACE.sub(" ", _NUMBER.sub("N", first))[:200]
+        return etype, _normal_part(parts[0] if parts else msg)
     if etype in ("AssertionError",) or msg.startswith(
         ("DataFrames are different", "Series are different")
     ):
@@ -378,6 +390,15 @@ def group_key(rec: dict[str, Any]) -> tuple[str, str]:
     return etype, _SPACE.sub(" ", line).strip()[:160]
 
 
+def _normal_part(part: str) -> str:
+    """One unsupported part of shoal's message, without the plan node that holds the
+    expression, literal values, quoted names and numbers."""
+    part = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", part)
+    part = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", part)
+    part = _QUOTED.sub("'?'", part)
+    return _SPACE.sub(" ", _NUMBER.sub("N", part))[:200]
+
+
 def unsupported_parts(rec: dict[str, Any]) -> list[str]:
     msgs = [(rec.get("error") or {}).get("message", ""), *rec.get("fallback_reasons", [])]
     out: list[str] = []
@@ -387,9 +408,7 @@ def unsupported_parts(rec: dict[str, Any]) -> list[str]:
         for p in msg.splitlines()[1:]:
             p = p.strip()
             if p.startswith("- "):
-                key = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", p[2:])
-                key = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", key)
-                key = _SPACE.sub(" ", _NUMBER.sub("N", key))[:200]
+                key = _normal_part(p[2:])
                 if key not in out:
                     out.append(key)
     return out
@@ -403,7 +422,10 @@ def groups_of(records: dict[str, dict[str, Any]], ids: list[str]) -> list[dict[s
     for (etype, msg), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         sample = members[0]
         err = records[sample].get("error") or {}
-        first = next((ln for ln in err.get("message", "").splitlines() if ln.strip()), "")
+        lines = [ln.strip() for ln in err.get("message", "").splitlines() if ln.strip()]
+        if len(lines) > 1 and lines[0].startswith("shoal cannot run this Polars query"):
+            lines = lines[1:]  # the first unsupported part, not the heading
+        first = lines[0] if lines else ""
         out.append(
             {
                 "count": len(members),
@@ -449,6 +471,7 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
     pct = lambda a, b: round(100.0 * len(a) / len(b), 1) if b else 0.0  # noqa: E731
     summary = {
         "native_passed": len(native_ids),
+        "sample": args.sample or None,
         "no_collect": len(no_collect),
         "strict_ran": len(ran),
         "strict_not_run": len(missing),
@@ -474,6 +497,9 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
         "strict_groups": groups_of(strict, failed),
         "fallback_groups": groups_of(fallback, fb_failed),
         "unsupported_parts": part_counts.most_common(),
+        "not_shown_to_engines": [
+            (part, n) for part, n in part_counts.most_common() if "does not show" in part
+        ],
         "strict_not_run": missing,
     }
     (args.cache / "results.json").write_text(json.dumps(result, indent=1))
@@ -493,6 +519,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"Polars tests {snap['commit'][:10]} (py-polars {snap['version']}), paths {' '.join(result['paths'])}"
     )
     print(f"shoal commit (strict run): {strict_meta.get('shoal_commit', '?')}")
+    if s["sample"]:
+        print(f"SAMPLE: strict ran a fixed sample of {s['sample']} tests that collect")
     print(f"tests passing natively:                     {s['native_passed']}")
     print(
         f"  passing under shoal strict:               {s['strict_passed_all']} ({s['strict_passed_all_pct']} %)"
@@ -522,6 +550,10 @@ def print_report(result: dict[str, Any]) -> None:
     print()
     print("unsupported parts named by strict failures (a test counts once per part):")
     for part, n in result["unsupported_parts"][:40]:
+        print(f"  {n:5d}  {part}")
+    print()
+    print("of those, what Polars does not show to engines:")
+    for part, n in result["not_shown_to_engines"]:
         print(f"  {n:5d}  {part}")
 
 
@@ -581,6 +613,8 @@ def write_notes(result: dict[str, Any], path: Path, top: int) -> None:
         "",
     ]
     lines += [f"- {n} {_md_cell(part)}" for part, n in result["unsupported_parts"][:top]]
+    lines += ["", "## Of those, what Polars does not show to engines", ""]
+    lines += [f"- {n} {_md_cell(part)}" for part, n in result["not_shown_to_engines"]]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -621,6 +655,22 @@ def main(argv: list[str] | None = None) -> None:
         "--all-tests",
         action="store_true",
         help="strict: rerun every natively passing test, also those without a collect",
+    )
+    parser.add_argument(
+        "--unselected",
+        action="store_true",
+        help="strict: run every test under --paths, without waiting for the native run "
+        "(the report still counts only natively passing tests)",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="strict: run only this many of the selected tests, a fixed uniform sample "
+        "(by the SHA-1 of the test id)",
+    )
+    parser.add_argument(
+        "--tag", default="", help="strict/fallback/report: use runs/<step>-<tag> (keep several)"
     )
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (-n)")
     parser.add_argument("--timeout", type=int, default=300, help="per-test timeout, seconds")

@@ -267,7 +267,8 @@ def pytest_runtest_makereport(
     if not item.config.getoption("--shoal-record"):
         return
     report = outcome.get_result()
-    state = item.stash.setdefault(_STATE_KEY, {"outcome": "passed"})
+    state = item.stash.setdefault(_STATE_KEY, {"outcome": "passed", "seconds": 0.0})
+    state["seconds"] = round(state["seconds"] + report.duration, 3)
     if report.skipped:
         if hasattr(report, "wasxfail"):
             state["outcome"] = "xfailed"
