@@ -41,6 +41,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -227,7 +228,9 @@ def run_pytest(
         "--shoal-record", str(out), *extra,
     ]  # fmt: skip
     if only is not None:
-        (out / "select.txt").write_text("\n".join(sorted(only)) + "\n")
+        if not args.random_order:
+            only = sorted(only)
+        (out / "select.txt").write_text("\n".join(only) + "\n")
         cmd += ["--shoal-only", str(out / "select.txt")]
     cmd += targets
     env = {**os.environ, "PYTHONPATH": str(HERE)}
@@ -242,12 +245,31 @@ def run_pytest(
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     log(f"{step}: pytest in {snap['root']} ({len(only) if only is not None else 'all'} tests)")
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
     t0 = time.monotonic()
+    stopped = False
     with (out / "pytest.log").open("w") as logfile:
-        rc = subprocess.run(
-            cmd, cwd=snap["root"], env=env, stdout=logfile, stderr=subprocess.STDOUT
-        ).returncode
+        proc = subprocess.Popen(
+            cmd,
+            cwd=snap["root"],
+            env=env,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=args.time_limit or None)
+        except subprocess.TimeoutExpired:  # stop the run: Ctrl-C to pytest and its workers
+            stopped = True
+            log(f"{step}: time limit of {args.time_limit} s reached, stopping the run")
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
     meta.update(
+        stopped_at_time_limit=stopped,
         returncode=rc,
         seconds=round(time.monotonic() - t0),
         finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -312,12 +334,18 @@ def step_strict(args: argparse.Namespace, snap: dict[str, str]) -> None:
         ids = [i for i in ids if i in eligible]
     if args.sample:
         ids = sample(ids, args.sample)
+    if args.random_order:  # any prefix of the run is a uniform sample
+        ids = sorted(ids, key=_sha1)
     run_pytest(args, snap, "strict", _files(ids), shoal_flags(args), only=ids)
+
+
+def _sha1(nodeid: str) -> str:
+    return hashlib.sha1(nodeid.encode()).hexdigest()
 
 
 def sample(ids: list[str], n: int) -> list[str]:
     """``n`` of ``ids``, chosen by the SHA-1 of each id: uniform, and the same every time."""
-    return sorted(sorted(ids, key=lambda i: hashlib.sha1(i.encode()).hexdigest())[:n])
+    return sorted(sorted(ids, key=_sha1)[:n])
 
 
 def step_fallback(args: argparse.Namespace, snap: dict[str, str]) -> None:
@@ -502,12 +530,13 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
         ],
         "strict_not_run": missing,
     }
-    (args.cache / "results.json").write_text(json.dumps(result, indent=1))
+    out = args.cache / (f"results-{args.tag}.json" if args.tag else "results.json")
+    out.write_text(json.dumps(result, indent=1))
     print_report(result)
     if args.notes:
         write_notes(result, Path(args.notes), args.top)
         log(f"wrote {args.notes}")
-    log(f"wrote {args.cache / 'results.json'}")
+    log(f"wrote {out}")
     return result
 
 
@@ -668,6 +697,19 @@ def main(argv: list[str] | None = None) -> None:
         default=0,
         help="strict: run only this many of the selected tests, a fixed uniform sample "
         "(by the SHA-1 of the test id)",
+    )
+    parser.add_argument(
+        "--random-order",
+        action="store_true",
+        help="strict: run the tests in the order of the SHA-1 of their ids (a fixed "
+        "shuffle), so that a run stopped early has run a uniform sample",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=int,
+        default=0,
+        help="stop a pytest run after this many seconds (with --random-order the tests run "
+        "by then are a uniform sample)",
     )
     parser.add_argument(
         "--tag", default="", help="strict/fallback/report: use runs/<step>-<tag> (keep several)"
