@@ -140,11 +140,11 @@ def _make_engine(config: pytest.Config) -> Any:
 
         pending: list[str] = []
 
-        def _callback(self, nt: Any, *args: Any) -> None:
+        def _callback(self, nt: Any, *args: Any, **kwargs: Any) -> None:
             _test["reached"] += 1
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ShoalFallbackWarning)
-                super()._callback(nt, *args)
+                super()._callback(nt, *args, **kwargs)
             for w in caught:
                 if issubclass(w.category, ShoalFallbackWarning):
                     _test["fallbacks"] += 1
