@@ -353,6 +353,8 @@ def step_fallback(args: argparse.Namespace, snap: dict[str, str]) -> None:
     ids = sorted(n for n, r in strict.items() if r["outcome"] in ("failed", "error"))
     native = set(native_passed(args))
     ids = [i for i in ids if i in native]
+    if args.random_order:
+        ids = sorted(ids, key=_sha1)
     if not ids:
         log("fallback: no strict failures to rerun")
         return
@@ -380,6 +382,7 @@ def step_repro(args: argparse.Namespace, snap: dict[str, str]) -> None:
 _QUOTED = re.compile(r"'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|`[^`\n]{0,200}`")
 _NUMBER = re.compile(r"(?<![A-Za-z_0-9.])-?\d+(\.\d+)?(e-?\d+)?(?![A-Za-z_0-9])")
 _SPACE = re.compile(r"\s+")
+_PATH = re.compile(r"(?:[A-Za-z]+:/*)?(?:/[^\s/'\"]+){2,}/?")
 
 
 def _short_type(name: str) -> str:
@@ -413,6 +416,7 @@ def group_key(rec: dict[str, Any]) -> tuple[str, str]:
             return etype, f"{m.group(1)} are different ({_NUMBER.sub('N', what)})"
         return etype, _SPACE.sub(" ", _NUMBER.sub("N", _QUOTED.sub("'?'", line)))[:160]
     line = next((ln for ln in msg.strip().splitlines() if ln.strip()), "")
+    line = _PATH.sub("<path>", line)
     line = _QUOTED.sub("'?'", line)
     line = _NUMBER.sub("N", line)
     return etype, _SPACE.sub(" ", line).strip()[:160]
