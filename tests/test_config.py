@@ -163,3 +163,50 @@ def test_runner_settings_freeze_once_the_runner_starts() -> None:
     ):
         pass
     shoal.set_config(shuffle_partitions=0)  # execution settings still change
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("raise_on_fail", "no"),  # a truthy string is not True
+        ("trace", 5),
+        ("ray_address", 123),
+        ("ray_dashboard", "yes"),
+        ("task_cpus", True),  # bool is not an int here
+        ("ray_connect_timeout_s", float("nan")),
+        ("ray_connect_timeout_s", float("inf")),
+        ("num_cpus", 2.5),
+        ("target_partition_bytes", "lots"),
+    ],
+)
+def test_every_setting_is_checked_against_its_type(setting: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"shoal setting {setting}"):
+        Config(**{setting: value})
+
+
+def test_sizes_take_units() -> None:
+    assert Config(target_partition_bytes="128MiB").target_partition_bytes == 128 * 2**20
+    assert Config(broadcast_join_threshold_bytes="1.5 GiB").broadcast_join_threshold_bytes == (
+        3 * 2**29
+    )
+    cfg = Config.from_env({"SHOAL_MAX_BYTES_HELD": "500kB", "SHOAL_OBJECT_STORE_BYTES": "2GiB"})
+    assert (cfg.max_bytes_held, cfg.object_store_bytes) == (500_000, 2 * 2**30)
+    with pytest.raises(ValueError, match="SHOAL_TARGET_PARTITION_BYTES"):
+        Config.from_env({"SHOAL_TARGET_PARTITION_BYTES": "12 parsecs"})
+
+
+def test_a_misspelt_variable_warns_with_the_closest_name() -> None:
+    with pytest.warns(shoal.ShoalWarning, match="SHOAL_RUNER .* did you mean SHOAL_RUNNER"):
+        cfg = Config.from_env({"SHOAL_RUNER": "local", "SHOAL_DATA_DIR": "/x"})
+    assert cfg.runner == "ray"  # ignored, as the warning says
+
+
+def test_version_is_exposed() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    assert shoal.__version__ == version("shoal")
+    cli = Path(sys.executable).with_name("shoal")  # the console script pip installed
+    out = subprocess.run([str(cli), "--version"], capture_output=True, text=True)
+    assert out.stdout.strip() == f"shoal {shoal.__version__}"

@@ -222,8 +222,9 @@ def test_result_types_are_duckdbs(con: duckdb.DuckDBPyConnection) -> None:
 def test_integer_overflow_fails_as_in_duckdb(con: duckdb.DuckDBPyConnection) -> None:
     with pytest.raises(duckdb.OutOfRangeException):
         con.sql("SELECT big + 1 FROM t").fetchall()
-    with pytest.raises(shoal.TaskError, match="i64"):
+    with pytest.raises(duckdb.OutOfRangeException, match="Overflow in addition of INT64") as info:
         shoal.duckdb.sql(con, "SELECT big + 1 FROM t", raise_on_fail=True, config=CONFIG)
+    assert isinstance(info.value, shoal.TaskError)
 
 
 def test_division_by_zero_follows_the_duckdb_setting(con: duckdb.DuckDBPyConnection) -> None:
@@ -290,16 +291,19 @@ SLIDING = "sum(a) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
 
 def test_untranslatable_query_falls_back_with_a_warning(con: duckdb.DuckDBPyConnection) -> None:
     query = f"SELECT id, {SLIDING} AS s FROM t"
-    with pytest.warns(DuckDBFallbackWarning, match="LOGICAL_WINDOW"):
+    with pytest.warns(DuckDBFallbackWarning, match=r"sum\(\.\.\.\) OVER"):
         rel = shoal.duckdb.sql(con, query, config=CONFIG)
     assert rel.fetchall() == con.sql(query).fetchall()
 
 
 def test_raise_on_fail_names_the_operator(con: duckdb.DuckDBPyConnection) -> None:
     query = f"SELECT id, {SLIDING} AS s FROM t"
-    with pytest.raises(shoal.UnsupportedError, match=r"LOGICAL_WINDOW\(WINDOW_AGGREGATE\)"):
+    with pytest.raises(
+        shoal.UnsupportedError,
+        match=r"sum\(\.\.\.\) OVER \(ORDER BY \.\.\.\): frame ROWS BETWEEN <n> PRECEDING AND CURRENT ROW",
+    ):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
-    with pytest.raises(shoal.UnsupportedError, match="LOGICAL_WINDOW"):
+    with pytest.raises(shoal.UnsupportedError, match=r"sum\(\.\.\.\) OVER"):
         shoal.duckdb.sql(con, query, config=CONFIG.replace(raise_on_fail=True))
 
 
@@ -308,7 +312,7 @@ def test_every_unsupported_part_is_reported(con: duckdb.DuckDBPyConnection) -> N
     with pytest.raises(shoal.UnsupportedError) as info:
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
     message = str(info.value)
-    assert "LOGICAL_WINDOW" in message and "regexp_replace" in message
+    assert "sum(...) OVER" in message and "regexp_replace(s, 'a', 'b')" in message
 
 
 def test_a_statement_that_is_not_a_query_runs_on_duckdb(con: duckdb.DuckDBPyConnection) -> None:

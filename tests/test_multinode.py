@@ -29,6 +29,9 @@ def cluster() -> Iterator[object]:
     shoal.shutdown()
     if ray.is_initialized():  # pragma: no cover
         ray.shutdown()
+    # Cluster writes Ray's address file under /tmp/ray without creating the folder: on a
+    # machine where no Ray ever ran, it raised FileNotFoundError.
+    os.makedirs("/tmp/ray", exist_ok=True)
     c = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "temp_dir": f"/tmp/shoal-ray-mn-{os.getpid()}"},
@@ -82,3 +85,28 @@ def test_losing_a_worker_node_mid_query_still_gives_the_right_answer(cluster: ob
     assert pl.from_arrow(got).equals(expected)
     alive = [n for n in ray.nodes() if n["Alive"]]
     assert len(alive) == 2  # the head and the remaining worker did all the work
+
+
+def test_plans_are_sized_by_the_cluster_as_it_is_now(cluster: object) -> None:
+    """The planner sizes scans and shuffles by the cluster's CPUs, read per query (not the
+    driver's os.cpu_count()), so a node that joins gives the next query more partitions."""
+    import ray
+
+    c, _ = cluster  # type: ignore[misc]
+    i = pl.int_range(200_000, eager=True)
+    df = pl.DataFrame({"k": i * 7919 % 5_000, "v": (i * 31 % 1000).cast(pl.Float64)})
+    plan, expected = agg_sort_plan(df)
+    before = int(ray.cluster_resources()["CPU"])
+    got = shoal.execute(plan, runner="ray")
+    assert pl.from_arrow(got).equals(expected)
+    report = last_query()
+    assert report is not None
+    assert (report.physical.cpus, report.physical.cpus_source) == (before, "cluster")
+    c.add_node(num_cpus=6)
+    c.wait_for_nodes()
+    got = shoal.execute(plan, runner="ray")
+    assert pl.from_arrow(got).equals(expected)
+    report = last_query()
+    assert report is not None
+    assert report.physical.cpus == before + 6
+    assert f"Sized for {before + 6} CPUs (cluster)" in shoal.explain(plan, runner="ray")

@@ -116,7 +116,7 @@ def test_partitioned_by_size_written_in_parallel(
     target = pl.PartitionBy(str(base), max_rows_per_file=40)
     lf.sink_parquet(target, engine=engine(runner), sinked_paths_callback=got.append)
     names = sorted(os.listdir(base))
-    assert names == [f"{i:08d}.parquet" for i in range(len(names))]  # Polars' names
+    assert names == [f"{i:08x}.parquet" for i in range(len(names))]  # Polars' names
     files = [pl.read_parquet(base / n) for n in names]
     assert all(0 < f.height <= 40 for f in files)
     assert pl.concat(files).equals(native)  # in name order: Polars' rows, Polars' order
@@ -238,3 +238,48 @@ def test_sink_node_serialises_explains_and_validates(source: pl.LazyFrame) -> No
         from_json(to_json(bad, tables=tables), tables=tables)
     with pytest.raises(PlanError, match="shoal.execute"):
         next(shoal.execute_batches(sink, runner="local"))
+
+
+@pytest.mark.parametrize("layout", ["hive", "split"])
+def test_a_failed_partitioned_sink_leaves_nothing(
+    layout: str, source: pl.LazyFrame, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """All or nothing per query: one task's writer fails after the others (and itself)
+    have written files; the target must hold none of them afterwards, and a query that
+    succeeds then writes what native Polars writes."""
+    from shoal.execution import sink as sink_mod
+
+    real = sink_mod.write_partition
+    calls: list[int] = []
+
+    def flaky_writer(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
+        written = real(df, node)  # the files are on disk now
+        calls.append(df.height)
+        if len(calls) == 2:
+            raise OSError(f"disk full after writing {written.height} files")
+        return written
+
+    base = tmp_path / layout
+    keys = {"key": "k"} if layout == "hive" else {}
+    target = pl.PartitionBy(base, max_rows_per_file=25, **keys)  # type: ignore[arg-type]
+    monkeypatch.setattr(sink_mod, "write_partition", flaky_writer)
+    with pytest.raises(OSError, match="disk full"):
+        query(source).sink_parquet(target, engine=engine("local"))
+    assert len(calls) >= 2
+    assert list(base.rglob("*.parquet")) == []
+    assert not [p for p in base.iterdir() if p.name.startswith(".shoal-staging")]
+    monkeypatch.setattr(sink_mod, "write_partition", real)
+    query(source).sink_parquet(target, engine=engine("local"))
+    native = tmp_path / f"native-{layout}"
+    query(source).sink_parquet(pl.PartitionBy(native, max_rows_per_file=25, **keys))  # type: ignore[arg-type]
+    mine = sorted(p.relative_to(base) for p in base.rglob("*.parquet"))
+    theirs = sorted(p.relative_to(native) for p in native.rglob("*.parquet"))
+    if layout == "hive":
+        assert mine == theirs
+        for f in mine:
+            assert pl.read_parquet(base / f).equals(pl.read_parquet(native / f)), f
+    else:  # shoal may write more files than Polars (each task cuts its own rows)
+        assert [f.name for f in mine] == [f"{i:08x}.parquet" for i in range(len(mine))]
+        assert len(mine) > 16  # past 0000000f: Polars numbers files in hexadecimal
+        got = pl.concat([pl.read_parquet(base / f) for f in mine])
+        assert got.equals(pl.concat([pl.read_parquet(native / f) for f in theirs]))

@@ -138,10 +138,13 @@ class _SlowDouble:
         return v * 2
 
 
-def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent() -> None:
+@pytest.mark.parametrize("actors", [1, 2])
+def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent(actors: int) -> None:
+    """With one actor (one GPU, one model) too: its replacement must take the resent
+    batch (the query used to fail with 'no free actor')."""
     from shoal.runners.session import last_query
 
-    udf = shoal.udf(return_dtype=pl.Float64, concurrency=2, name="slow_double")(_SlowDouble)
+    udf = shoal.udf(return_dtype=pl.Float64, concurrency=actors, name="slow_double")(_SlowDouble)
     df = pl.DataFrame({"k": range(4000), "v": [float(i) for i in range(4000)]})
     lf = df.lazy().shoal.with_udf(udf, inputs=["v"], output="v2")
     expected = lf.collect()  # native Polars runs the same UDF in-process

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from shoal.errors import UnsupportedError
+from shoal.errors import TaskError, UnsupportedError
+from shoal_duckdb.errors import duckdb_error
 from shoal_duckdb.prepare import (
     lookup,
     parse_tree,
@@ -68,7 +69,11 @@ def _check_statement(con: duckdb.DuckDBPyConnection, query: str) -> str | None:
         return f"{len(statements)} statements (shoal runs one SELECT at a time)"
     kind = statements[0].type
     if kind != duckdb.StatementType.SELECT:
-        return f"statement type {getattr(kind, 'name', kind)} (only SELECT runs distributed)"
+        # DuckDB runs PIVOT and UNPIVOT as several statements (type MULTI): name what the
+        # user wrote, the statement's first keyword.
+        words = query.strip().split(None, 1)
+        keyword = words[0].upper() if words else getattr(kind, "name", str(kind))
+        return f"{keyword} statements do not run distributed (only SELECT does)"
     if statements[0].named_parameters:
         return "prepared-statement parameters"
     return None
@@ -85,12 +90,26 @@ def to_ir(con: duckdb.DuckDBPyConnection, query: str) -> PlanNode:
     :class:`shoal.UnsupportedError` naming each DuckDB operator or function shoal cannot
     translate.
     """
+    return _to_ir(con, query, _caller_frame())
+
+
+def _to_ir(con: duckdb.DuckDBPyConnection, query: str, frame: FrameType | None) -> PlanNode:
+    """:func:`to_ir` with the caller's frame (for replacement scans) given. Any failure of
+    the translation itself is an :class:`shoal.UnsupportedError` (what :func:`sql` would
+    fall back for); DuckDB's own errors for bad input propagate."""
     reason = _check_statement(con, query)
     if reason is not None:
         raise UnsupportedError(f"shoal cannot run this DuckDB query: {reason}")
-    with _python_objects(con, query, _caller_frame()) as (text, _):
+    with _python_objects(con, query, frame) as (text, _):
         bound = con.sql(text)
-        plan, _names = _translate(con, text, list(bound.columns))
+        try:
+            plan, _names = _translate(con, text, list(bound.columns))
+        except UnsupportedError:
+            raise
+        except Exception as exc:
+            raise UnsupportedError(
+                f"shoal could not translate this DuckDB query: {type(exc).__name__}: {exc}"
+            ) from exc
     return plan
 
 
@@ -159,12 +178,14 @@ def _translate(
     from shoal.ir.expr import NamedExpr
     from shoal.ir.nodes import Project
     from shoal.ir.types import Schema
+    from shoal_duckdb.reasons import SourceText
     from shoal_duckdb.translate import translate
 
     prepared = prepare(con, query)
     try:
         root = prepared.plan_json()
-        node, cols = translate(con, root, prepared.standins)
+        source = SourceText(prepared.sql, parse_tree(con, prepared.sql), prepared.standins)
+        node, cols = translate(con, root, prepared.standins, source)
     finally:
         prepared.close()
     if len(cols) != len(names):
@@ -235,7 +256,10 @@ def sql(
 
     Errors: a syntax error raises DuckDB's ``ParserException``; a missing table or column
     DuckDB's ``CatalogException``/``BinderException``; both before anything runs on the
-    cluster. Errors while shoal runs the query (``shoal.TaskError``) propagate.
+    cluster. Where DuckDB raises while it runs the query (a failed cast, an overflow, a
+    division by zero), shoal raises a ``shoal.TaskError`` that is also DuckDB's class
+    (``duckdb.ConversionException``, ``OutOfRangeException``, ``InvalidInputException``)
+    with DuckDB's message first; other task errors (``shoal.TaskError``) propagate.
     """
     reason = _check_statement(con, query)
     if reason is not None:
@@ -250,7 +274,13 @@ def sql(
                 # The relation reads objects registered only for this call: keep its rows.
                 return _result_relation(con, rel.to_arrow_table(), bound)
             return rel
-        table = _execute(plan, runner, config)
+        try:
+            table = _execute(plan, runner, config)
+        except TaskError as exc:
+            mapped = duckdb_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         return _result_relation(con, table, bound)
 
 
@@ -321,9 +351,11 @@ def explain(
     """The settings, logical plan (shoal IR) and physical plan (stages and exchanges) that
     shoal would run for ``query``, as :func:`shoal.explain` gives them; nothing runs.
 
-    Raises what :func:`to_ir` raises (no fallback: an untranslatable query raises
-    :class:`shoal.UnsupportedError`).
+    For a query that :func:`sql` would run on DuckDB itself, the text says so and gives
+    every reason, as the fallback warning does (nothing raises). DuckDB's own errors for
+    bad input (``ParserException``, ``CatalogException``, ``BinderException``) propagate.
     """
     from shoal.api import explain as explain_ir
 
-    return explain_ir(to_ir(con, query), runner=runner, config=config)
+    frame = _caller_frame()
+    return explain_ir(query, runner=runner, config=config, to_ir=lambda q: _to_ir(con, q, frame))

@@ -37,8 +37,9 @@ message that cannot succeed: the kernel has no other way to raise).
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import polars as pl
 import pyarrow as pa
@@ -47,6 +48,9 @@ from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
 from shoal_duckdb.types import Interval, dtype_of, type_name, value_of
+
+if TYPE_CHECKING:
+    from shoal_duckdb.reasons import SourceText
 
 INT8 = DataType(pa.int8())
 INT16 = DataType(pa.int16())
@@ -57,7 +61,38 @@ IDX = DataType.from_polars(pl.get_index_type())
 
 
 class Unsupported(Exception):
-    """An expression shoal cannot translate; the message says what and why."""
+    """An expression shoal cannot translate; the message says what and why.
+
+    ``snippet`` is the user's text of the innermost expression around the problem that
+    the plan locates in the query (set while the error passes up through
+    :meth:`ExprTranslator.expr`); ``function`` the DuckDB function shoal does not know,
+    when that is the problem (it may be one the user never wrote: DuckDB's macros and
+    rewrites call functions of their own)."""
+
+    def __init__(self, message: str, *, function: str | None = None) -> None:
+        super().__init__(message)
+        self.snippet: str | None = None
+        self.function = function
+
+    def explained(self) -> str:
+        """The reason, in the words of the user's query where the plan allows."""
+        reason = str(self)
+        if self.snippet is None:
+            from shoal_duckdb.reasons import internal_function_words
+
+            words = internal_function_words(self.function or "")
+            if words is not None:
+                return (
+                    f"{words}: not supported (DuckDB computes it with its function "
+                    f"{self.function}(), which shoal does not support)"
+                )
+            return reason
+        if self.function and self.function.lower() not in self.snippet.lower():
+            return (
+                f"{self.snippet}: not supported (DuckDB computes it with its function "
+                f"{self.function}(), which shoal does not support)"
+            )
+        return f"{self.snippet}: {reason}"
 
 
 # ---------------------------------------------------------------- constructors
@@ -80,6 +115,17 @@ def cast(e: Expr, dtype: DataType, strict: bool = True) -> Expr:
 def fn(name: str, args: Sequence[Expr], dtype: DataType, **options: Any) -> Function:
     """Kernel function ``name`` (see ``shoal.execution.expressions.FUNCTIONS``)."""
     return Function(name, tuple(args), tuple(sorted(options.items())), dtype)
+
+
+def struct_field(e: Expr, index: int) -> Function:
+    """Field number ``index`` (from 0) of struct ``e``, with the field's own type.
+
+    Raises :class:`Unsupported` when ``e`` is not a struct or has no such field."""
+    arrow = e.dtype.arrow
+    if not pa.types.is_struct(arrow) or not 0 <= index < arrow.num_fields:
+        raise Unsupported(f"field #{index + 1} of a value of type {e.dtype}")
+    field = arrow.field(index)
+    return Function("struct.field", (e,), (("name", field.name),), DataType(field.type))
 
 
 def binop(op: str, a: Expr, b: Expr, dtype: DataType) -> BinaryOp:
@@ -130,30 +176,199 @@ def round_half_away(e: Expr, decimals: int, dtype: DataType) -> Expr:
     return fn("round", [e], dtype, decimals=decimals, mode="half_away_from_zero")
 
 
-def duck_cast(e: Expr, target: DataType, try_cast: bool = False) -> Expr:
+def duck_cast(
+    e: Expr, target: DataType, try_cast: bool = False, source_column: str | None = None
+) -> Expr:
     """A DuckDB cast of ``e`` to ``target``, rounding as DuckDB does: floating point to an
     integer half to even, to a DECIMAL half away from zero; DECIMAL to an integer or to a
     smaller scale half away from zero (Polars would truncate).
+
+    A value that does not convert fails the query with DuckDB's ``ConversionException``
+    and message (``source_column``, the column the value comes from, is named in it as
+    DuckDB does); ``TRY_CAST`` gives NULL instead.
 
     Raises :class:`Unsupported` for casts whose text form differs between DuckDB and the
     kernel (floating point to VARCHAR)."""
     src = e.dtype
     if src == target:
         return e
-    strict = not try_cast
-    if target.is_integer and src.is_float:  # C's nearbyint: half to even
-        return cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, strict)
-    if target.is_integer and src.is_decimal:
-        return cast(round_half_away(e, 0, src), target, strict)
-    if target.is_decimal and src.is_float:
-        return cast(round_half_away(e, _scale(target), src), target, strict)
-    if target.is_decimal and src.is_decimal and _scale(target) < _scale(src):
-        return cast(round_half_away(e, _scale(target), src), target, strict)
     if target.is_string and src.is_float:
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
-    return cast(e, target, strict)
+    if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
+        return _temporal_text(e)
+    if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
+        return _round_timestamp(e, target)
+    value = e  # what DuckDB's message shows
+    if src.is_string and (target.is_numeric or pa.types.is_boolean(target.arrow)):
+        out = _from_text(e, target)
+    elif target.is_integer and src.is_float:  # C's nearbyint: half to even
+        out = cast(fn("round", [e], src, decimals=0, mode="half_to_even"), target, False)
+    elif target.is_integer and src.is_decimal:
+        value = round_half_away(e, 0, src)
+        out = cast(value, target, False)
+    elif (target.is_decimal and src.is_float) or (
+        target.is_decimal and src.is_decimal and _scale(target) < _scale(src)
+    ):
+        out = _to_decimal(round_half_away(e, _scale(target), src), target)
+    elif target.is_decimal and src.is_numeric:
+        out = _to_decimal(e, target)
+    else:
+        out = cast(e, target, False)
+    if try_cast or not _cast_can_fail(src, target):
+        return out
+    failed = and_all([is_null(out), is_not_null(e)])
+    parts = ["Conversion Error: ", *_cast_message(src, target, value)]
+    if source_column:
+        parts.append(f" when casting from source column {source_column}")
+    return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+_WHITESPACE = " \t\n\r\x0b\x0c"
+_TRUE = ["true", "t", "yes", "y", "1"]
+_FALSE = ["false", "f", "no", "n", "0"]
+
+
+def _from_text(s: Expr, target: DataType) -> Expr:
+    """Text to a number or BOOLEAN as DuckDB reads it, NULL where it cannot: numbers with
+    surrounding whitespace; integers also from decimal or exponent forms, rounded half
+    away from zero (``'2.5'`` is 3, ``'1e3'`` 1000); booleans from true/t/yes/y/1 and
+    false/f/no/n/0 in any case."""
+    if pa.types.is_boolean(target.arrow):
+        low = fn("str.to_lowercase_simple", [s], STRING)
+        list_type = DataType(pa.large_list(pa.large_string()))
+        is_true = fn("is_in", [low, lit(_TRUE, list_type)], BOOL)
+        is_false = fn("is_in", [low, lit(_FALSE, list_type)], BOOL)
+        return Ternary(
+            is_true,
+            lit(True, BOOL),
+            Ternary(is_false, lit(False, BOOL), lit(None, BOOL), BOOL),
+            BOOL,
+        )
+    text = fn("str.strip_chars", [s, lit(_WHITESPACE, STRING)], STRING)
+    out = cast(text, target, False)
+    if not target.is_integer:
+        return out
+    number = cast(text, FLOAT64, False)
+    finite = fn("is_finite", [number], BOOL)
+    safe = Ternary(finite, number, lit(0.0, FLOAT64), FLOAT64)
+    rounded = round_half_away(safe, 0, FLOAT64)
+    lo, hi = _integer_range(target)
+    fits = and_all(
+        [
+            finite,
+            compare("ge", rounded, lit(float(lo), FLOAT64)),
+            compare("le", rounded, lit(float(hi), FLOAT64)),
+        ]
+    )
+    via_float = Ternary(fits, cast(rounded, target, False), lit(None, target), target)
+    return fn("coalesce", [out, via_float], target)
+
+
+def _temporal_text(x: Expr) -> Expr:
+    """A TIMESTAMP or TIME as DuckDB writes it: the fraction of a second only when it is
+    not zero, without trailing zeros (``2020-01-01 01:23:45.12``)."""
+    base = "%H:%M:%S" if pa.types.is_time(x.dtype.arrow) else "%Y-%m-%d %H:%M:%S"
+    text = fn("dt.to_string", [x], STRING, format=base + "%.f")  # %.f: nothing for zero
+    return fn("str.replace", [text, lit(r"(\.[0-9]*?)0+$", STRING), lit("${1}", STRING)], STRING)
+
+
+_PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+
+
+def _round_timestamp(x: Expr, target: DataType) -> Expr:
+    """A TIMESTAMP to a coarser one, rounded half away from zero (of the epoch) as DuckDB
+    does (``45.5 s`` after the epoch is 46 s, before it 45 s); finer: as it is."""
+    have, want = _PER_SECOND[x.dtype.arrow.unit], _PER_SECOND[target.arrow.unit]
+    if want >= have:
+        return cast(x, target)
+    # The kernel keeps TIMESTAMP_S in milliseconds: work in its own unit.
+    stored = _PER_SECOND[str(getattr(x.dtype.to_polars(), "time_unit", "us"))]
+    factor = stored // want
+    v = cast(x, INT64)
+    q = binop(
+        "floordiv",
+        binop("add", fn("abs", [v], INT64), lit(factor // 2, INT64), INT64),
+        lit(factor, INT64),
+        INT64,
+    )
+    magnitude = binop("mul", q, lit(factor, INT64), INT64)
+    rounded = Ternary(
+        compare("lt", v, lit(0, INT64)), fn("neg", [magnitude], INT64), magnitude, INT64
+    )
+    return cast(cast(rounded, x.dtype), target)
+
+
+def _integer_digits(dtype: DataType) -> int | None:
+    """How many digits the integer part of a ``dtype`` value can have (None: unbounded,
+    floating point)."""
+    if dtype.is_decimal:
+        return int(dtype.arrow.precision) - _scale(dtype)
+    if dtype.is_integer:
+        lo, hi = _integer_range(dtype)
+        return max(len(str(lo)) - (lo < 0), len(str(hi)))
+    return None
+
+
+def _to_decimal(x: Expr, target: DataType) -> Expr:
+    """``x`` (a number) as DECIMAL ``target``, NULL where it does not fit (Polars raises
+    even in a non-strict cast there, so those values are replaced before the cast); NaN
+    and infinities do not fit."""
+    digits = int(target.arrow.precision) - _scale(target)
+    have = _integer_digits(x.dtype)
+    if have is not None and have <= digits:
+        return cast(x, target, False)  # every value fits
+    bound = decimal.Decimal(10) ** digits
+    if x.dtype.is_float:
+        work, limit, zero = FLOAT64, lit(float(bound), FLOAT64), lit(0.0, FLOAT64)
+    else:
+        work = _decimal(38, _scale(x.dtype))  # holds x, and so 10**digits (fewer digits)
+        limit, zero = lit(bound, work), lit(0, work)
+    wide = cast(x, work, strict=False)
+    fits = compare("lt", fn("abs", [wide], work), limit)
+    if x.dtype.is_float:
+        fits = and_all([fits, not_(fn("is_nan", [x], BOOL))])
+    safe = Ternary(fits, wide, zero, work)
+    return Ternary(fits, cast(safe, target, False), lit(None, target), target)
+
+
+def _cast_can_fail(src: DataType, target: DataType) -> bool:
+    """Whether a cast from ``src`` to ``target`` can meet a value it cannot convert."""
+    if target.is_string:
+        return False
+    if src.is_string:
+        return True
+    if target.is_decimal:
+        return src.is_numeric
+    if target.is_integer:
+        if src.is_float or src.is_decimal:
+            return True
+        if src.is_integer:
+            lo, hi = _integer_range(src)
+            tlo, thi = _integer_range(target)
+            return lo < tlo or hi > thi
+    return False
+
+
+def _cast_message(src: DataType, target: DataType, value: Expr) -> list[Expr | str]:
+    """DuckDB's words for a value of ``src`` that does not convert to ``target``."""
+    name = physical_name(target)
+    if src.is_string:
+        if target.is_decimal:
+            return ['Could not convert string "', value, f'" to {name}']
+        return ["Could not convert string '", value, f"' to {name}"]
+    if target.is_integer and src.is_decimal and src != HUGEINT:
+        return ["Failed to cast decimal value ", value, f" to type {name}"]
+    if target.is_integer:
+        return [
+            f"Type {physical_name(src)} with value ",
+            value,
+            f" can't be cast because the value is out of range for the destination type {name}",
+        ]
+    if target.is_decimal and src.is_decimal:
+        return ['Casting value "', value, f'" to type {name} failed: value is out of range!']
+    return ["Could not cast value ", value, f" to {name}"]
 
 
 # ---------------------------------------------------------------- translation
@@ -166,24 +381,50 @@ class ExprTranslator:
     """Translates one operator's expressions; ``cols`` are the operator input's columns in
     DuckDB's positional order (``BOUND_REF`` index ``i`` reads ``cols[i]``)."""
 
-    def __init__(self, cols: Sequence[Col], error_on_division_by_zero: bool = True) -> None:
+    def __init__(
+        self,
+        cols: Sequence[Expr],
+        error_on_division_by_zero: bool = True,
+        source: SourceText | None = None,
+        ieee_floating_point_ops: bool = True,
+    ) -> None:
         self.cols = cols
+        #: DuckDB's setting of that name: when false, floating-point division by zero,
+        #: logarithms of zero or negative numbers, square roots of negative numbers and
+        #: zero to a negative power raise instead of giving inf or NaN.
+        self.ieee = ieee_floating_point_ops
         #: DuckDB's setting of that name: integer (and ``//``) division by zero raises
         #: when true, gives NULL when false.
         self.error_on_division_by_zero = error_on_division_by_zero
+        #: The query text, to quote the user's expression in an :class:`Unsupported`.
+        self.source = source
 
     # -- entry points ------------------------------------------------------------------
 
     def expr(self, e: dict[str, Any]) -> Expr:
         """Translate a scalar expression (raises :class:`Unsupported`)."""
-        cls = e.get("expression_class")
-        handler = _CLASSES.get(str(cls))
-        if handler is None:
-            raise Unsupported(f"expression {cls} is not supported")
-        out = handler(self, e)
-        if isinstance(out, Lit) and isinstance(out.value, Interval):
-            raise Unsupported("an INTERVAL value outside date arithmetic")
-        return out
+        try:
+            cls = e.get("expression_class")
+            handler = _CLASSES.get(str(cls))
+            if handler is None:
+                raise Unsupported(f"expression {cls} is not supported")
+            out = handler(self, e)
+            if isinstance(out, Lit) and isinstance(out.value, Interval):
+                raise Unsupported("an INTERVAL value outside date arithmetic")
+            return out
+        except Unsupported as exc:
+            self.locate(exc, e)
+            raise
+
+    def locate(self, exc: Unsupported, e: dict[str, Any]) -> None:
+        """Give ``exc`` the user's text of ``e`` when it has none yet (the innermost
+        expression that the plan locates in the query wins), or the column's name."""
+        if exc.snippet is not None:
+            return
+        if self.source is not None:
+            exc.snippet = self.source.quote(e)
+        if exc.snippet is None and e.get("expression_class") == "BOUND_REF" and e.get("alias"):
+            exc.snippet = f"column {e['alias']}"
 
     def raw(self, e: dict[str, Any]) -> Expr:
         """Like :meth:`expr` but lets an INTERVAL constant through (for date arithmetic)."""
@@ -193,7 +434,7 @@ class ExprTranslator:
 
     # -- pieces -------------------------------------------------------------------------
 
-    def ref(self, index: int) -> Col:
+    def ref(self, index: int) -> Expr:
         if not 0 <= index < len(self.cols):
             raise Unsupported(f"column reference #{index} out of range")
         return self.cols[index]
@@ -258,7 +499,11 @@ def _error_message(t: ExprTranslator, e: dict[str, Any]) -> Expr | None:
         return None
     if str(e.get("qname", {}).get("path", [""])[-1]).lower() != "error":
         return None
-    return cast(t.expr(e["children"][0]), STRING)
+    # DuckDB's error() raises an InvalidInputException.
+    text = cast(t.expr(e["children"][0]), STRING)
+    return fn(
+        "str.concat", [lit("Invalid Input Error: ", STRING), text], STRING, ignore_nulls=False
+    )
 
 
 def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
@@ -270,6 +515,56 @@ def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
     return Cast(Cast(masked, INT64, strict=True), dtype, strict=False)
 
 
+#: The error kinds DuckDB's messages start with -> DuckDB's exception class names.
+DUCKDB_ERRORS: dict[str, str] = {
+    "Conversion Error": "ConversionException",
+    "Out of Range Error": "OutOfRangeException",
+    "Invalid Input Error": "InvalidInputException",
+}
+
+
+def fail_where(condition: Expr, parts: Sequence[Expr | str], dtype: DataType) -> Expr:
+    """:func:`raise_where` with DuckDB's message made of ``parts`` (text, and values
+    written as text). The message must start with one of :data:`DUCKDB_ERRORS`: the
+    DuckDB adapter raises the matching DuckDB exception class when the query fails
+    (:func:`shoal_duckdb.errors.duckdb_error`)."""
+    assert isinstance(parts[0], str) and parts[0].split(":")[0] in DUCKDB_ERRORS
+    pieces = [lit(p, STRING) if isinstance(p, str) else _as_text(p) for p in parts]
+    message = fn("str.concat", pieces, STRING, ignore_nulls=False)
+    return raise_where(condition, message, dtype)
+
+
+def _as_text(x: Expr) -> Expr:
+    """A value as text for an error message (``NULL`` for NULL)."""
+    if x.dtype.is_string:
+        text = x
+    elif pa.types.is_floating(x.dtype.arrow):
+        text = cast(cast(x, FLOAT64), STRING, strict=False)
+    else:
+        text = cast(x, STRING, strict=False)
+    return fn("coalesce", [text, lit("NULL", STRING)], STRING)
+
+
+def physical_name(dtype: DataType) -> str:
+    """DuckDB's name of a type in its error messages (``INT32``, ``DOUBLE``,
+    ``DECIMAL(18,2)``)."""
+    arrow = dtype.arrow
+    if dtype.is_decimal and dtype == HUGEINT:
+        return "INT128"
+    if dtype.is_decimal:
+        return f"DECIMAL({arrow.precision},{arrow.scale})"
+    if pa.types.is_integer(arrow):
+        sign = "INT" if pa.types.is_signed_integer(arrow) else "UINT"
+        return f"{sign}{arrow.bit_width}"
+    if pa.types.is_float32(arrow):
+        return "FLOAT"
+    if pa.types.is_float64(arrow):
+        return "DOUBLE"
+    if pa.types.is_boolean(arrow):
+        return "BOOL"
+    return str(arrow).upper()
+
+
 def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     x = t.expr(e["input"])
     lo = t.expr(e["lower"])
@@ -279,9 +574,18 @@ def _between(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     return and_all([lower, upper])
 
 
+def _source_column(child: dict[str, Any]) -> str | None:
+    """The column a cast reads, as DuckDB names it in a conversion error."""
+    if child.get("expression_class") in ("BOUND_REF", "BOUND_COLUMN_REF"):
+        alias = child.get("alias")
+        return str(alias) if alias else None
+    return None
+
+
 def _cast_expr(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     child = e.get("child") or e["children"][0]
-    return duck_cast(t.expr(child), rtype(e), bool(e.get("try_cast", False)))
+    try_cast = bool(e.get("try_cast", False))
+    return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
 
 
 _COMPARISONS = {
@@ -297,10 +601,56 @@ _COMPARISONS = {
 
 
 def compare(op: str, a: Expr, b: Expr) -> Expr:
-    """A comparison (``op`` an IR comparison operator). Both sides get one type first."""
+    """A comparison (``op`` an IR comparison operator). Both sides get one type first.
+
+    ``<``, ``<=``, ``>``, ``>=`` of STRUCT values compare field by field, a NULL inside
+    above every value, as DuckDB orders them (the kernel cannot compare structs); of LIST
+    values they raise :class:`Unsupported`."""
     if a.dtype != b.dtype:
         a, b = _common(a, b)
+    if op in ("lt", "le", "gt", "ge") and _is_nested(a.dtype):
+        left, right = (a, b) if op in ("lt", "le") else (b, a)
+        out = _nested_less(left, right, or_equal=op in ("le", "ge"))
+        either_null = or_all([is_null(a), is_null(b)])
+        return Ternary(either_null, lit(None, BOOL), out, BOOL)
     return binop(op, a, b, BOOL)
+
+
+def _is_nested(dtype: DataType) -> bool:
+    arrow = dtype.arrow
+    return pa.types.is_struct(arrow) or pa.types.is_list(arrow) or pa.types.is_large_list(arrow)
+
+
+def _nested_less(a: Expr, b: Expr, or_equal: bool) -> Expr:
+    """``a < b`` (``<=`` with ``or_equal``) for two non-NULL structs, field by field:
+    the first field that differs decides, a NULL field above any value."""
+    arrow = a.dtype.arrow
+    if not pa.types.is_struct(arrow):
+        raise Unsupported(f"ordering comparison of {type_name_of(a.dtype)} values")
+    decided: list[Expr] = []
+    same_so_far: list[Expr] = []
+    for i in range(arrow.num_fields):
+        x, y = struct_field(a, i), struct_field(b, i)
+        decided.append(and_all([*same_so_far, _less_with_nulls_last(x, y)]))
+        same_so_far.append(binop("eq_missing", x, y, BOOL))
+    if or_equal:
+        decided.append(and_all(same_so_far))
+    return or_all(decided) if decided else lit(or_equal, BOOL)
+
+
+def _less_with_nulls_last(x: Expr, y: Expr) -> Expr:
+    """``x < y`` for values inside a struct: never NULL, a NULL above every value."""
+    if _is_nested(x.dtype):
+        inner = _nested_less(x, y, or_equal=False)
+    else:
+        inner = binop("lt", x, y, BOOL)
+    when_y_null = Ternary(is_null(y), lit(True, BOOL), inner, BOOL)
+    return Ternary(is_null(x), lit(False, BOOL), when_y_null, BOOL)
+
+
+def type_name_of(dtype: DataType) -> str:
+    """DuckDB's name of the kind of a nested type (``STRUCT``, ``LIST``)."""
+    return "STRUCT" if pa.types.is_struct(dtype.arrow) else "LIST"
 
 
 def comparison_op(kind: str) -> str:
@@ -375,11 +725,16 @@ def _function(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if kind == "OPERATOR_CAST":
         child = e["children"][0]
         try_cast = bool((e.get("function_data") or {}).get("try_cast", False))
-        return duck_cast(t.expr(child), rtype(e), try_cast)
+        return duck_cast(t.expr(child), rtype(e), try_cast, _source_column(child))
     name = str(e["qname"]["path"][-1]).lower()
     handler = SCALAR_FUNCTIONS.get(name)
+    if name == "array_extract" and (e["children"][0].get("return_type") or {}).get("id") in (
+        "STRUCT",
+        "TUPLE",
+    ):
+        handler = _struct_extract  # m['f'] binds to array_extract when the case differs
     if handler is None:
-        raise Unsupported(f"function {name}() is not supported")
+        raise Unsupported(f"function {name}() is not supported", function=name)
     return handler(t, e, rtype(e))
 
 
@@ -459,17 +814,65 @@ def _checked_width(dtype: DataType) -> DataType:
     return HUGEINT
 
 
+_OP_WORDS = {"add": ("addition", "+"), "sub": ("subtraction", "-"), "mul": ("multiplication", "*")}
+
+
+def _integer_range(dtype: DataType) -> tuple[int, int]:
+    bits = dtype.arrow.bit_width
+    if pa.types.is_signed_integer(dtype.arrow):
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
 def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """``a op b`` in ``dtype``, computed exactly in a wider type; where the result does
+    not fit, the query fails with DuckDB's ``OutOfRangeException`` and message."""
     if dtype.is_decimal:
         # Exact at the result's scale: Polars rounds products to the larger input scale,
         # so both sides are widened to the result scale first.
         wide = _decimal(38, _scale(dtype))
-        return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
+        exact = binop(op, cast(a, wide), cast(b, wide), wide)
+        digits = int(dtype.arrow.precision) - _scale(dtype)
+        if digits >= 38 - _scale(dtype):
+            return cast(exact, dtype)
+        bound = lit(decimal.Decimal(10) ** digits, wide)
+        over = compare("ge", fn("abs", [exact], wide), bound)
+        word, sym = _OP_WORDS[op]
+        width = int(dtype.arrow.precision)
+        fail = fail_where(
+            over,
+            [
+                f"Out of Range Error: Overflow in {word} of DECIMAL({width}) (",
+                a,
+                f" {sym} ",
+                b,
+                "). You might want to add an explicit cast to a bigger decimal.",
+            ],
+            dtype,
+        )
+        return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     if dtype.is_integer:
-        # DuckDB raises on overflow: compute exactly in a wider type, then a strict cast
-        # back fails (the task fails) where the result does not fit.
         wide = _checked_width(dtype)
-        return Cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype, strict=True)
+        exact = binop(op, cast(a, wide), cast(b, wide), wide)
+        lo, hi = _integer_range(dtype)
+        if wide == HUGEINT and dtype.arrow.bit_width >= 64:
+            lo_lit, hi_lit = lit(decimal.Decimal(lo), wide), lit(decimal.Decimal(hi), wide)
+        else:
+            lo_lit, hi_lit = lit(lo, wide), lit(hi, wide)
+        over = or_all([compare("lt", exact, lo_lit), compare("gt", exact, hi_lit)])
+        word, sym = _OP_WORDS[op]
+        fail = fail_where(
+            over,
+            [
+                f"Out of Range Error: Overflow in {word} of {physical_name(dtype)} (",
+                a,
+                f" {sym} ",
+                b,
+                ")!",
+            ],
+            dtype,
+        )
+        return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     return binop(op, cast(a, dtype), cast(b, dtype), dtype)
 
 
@@ -502,7 +905,15 @@ def _minus(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         x = kids[0]
         if dtype.is_decimal:
             return cast(fn("neg", [x], x.dtype), dtype)
-        return fn("neg", [cast(x, dtype)], dtype)
+        x = cast(x, dtype)
+        if pa.types.is_signed_integer(dtype.arrow):
+            # -(smallest value) does not fit: DuckDB raises.
+            over = compare("eq", x, lit(_integer_range(dtype)[0], dtype))
+            fail = fail_where(
+                over, ["Out of Range Error: Overflow in negation of numeric value!"], dtype
+            )
+            return Ternary(over, fail, fn("neg", [x], dtype), dtype)
+        return fn("neg", [x], dtype)
     a, b = kids
     iv = _interval(b)
     if iv is not None:
@@ -525,13 +936,24 @@ def _times(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 
 
 def trunc_div(a: Expr, b: Expr, dtype: DataType) -> Expr:
-    """Integer division truncating toward zero (DuckDB's ``//`` on integers)."""
+    """Integer division truncating toward zero (DuckDB's ``//`` on integers): Polars'
+    floor division, plus one where the remainder is not zero and the signs differ. The
+    one quotient that does not fit (the smallest value divided by -1) fails the query
+    with DuckDB's ``OutOfRangeException``."""
     a, b = cast(a, dtype), cast(b, dtype)
-    q = binop("floordiv", fn("abs", [a], dtype), fn("abs", [b], dtype), dtype)
+    q = binop("floordiv", a, b, dtype)
+    r = binop("mod", a, b, dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return q
     signs_differ = binop(
         "xor", compare("lt", a, lit(0, dtype)), compare("lt", b, lit(0, dtype)), BOOL
     )
-    return Ternary(signs_differ, fn("neg", [q], dtype), q, dtype)
+    inexact = and_all([signs_differ, compare("ne", r, lit(0, dtype))])
+    out = Ternary(inexact, binop("add", q, lit(1, dtype), dtype), q, dtype)
+    lo, _ = _integer_range(dtype)
+    over = and_all([compare("eq", a, lit(lo, dtype)), compare("eq", b, lit(-1, dtype))])
+    fail = fail_where(over, ["Out of Range Error: Overflow in division of ", a, " / ", b], dtype)
+    return Ternary(over, fail, out, dtype)
 
 
 def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
@@ -539,13 +961,22 @@ def c_mod(a: Expr, b: Expr, dtype: DataType) -> Expr:
     if dtype.is_decimal:
         wide = _decimal(38, _scale(dtype))
         a, b = cast(a, wide), cast(b, wide)
-        work = wide
-    else:
-        a, b = cast(a, dtype), cast(b, dtype)
-        work = dtype
-    r = binop("mod", fn("abs", [a], work), fn("abs", [b], work), work)
-    out = Ternary(compare("lt", a, lit(0, work)), fn("neg", [r], work), r, work)
-    return cast(out, dtype)
+        r = binop("mod", fn("abs", [a], wide), fn("abs", [b], wide), wide)
+        out = Ternary(compare("lt", a, lit(0, wide)), fn("neg", [r], wide), r, wide)
+        return cast(out, dtype)
+    a, b = cast(a, dtype), cast(b, dtype)
+    if not dtype.is_integer:
+        r = binop("mod", fn("abs", [a], dtype), fn("abs", [b], dtype), dtype)
+        return Ternary(compare("lt", a, lit(0, dtype)), fn("neg", [r], dtype), r, dtype)
+    # Polars' remainder has the sign of the divisor: take b back where the signs differ.
+    r = binop("mod", a, b, dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return r
+    signs_differ = binop(
+        "xor", compare("lt", a, lit(0, dtype)), compare("lt", b, lit(0, dtype)), BOOL
+    )
+    inexact = and_all([signs_differ, compare("ne", r, lit(0, dtype))])
+    return Ternary(inexact, binop("sub", r, b, dtype), r, dtype)
 
 
 def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op: str) -> Expr:
@@ -553,8 +984,20 @@ def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op:
     DuckDB's rule: an error, or NULL with ``error_on_division_by_zero`` off."""
     zero = and_all([compare("eq", b, lit(0, b.dtype)), is_not_null(a)])
     if t.error_on_division_by_zero:
-        message = lit(f"Division by zero in expression (x {op} 0)", STRING)
-        return Ternary(zero, raise_where(zero, message, dtype), out, dtype)
+        # DuckDB writes the expression; shoal the values (its expressions have no text).
+        fail = fail_where(
+            zero,
+            [
+                "Invalid Input Error: Division by zero in expression (",
+                a,
+                f" {op} ",
+                b,
+                "). Use TRY(...) to return NULL for this expression, or SET "
+                "error_on_division_by_zero=false to return NULL for all divisions by zero.",
+            ],
+            dtype,
+        )
+        return Ternary(zero, fail, out, dtype)
     return Ternary(zero, lit(None, dtype), out, dtype)
 
 
@@ -562,13 +1005,48 @@ def by_zero(t: ExprTranslator, a: Expr, b: Expr, out: Expr, dtype: DataType, op:
 def _divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_float:
-        return cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        out = cast(binop("truediv", cast(a, FLOAT64), cast(b, FLOAT64), FLOAT64), dtype)
+        return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
     if dtype.is_integer:  # SET integer_division = true
         return by_zero(t, a, b, trunc_div(a, b, dtype), dtype, "/")
     raise Unsupported(f"/ with result type {dtype}")
 
 
-@_register("//", "fdiv")
+@_register("fdiv")
+def _fdiv(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``fdiv(a, b)``: ``floor(a / b)`` in DOUBLE (``//`` divides instead)."""
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = cast(fn("floor", [binop("truediv", a, b, FLOAT64)], FLOAT64), dtype)
+    return out if t.ieee else by_zero(t, a, b, out, dtype, "/")
+
+
+@_register("fmod")
+def _fmod(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``fmod(a, b)``: ``a - floor(a / b) * b`` in DOUBLE, with the sign of
+    ``b`` (Polars' ``%`` on floats; ``%`` in DuckDB takes the dividend's sign)."""
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = cast(binop("mod", a, b, FLOAT64), dtype)
+    if t.ieee:
+        return out
+    zero = and_all([compare("eq", b, lit(0.0, FLOAT64)), is_not_null(a)])
+    if not t.error_on_division_by_zero:
+        return Ternary(zero, lit(None, dtype), out, dtype)
+    fail = fail_where(
+        zero,
+        [
+            "Invalid Input Error: Division by zero in expression fmod(",
+            a,
+            ", ",
+            b,
+            "). Use TRY(...) to return NULL for this expression, or SET "
+            "error_on_division_by_zero=false to return NULL for all divisions by zero.",
+        ],
+        dtype,
+    )
+    return Ternary(zero, fail, out, dtype)
+
+
+@_register("//")
 def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if dtype.is_integer:
@@ -579,12 +1057,12 @@ def _int_divide(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     raise Unsupported(f"// with result type {dtype}")
 
 
-@_register("%", "mod", "fmod")
+@_register("%", "mod")
 def _modulo(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     a, b = _args(t, e)
     if not dtype.is_numeric:
         raise Unsupported(f"% with result type {dtype}")
-    if dtype.is_float:  # x % 0.0 is NaN
+    if dtype.is_float and t.ieee:  # x % 0.0 is NaN
         return c_mod(a, b, dtype)
     return by_zero(t, a, b, c_mod(a, b, dtype), dtype, "%")
 
@@ -601,10 +1079,67 @@ def _unary(name: str, work: DataType | None = None) -> FunctionHandler:
     return handler
 
 
-for _name, _impl in (("abs", "abs"), ("@", "abs"), ("sign", "sign")):
-    SCALAR_FUNCTIONS[_name] = _unary(_impl)
-for _name, _impl in (("sqrt", "sqrt"), ("cbrt", "cbrt"), ("exp", "exp")):
+@_register("abs", "@")
+def _abs(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``abs``; of the smallest value of a signed integer type, DuckDB's
+    ``OutOfRangeException`` (Polars would give the value back unchanged)."""
+    (x,) = _args(t, e)
+    x = cast(x, dtype)
+    out = fn("abs", [x], dtype)
+    if not pa.types.is_signed_integer(dtype.arrow):
+        return out
+    over = compare("eq", x, lit(_integer_range(dtype)[0], dtype))
+    fail = fail_where(over, ["Out of Range Error: Overflow on abs(", x, ")"], dtype)
+    return Ternary(over, fail, out, dtype)
+
+
+@_register("sign")
+def _sign(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """DuckDB's ``sign``: 1, -1, or 0 for zero, -0.0 and NaN (Polars' ``sign`` gives NaN
+    for NaN, and the TINYINT result cannot hold it); computed in the input's own type."""
+    (x,) = _args(t, e)
+    positive = compare("gt", x, lit(0, x.dtype))
+    if x.dtype.is_float:  # NaN sorts above every number in the kernel's comparisons
+        positive = and_all([positive, not_(fn("is_nan", [x], BOOL))])
+    out = Ternary(
+        positive,
+        lit(1, dtype),
+        Ternary(compare("lt", x, lit(0, x.dtype)), lit(-1, dtype), lit(0, dtype), dtype),
+        dtype,
+    )
+    return Ternary(is_null(x), lit(None, dtype), out, dtype)
+
+
+for _name, _impl in (("cbrt", "cbrt"), ("exp", "exp")):
     SCALAR_FUNCTIONS[_name] = _unary(_impl, FLOAT64)
+
+
+def _domain(t: ExprTranslator, out: Expr, checks: list[tuple[Expr, str]]) -> Expr:
+    """``out``, failing with DuckDB's ``OutOfRangeException`` where a condition of
+    ``checks`` holds (the first that holds gives the message), when the connection has
+    ``ieee_floating_point_ops`` off; ``out`` itself (inf or NaN there) when it is on."""
+    if t.ieee:
+        return out
+    for condition, message in reversed(checks):
+        fail = fail_where(condition, [f"Out of Range Error: {message}"], out.dtype)
+        out = Ternary(condition, fail, out, out.dtype)
+    return out
+
+
+def _log_checks(x: Expr) -> list[tuple[Expr, str]]:
+    return [
+        (compare("eq", x, lit(0.0, FLOAT64)), "cannot take logarithm of zero"),
+        (compare("lt", x, lit(0.0, FLOAT64)), "cannot take logarithm of a negative number"),
+    ]
+
+
+@_register("sqrt")
+def _sqrt(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    (x,) = _args(t, e)
+    x = cast(x, FLOAT64)
+    negative = compare("lt", x, lit(0.0, FLOAT64))
+    out = cast(fn("sqrt", [x], FLOAT64), dtype)
+    return _domain(t, out, [(negative, "cannot take square root of a negative number")])
 
 
 @_register("floor", "ceil", "ceiling")
@@ -635,7 +1170,9 @@ def _round(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 @_register("ln")
 def _ln(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     (x,) = _args(t, e)
-    return fn("log", [cast(x, FLOAT64), lit(2.718281828459045, FLOAT64)], dtype)
+    x = cast(x, FLOAT64)
+    out = fn("log", [x, lit(2.718281828459045, FLOAT64)], dtype)
+    return _domain(t, out, _log_checks(x))
 
 
 @_register("log10", "log", "log2")
@@ -643,16 +1180,28 @@ def _log(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     name = e["qname"]["path"][-1].lower()
     args = _args(t, e)
     if name == "log" and len(args) == 2:  # log(b, x)
-        base, x = args
-        return fn("log", [cast(x, FLOAT64), cast(base, FLOAT64)], dtype)
+        base, x = cast(args[0], FLOAT64), cast(args[1], FLOAT64)
+        out = fn("log", [x, base], dtype)
+        one = compare("eq", base, lit(1.0, FLOAT64))
+        return _domain(
+            t,
+            out,
+            [*_log_checks(base), *_log_checks(x), (one, "division by zero in based logarithm")],
+        )
     base_value = 2.0 if name == "log2" else 10.0  # DuckDB's log(x) is log10
-    return fn("log", [cast(args[0], FLOAT64), lit(base_value, FLOAT64)], dtype)
+    x = cast(args[0], FLOAT64)
+    out = fn("log", [x, lit(base_value, FLOAT64)], dtype)
+    return _domain(t, out, _log_checks(x))
 
 
 @_register("pow", "power", "**", "^")
 def _pow(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
-    a, b = _args(t, e)
-    return fn("pow", [cast(a, FLOAT64), cast(b, FLOAT64)], dtype)
+    a, b = (cast(x, FLOAT64) for x in _args(t, e))
+    out = fn("pow", [a, b], dtype)
+    zero_to_negative = and_all(
+        [compare("eq", a, lit(0.0, FLOAT64)), compare("lt", b, lit(0.0, FLOAT64))]
+    )
+    return _domain(t, out, [(zero_to_negative, "zero raised to a negative power is undefined")])
 
 
 @_register("greatest", "least")
@@ -688,6 +1237,44 @@ def _isinf(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
 def _isfinite(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     (x,) = _args(t, e)
     return fn("is_finite", [x], BOOL)
+
+
+# -- structs
+
+
+@_register("struct_extract", "struct_extract_at")
+def _struct_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``m.f``, ``m['f']``, ``struct_extract(m, 'f')`` (field names match without regard to
+    case, as DuckDB binds them), ``struct_extract(m, i)`` and ``struct_extract_at(m, i)``
+    (``i`` from 1)."""
+    x, key = _args(t, e)
+    which = _const(key, "the struct field")
+    arrow = x.dtype.arrow
+    if not pa.types.is_struct(arrow):
+        raise Unsupported(f"struct_extract() of {x.dtype}")
+    if isinstance(which, str):
+        names = [arrow.field(i).name.lower() for i in range(arrow.num_fields)]
+        if which.lower() not in names:
+            raise Unsupported(f"struct field {which!r} not found")
+        index = names.index(which.lower())
+    else:
+        index = int(which) - 1
+    return cast(struct_field(x, index), dtype)
+
+
+@_register("struct_pack")
+def _struct_pack(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
+    """``{'a': x, 'b': y}`` and ``struct_pack(a := x, b := y)``: the field names and types
+    are those DuckDB bound (the result type)."""
+    arrow = dtype.arrow
+    args = _args(t, e)
+    if not pa.types.is_struct(arrow) or arrow.num_fields != len(args):
+        raise Unsupported(f"struct_pack() into {dtype}")
+    fields = tuple(arrow.field(i).name for i in range(arrow.num_fields))
+    if any(not f for f in fields) or len({f.lower() for f in fields}) != len(fields):
+        raise Unsupported("a struct with unnamed or duplicate field names")
+    parts = [cast(a, DataType(arrow.field(i).type)) for i, a in enumerate(args)]
+    return fn("as_struct", parts, dtype, fields=fields)
 
 
 # -- strings
@@ -732,14 +1319,18 @@ def _substring(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     args = _args(t, e)
     s = args[0]
     start = int(_const(args[1], "substring()'s start"))
+    given = int(_const(args[2], "substring()'s length")) if len(args) > 2 else None
+    # DuckDB's limits on both (an OutOfRangeException on every row).
+    for what, value in (("offset", start), ("length", given)):
+        if value is not None and not -(2**32) <= value <= 2**32 - 1:
+            bound = "> 4294967295" if value > 0 else "< -4294967296"
+            message = f"Out of Range Error: Substring {what} outside of supported range ({bound})"
+            return fail_where(lit(True, BOOL), [message], dtype)
     if start < 1:
         raise Unsupported("substring() with a start below 1")
-    if len(args) > 2:
-        length = int(_const(args[2], "substring()'s length"))
-        if length < 0:
-            raise Unsupported("substring() with a negative length")
-    else:
-        length = 2**31 - 1
+    length = 2**31 - 1 if given is None else given
+    if length < 0:
+        raise Unsupported("substring() with a negative length")
     return fn("str.slice", [s, lit(start - 1, INT64), lit(length, INT64)], dtype)
 
 
@@ -771,7 +1362,11 @@ def _trim(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
         "ltrim": "str.strip_chars_start",
         "rtrim": "str.strip_chars_end",
     }[name]
-    return fn(impl, [args[0], chars], dtype)
+    out = fn(impl, [args[0], chars], dtype)
+    if isinstance(chars, Lit):
+        return out if chars.value is not None else lit(None, dtype)
+    # NULL characters give NULL (Polars would strip whitespace).
+    return Ternary(is_null(chars), lit(None, dtype), out, dtype)
 
 
 @_register("replace")
@@ -992,10 +1587,40 @@ def _last_day(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     return cast(fn("dt.month_end", [x], x.dtype), dtype)
 
 
+#: DuckDB strftime specifiers whose meaning differs in chrono (the kernel's formatter).
+_STRFTIME = {
+    "x": "%Y-%m-%d",  # chrono: the locale's date (08/09/20)
+    "X": "%H:%M:%S",
+    "c": "%Y-%m-%d %H:%M:%S",
+    "f": "%6f",  # DuckDB: microseconds, 6 digits; chrono: nanoseconds, 9
+    "g": "%3f",  # milliseconds
+    "n": "%9f",  # nanoseconds
+}
+
+
+def strftime_format(fmt: str) -> str:
+    """A DuckDB ``strftime`` format as chrono's (the specifiers of :data:`_STRFTIME`
+    translated, the others kept)."""
+    out: list[str] = []
+    i = 0
+    while i < len(fmt):
+        if fmt[i] == "%" and i + 1 < len(fmt):
+            spec = fmt[i + 1]
+            out.append(_STRFTIME.get(spec, "%" + spec))
+            i += 2
+        else:
+            out.append(fmt[i])
+            i += 1
+    return "".join(out)
+
+
 @_register("strftime")
 def _strftime(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     x, f = _args(t, e)
-    return fn("dt.to_string", [x], STRING, format=str(_const(f, "the strftime format")))
+    if _is_date(x):  # DuckDB formats a DATE as its midnight (%H is 00)
+        x = cast(x, TIMESTAMP_US)
+    fmt = strftime_format(str(_const(f, "the strftime format")))
+    return fn("dt.to_string", [x], STRING, format=fmt)
 
 
 # ---------------------------------------------------------------- aggregates
@@ -1010,6 +1635,10 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
         raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
     args = [t.expr(c) for c in e.get("children", [])]
+    if e.get("order_bys") and name in _FLOAT_ORDER and any(a.dtype.is_float for a in args):
+        # The order of a floating-point sum changes its rounding: DuckDB sums in the order
+        # given, shoal in partition order.
+        raise Unsupported(f"{name}() of floating-point values with ORDER BY")
     if name == "count" and not args:
         name = "count_star"  # count() without arguments, as windows write count(*)
     if e.get("filter"):
@@ -1033,6 +1662,9 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         raise Unsupported(f"{name}(DISTINCT ...)")
     return handler(args, dtype, distinct)
 
+
+#: Aggregates whose result on floating-point values depends on the order of the values.
+_FLOAT_ORDER = frozenset({"sum", "sum_no_overflow", "avg", "mean"})
 
 _ORDER_INSENSITIVE = frozenset(
     {
@@ -1096,6 +1728,8 @@ def _count_star(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
 def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
     def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
         (x,) = args
+        if name in ("min", "max") and _is_nested(x.dtype):
+            raise Unsupported(f"{name}() of {type_name_of(x.dtype)} values")
         return cast(Agg(name, x, x.dtype), dtype)
 
     return handler
@@ -1105,6 +1739,8 @@ def _max(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     """DuckDB orders NaN above every number, so the max of floats with a NaN is NaN;
     Polars' ``max`` skips NaN, ``nan_max`` does not."""
     (x,) = args
+    if _is_nested(x.dtype):
+        raise Unsupported(f"max() of {type_name_of(x.dtype)} values")
     return cast(Agg("nan_max" if x.dtype.is_float else "max", x, x.dtype), dtype)
 
 
@@ -1132,9 +1768,10 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "count_star": _count_star,
     "min": _minmax("min"),
     "max": _max,
-    # Any non-null value of the group will do; max is one, and deterministic.
-    "any_value": _minmax("max"),
-    "arbitrary": _minmax("max"),
+    # DuckDB: any_value is the first non-NULL value, arbitrary the first value (NULL or
+    # not), in input order (the planner keeps the input order of a group's rows).
+    "any_value": _minmax("first_non_null"),
+    "arbitrary": _minmax("first"),
     # The first (last) value in input order, NULL included: DuckDB's first()/last()
     # without ORDER BY; the order is defined when the input is (a scalar subquery's LIMIT).
     "first": _minmax("first"),

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import duckdb
+
 from shoal.errors import UnsupportedError
 from shoal_duckdb.types import loads_plan_json
 
@@ -396,9 +398,13 @@ def fill_with_samples(con: Any, standins: list[StandIn]) -> None:
         n = rows.get(standin.name, 0)
         if n:
             limit = max(1, math.ceil(n * fraction))
-            con.execute(
-                f"INSERT INTO {quote_ident(standin.name)} {standin.source_sql} LIMIT {limit}"
-            ).fetchall()
+            # The sample is a hint only: where DuckDB cannot read every column of the
+            # files (a column missing from a later file, which a query that does not
+            # read it never notices), the stand-in stays empty.
+            with contextlib.suppress(duckdb.Error):
+                con.execute(
+                    f"INSERT INTO {quote_ident(standin.name)} {standin.source_sql} LIMIT {limit}"
+                ).fetchall()
 
 
 def prepare(con: Any, query: str) -> Prepared:

@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 
 from shoal.errors import UnsupportedError
-from shoal.ir.expr import Agg, Col, Expr, Lit, NamedExpr, Ternary
+from shoal.execution.expressions import nested_nulls_last_type
+from shoal.ir.expr import Agg, Col, Expr, Function, Lit, NamedExpr, Ternary
 from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
@@ -56,8 +57,10 @@ from shoal_duckdb.exprs import (
     or_all,
     python_value,
     raise_where,
+    struct_field,
 )
 from shoal_duckdb.prepare import StandIn, quote_ident
+from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
 from shoal_duckdb.types import dtype_of, value_of
 from shoal_duckdb.udf import lookup_udf, udf_project_for
 
@@ -87,14 +90,16 @@ OPERATORS: dict[str, OperatorHandler] = {}
 
 #: Operators shoal cannot run, with the reason.
 UNSUPPORTED_OPERATORS: dict[str, str] = {
-    "LOGICAL_UNNEST": "UNNEST is not supported yet",
-    "LOGICAL_PIVOT": "PIVOT is not supported",
-    "LOGICAL_SAMPLE": "sampling (USING SAMPLE) is not supported",
-    "LOGICAL_DELIM_JOIN": "duplicate-eliminated joins are not supported",
-    "LOGICAL_DELIM_GET": "duplicate-eliminated joins are not supported",
+    "LOGICAL_UNNEST": "not supported yet",
+    "LOGICAL_PIVOT": "not supported",
+    "LOGICAL_SAMPLE": "sampling is not supported",
+    "LOGICAL_DELIM_JOIN": "this form of correlated subquery (a duplicate-eliminated join) is "
+    "not supported",
+    "LOGICAL_DELIM_GET": "this form of correlated subquery (a duplicate-eliminated join) is "
+    "not supported",
     "LOGICAL_RECURSIVE_CTE": "recursive CTEs are not supported",
     "LOGICAL_POSITIONAL_JOIN": "positional joins depend on row order",
-    "LOGICAL_DEPENDENT_JOIN": "dependent joins are not supported",
+    "LOGICAL_DEPENDENT_JOIN": "this form of correlated subquery is not supported",
     "LOGICAL_INSERT": "only queries run distributed",
     "LOGICAL_DELETE": "only queries run distributed",
     "LOGICAL_UPDATE": "only queries run distributed",
@@ -118,9 +123,12 @@ class Translator:
     """The state of one translation: the connection (to read its tables), the stand-ins,
     the names in use, the CTEs and the errors found so far."""
 
-    def __init__(self, con: Any, standins: dict[str, StandIn]) -> None:
+    def __init__(
+        self, con: Any, standins: dict[str, StandIn], source: SourceText | None = None
+    ) -> None:
         self.con = con
         self.standins = standins
+        self.source = source
         self.errors: list[str] = []
         self.names: set[str] = set()
         self.ctes: dict[int, Rel] = {}
@@ -129,11 +137,19 @@ class Translator:
         self._tables: dict[tuple[str, ...], pa.Table] = {}
         setting = con.sql("SELECT current_setting('error_on_division_by_zero')").fetchall()
         self.error_on_division_by_zero = bool(setting[0][0]) if setting else True
+        try:
+            ieee = con.sql("SELECT current_setting('ieee_floating_point_ops')").fetchall()
+        except Exception:  # a DuckDB release without the setting: IEEE semantics
+            ieee = []
+        self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
 
     # -- errors -------------------------------------------------------------------------
 
     def error(self, what: str, reason: str) -> None:
-        entry = f"{what}: {reason}"
+        """Record that ``what`` (a DuckDB operator, ``LOGICAL_GET(<table>)``, or words)
+        cannot run, for ``reason``; both are reported in the words of the user's query
+        (the clause, the table or file, never a stand-in's name)."""
+        entry = f"{where_words(what, self.standins)}: {unmask(reason, self.standins)}"
         if entry not in self.errors:
             self.errors.append(entry)
 
@@ -160,24 +176,26 @@ class Translator:
 
     # -- expressions --------------------------------------------------------------------
 
-    def expr(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+    def expr(self, e: dict[str, Any], cols: Sequence[Expr], where: str) -> Expr:
         """Translate expression ``e`` over ``cols``; records the error and returns a
         placeholder when it cannot."""
         try:
             return self._no_virtual(self._exprs(cols).expr(e), where)
         except Unsupported as exc:
-            self.error(where, str(exc))
+            self.error(where, exc.explained())
             return Lit(None, BOOL)
 
-    def agg(self, e: dict[str, Any], cols: Sequence[Col], where: str) -> Expr:
+    def agg(self, e: dict[str, Any], cols: Sequence[Expr], where: str) -> Expr:
         try:
             return self._no_virtual(aggregate(self._exprs(cols), e), where)
         except Unsupported as exc:
-            self.error(where, str(exc))
+            self.error(where, exc.explained())
             return Lit(None, BOOL)
 
-    def _exprs(self, cols: Sequence[Col]) -> ExprTranslator:
-        return ExprTranslator(cols, self.error_on_division_by_zero)
+    def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
+        return ExprTranslator(
+            cols, self.error_on_division_by_zero, self.source, self.ieee_floating_point_ops
+        )
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
@@ -261,7 +279,12 @@ class Translator:
             # Columns picked from a projection: one projection (plans read better).
             inner = {n.name: n.expr for n in node.exprs}
             picked = [inner.get(n.expr.name) for n in named if isinstance(n.expr, Col)]
-            if all(e is not None for e in picked):
+            # Only when a row-wise expression is left to give the height: in the IR (as in
+            # Polars) a projection of literals or whole-input aggregates alone is one row,
+            # while the inner projection carries a column of the input's height.
+            if all(e is not None for e in picked) and any(
+                e is not None and e.columns() and not e.has_agg() for e in picked
+            ):
                 composed = tuple(
                     NamedExpr(n.name, e) for n, e in zip(named, picked, strict=True) if e
                 )
@@ -321,15 +344,20 @@ def _done(child: Rel | None) -> Rel:
 
 
 def translate(
-    con: Any, root: dict[str, Any], standins: dict[str, StandIn]
+    con: Any,
+    root: dict[str, Any],
+    standins: dict[str, StandIn],
+    source: SourceText | None = None,
 ) -> tuple[PlanNode, tuple[Col, ...]]:
     """Translate a plan's root operator; returns the IR plan (exactly the output columns,
-    in order) and its columns.
+    in order) and its columns. ``source`` is the text of the query whose plan this is, to
+    quote the user's expressions in errors.
 
-    Raises :class:`shoal.UnsupportedError` listing every unsupported part (each naming the
-    DuckDB operator or function and the reason).
+    Raises :class:`shoal.UnsupportedError` listing every unsupported part, each in the
+    words of the query (the clause, the expression as written where the plan locates it,
+    the table, file or column) and the reason.
     """
-    t = Translator(con, standins)
+    t = Translator(con, standins, source)
     try:
         rel = t.exact(t.plan(root))
         if any(c.name.lower() in t.virtual for c in rel.cols):
@@ -364,7 +392,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     # Virtual columns (rowid) have indexes past the table's columns. A scan that reads
     # none but counts rows (count(*)) still needs a real column to carry the row count.
     read = list(dict.fromkeys(i for i in indexes if i < len(names))) or [0]
-    scanned = [(names[i], t.dtype(types[i], where)) for i in read]
+    scanned: list[tuple[str, DataType]] = []
+    for i in read:
+        try:
+            scanned.append((names[i], dtype_of(types[i])))
+        except UnsupportedError as exc:
+            t.error(where, f"column {names[i]}: {exc}")
+    if len(scanned) < len(read):
+        raise _Failed()
     standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
     if standin is not None and standin.kind == "parquet":
         source: Any = ParquetSource(standin.paths)
@@ -385,21 +420,36 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
         source = InMemorySource(arrow)
     cols_as_read = [Col(n, dt) for n, dt in schema.fields]
     by_index = dict(zip(read, cols_as_read, strict=True))
-    positional = [by_index.get(i) if i < len(names) else None for i in indexes]
+    positional: list[Expr | None] = []
+    for entry in op.get("column_indexes", []):
+        i = int(entry["index"])
+        c = by_index.get(i) if i < len(names) else None
+        positional.append(None if c is None else _extracted(t, c, entry, names[i], where))
     pred = _table_filters(t, op, positional, where)
     scan_rel = Rel(Scan(source, schema, pred), tuple(cols_as_read))
+    if isinstance(source, ParquetSource):
+        unified = _unified_parquet(t, source.paths, schema, where)
+        if unified is not None:
+            node = unified if pred is None else Filter(unified, pred, schema)
+            scan_rel = Rel(node, tuple(cols_as_read))
     proj_ids = [int(i) for i in op.get("projection_ids") or range(len(indexes))]
     out: list[tuple[str, Expr]] = []
     virtual: list[int] = []
     for k, p in enumerate(proj_ids):
-        c = positional[p]
-        if c is None:
+        got = positional[p]
+        if got is None:
             # A virtual column (rowid, a row number): any use is reported by Translator.expr.
             virtual.append(k)
             out.append(("rowid", Lit(None, INT64)))
             continue
+        entry = op["column_indexes"][p]
+        if entry.get("child_indexes"):
+            hint = str(entry.get("field") or names[indexes[p]])
+            out.append((hint, got))  # a struct field: typed by _extracted
+            continue
+        assert isinstance(got, Col)
         want = t.dtype(types[indexes[p]], where)
-        out.append((c.name, c if c.dtype == want else cast(c, want)))
+        out.append((got.name, got if got.dtype == want else cast(got, want)))
     plain = [e for _, e in out] == cols_as_read
     if plain and not any(c.name.lower() in t.names for c in cols_as_read):
         for c in cols_as_read:
@@ -419,6 +469,80 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     return rel
 
 
+def _unified_parquet(
+    t: Translator, paths: Sequence[str], schema: Schema, where: str
+) -> PlanNode | None:
+    """A scan of Parquet files that disagree on the types of the columns read, as DuckDB
+    reads them (``read_parquet`` without ``union_by_name``): the first file gives each
+    column's type, every other file's values are cast to it. One scan per run of files of
+    the same types, each cast to DuckDB's types, and their union, in file order. None
+    when the files agree (a plain scan does).
+
+    A file that lacks a column is recorded as unsupported (DuckDB itself then answers or
+    raises its own error)."""
+    import pyarrow.parquet as pq
+
+    runs: list[tuple[tuple[DataType, ...], list[str]]] = []
+    for path in paths:
+        try:
+            file_schema = pq.read_schema(path)
+        except Exception:
+            return None  # the planner names the unreadable file
+        types: list[DataType] = []
+        for name, _ in schema.fields:
+            k = file_schema.get_field_index(name)
+            if k < 0:
+                t.error(where, f"column {name!r} is not in Parquet file {path}")
+                raise _Failed()
+            types.append(DataType(file_schema.field(k).type))
+        if runs and runs[-1][0] == tuple(types):
+            runs[-1][1].append(path)
+        else:
+            runs.append((tuple(types), [path]))
+    if len(runs) == 1:
+        return None
+    branches: list[PlanNode] = []
+    for types_, group in runs:
+        read = Schema.of(list(zip(schema.names, types_, strict=True)))
+        scan = Scan(ParquetSource(tuple(group)), read)
+        exprs: list[NamedExpr] = []
+        for (name, want), have in zip(schema.fields, types_, strict=True):
+            try:
+                exprs.append(NamedExpr(name, duck_cast(Col(name, have), want)))
+            except Unsupported as exc:
+                t.error(
+                    where, f"column {name!r} ({have} in {group[0]}, {want} in {paths[0]}): {exc}"
+                )
+                raise _Failed() from None
+        branches.append(Project(scan, tuple(exprs), schema))
+    return Union(tuple(branches), schema)
+
+
+def _extracted(t: Translator, col: Col, entry: dict[str, Any], name: str, where: str) -> Expr:
+    """The value a scan's ``column_indexes`` entry reads from column ``col``: the column
+    itself, or, where DuckDB's optimizer pushed a struct field access into the scan
+    (``index_type`` ``PUSHDOWN_EXTRACT``: ``m.src``, ``m['src']``, ``struct_extract``,
+    ``unnest(m)``), the field that its ``child_indexes`` chain names (field positions in
+    the struct, nested for nested structs)."""
+    out: Expr = col
+    path = name
+    while True:
+        kids = entry.get("child_indexes") or []
+        if not kids:
+            return out
+        if entry.get("index_type", "PUSHDOWN_EXTRACT") != "PUSHDOWN_EXTRACT" or len(kids) != 1:
+            t.error(where, f"column {path}: a scan of part of a struct is not supported")
+            raise _Failed()
+        (entry,) = kids
+        k = int(entry["index"])
+        try:
+            field = struct_field(out, k)
+        except Unsupported as exc:
+            t.error(where, f"column {path}: {exc}")
+            raise _Failed() from None
+        out, path = field, f"{path}.{dict(field.options)['name']}"
+
+
 def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) -> Rel:
     named = [NamedExpr(t.fresh(hint), e) for hint, e in exprs]
     schema = Schema.of([(n.name, n.dtype) for n in named])
@@ -426,7 +550,7 @@ def _fresh_projection(t: Translator, rel: Rel, exprs: list[tuple[str, Expr]]) ->
 
 
 def _table_filters(
-    t: Translator, op: dict[str, Any], cols: list[Col | None], where: str
+    t: Translator, op: dict[str, Any], cols: list[Expr | None], where: str
 ) -> Expr | None:
     tf = op.get("table_filters") or {}
     by_projection = op.get("table_filters_by_projection", True)
@@ -444,7 +568,8 @@ def _table_filters(
         if kind != "EXPRESSION_FILTER" or any(c is None for c in used):
             t.error(where, f"multi-column table filter {kind} is not supported")
             continue
-        parts.append(t.expr(f["expr"], [c for c in used if c is not None], where))
+        # A WHERE condition DuckDB pushed into the scan: reported as the WHERE it was.
+        parts.append(t.expr(f["expr"], [c for c in used if c is not None], "LOGICAL_FILTER"))
     for f in tf.get("filters", []):
         key = int(f["key"])
         pos = position(key)
@@ -453,18 +578,23 @@ def _table_filters(
             t.error(where, f"table filter on a virtual or unknown column ({key})")
             continue
         try:
-            got = _table_filter(f["value"], col)
+            got = _table_filter(f["value"], col, t.source)
         except Unsupported as exc:
-            t.error(where, str(exc))
+            t.error("LOGICAL_FILTER", exc.explained())
             continue
         if got is not None:
             parts.append(got)
     return and_all(parts) if parts else None
 
 
-def _table_filter(f: dict[str, Any], col: Col) -> Expr | None:
-    """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply)."""
+def _table_filter(f: dict[str, Any], col: Expr, source: SourceText | None = None) -> Expr | None:
+    """One pushed-down DuckDB table filter on ``col`` (None: nothing to apply); ``source``
+    the query text, to quote the user's expression in an error."""
     kind = str(f.get("filter_type", "")).removeprefix("LEGACY_")
+    if kind == "STRUCT_EXTRACT":
+        # A filter on a field of a struct column (``WHERE m.score > 1`` reading all of m).
+        inner = struct_field(col, int(f.get("child_idx", -1)))
+        return _table_filter(f["child_filter"], inner, source)
     if kind == "CONSTANT_COMPARISON":
         value = lit(value_of(f["constant"]), dtype_of(f["constant"]["type"]))
         return compare(comparison_op(f["comparison_type"]), col, value)
@@ -473,7 +603,7 @@ def _table_filter(f: dict[str, Any], col: Col) -> Expr | None:
     if kind == "IS_NOT_NULL":
         return is_not_null(col)
     if kind in ("CONJUNCTION_AND", "CONJUNCTION_OR"):
-        kids = [_table_filter(c, col) for c in f.get("child_filters", [])]
+        kids = [_table_filter(c, col, source) for c in f.get("child_filters", [])]
         if kind == "CONJUNCTION_AND":
             return and_all([k for k in kids if k is not None])
         if any(k is None for k in kids):
@@ -486,7 +616,7 @@ def _table_filter(f: dict[str, Any], col: Col) -> Expr | None:
         list_type = DataType(pa.large_list(col.dtype.arrow))
         return fn("is_in", [col, lit([v for v in values if v is not None], list_type)], BOOL)
     if kind == "EXPRESSION_FILTER":
-        return ExprTranslator([col]).expr(f["expr"])
+        return ExprTranslator([col], source=source).expr(f["expr"])
     raise Unsupported(f"table filter {kind}")
 
 
@@ -535,9 +665,9 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
     rows = []
     try:
         for row in op["expressions"]:
-            rows.append([python_value(ExprTranslator([]).expr(e)) for e in row])
+            rows.append([python_value(ExprTranslator([], source=t.source).expr(e)) for e in row])
     except Unsupported as exc:
-        t.error("LOGICAL_EXPRESSION_GET", str(exc))
+        t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
 
@@ -667,9 +797,25 @@ def _per_row_constants(t: Translator, child: Rel, aggs: list[Expr]) -> tuple[Rel
     rewritten = [replace_expr(a, per_row) for a in aggs]
     if not extra or not child.node.schema.names:
         return child, aggs
-    keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in child.node.schema.fields)
-    schema = Schema.of([*child.node.schema.fields, *((x.name, x.dtype) for x in extra)])
-    return Rel(Project(child.node, (*keep, *extra), schema), child.cols), rewritten
+    return _with_columns(child, extra), rewritten
+
+
+def _constant_columns(t: Translator, rel: Rel, args: list[Expr]) -> tuple[Rel, list[Expr]]:
+    """``args`` with each constant one (no column read) replaced by a column of ``rel``
+    holding its value on every row (see :func:`_per_row_constants`)."""
+    extra = [NamedExpr(t.fresh("const"), a) for a in args if not a.columns()]
+    if not extra or not rel.node.schema.names:
+        return rel, args
+    by_arg = iter(extra)
+    out = [a if a.columns() else Col((x := next(by_arg)).name, x.dtype) for a in args]
+    return _with_columns(rel, extra), out
+
+
+def _with_columns(rel: Rel, extra: Sequence[NamedExpr]) -> Rel:
+    """``rel`` with the ``extra`` columns appended to its node (its ``cols`` unchanged)."""
+    keep = tuple(NamedExpr(n, Col(n, dt)) for n, dt in rel.node.schema.fields)
+    schema = Schema.of([*rel.node.schema.fields, *((x.name, x.dtype) for x in extra)])
+    return Rel(Project(rel.node, (*keep, *extra), schema), rel.cols)
 
 
 def _group_by(
@@ -721,15 +867,50 @@ def _distinct(t: Translator, op: dict[str, Any]) -> Rel:
 def _sort_keys(
     t: Translator, op: dict[str, Any], cols: Sequence[Col], where: str
 ) -> tuple[tuple[Expr, ...], tuple[bool, ...], tuple[bool, ...]]:
-    by, desc, last = [], [], []
+    by: list[Expr] = []
+    desc: list[bool] = []
+    last: list[bool] = []
     for o in op.get("orders", []):
-        by.append(t.expr(o["expression"], cols, where))
-        desc.append(o.get("type") in ("DESCENDING", "ORDER_DESCENDING"))
+        e = t.expr(o["expression"], cols, where)
+        d = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
         null_order = str(o.get("null_order", "NULLS_LAST")).replace(" ", "_")
         if null_order not in ("NULLS_LAST", "NULLS_FIRST", "ORDER_NULLS_LAST", "ORDER_NULLS_FIRST"):
             t.error(where, f"null order {null_order}")
-        last.append(null_order.endswith("NULLS_LAST"))
+        for key, kd, kl in _struct_sort_keys(e, d, null_order.endswith("NULLS_LAST"), False):
+            by.append(key)
+            desc.append(kd)
+            last.append(kl)
     return tuple(by), tuple(desc), tuple(last)
+
+
+def _struct_sort_keys(
+    e: Expr, desc: bool, nulls_last: bool, nested: bool
+) -> list[tuple[Expr, bool, bool]]:
+    """Sort keys (key, descending, nulls last) that order by ``e`` as DuckDB does.
+
+    DuckDB orders a STRUCT field by field and a LIST element by element, and a NULL
+    inside either (a field, an element, a nested value) sorts above every value: last
+    ascending, first descending, whatever NULLS FIRST/LAST says (that applies to the
+    top-level value only). Polars orders nested NULLs first; so a struct key becomes one
+    key per field (nested structs recursively), after a key that places the NULL structs
+    themselves, and a list key the kernel's ``nested_nulls_last`` of it."""
+    if pa.types.is_large_list(e.dtype.arrow) or pa.types.is_list(e.dtype.arrow):
+        # A list: its elements' NULLs (and theirs) sort last, by the kernel's key.
+        key = Function(
+            "nested_nulls_last",
+            (e,),
+            (("dtype", e.dtype),),
+            DataType(nested_nulls_last_type(e.dtype.arrow)),
+        )
+        return [(key, desc, nulls_last if not nested else not desc)]
+    if not pa.types.is_struct(e.dtype.arrow):
+        return [(e, desc, nulls_last if not nested else not desc)]
+    # is_null ascending puts NULL rows last.
+    null_key_desc = desc if nested else not nulls_last
+    out = [(is_null(e), null_key_desc, False)]
+    for i in range(e.dtype.arrow.num_fields):
+        out += _struct_sort_keys(struct_field(e, i), desc, True, True)
+    return out
 
 
 @_register("LOGICAL_ORDER_BY")
@@ -817,7 +998,7 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
         plans.append((w, parts, list(order), desc, last))
         reason = _window_problem(w)
         if reason:
-            t.error(f"{where}({w['type']})", reason)
+            t.error(window_words(w), reason)
     rel = _done(maybe)
     if t.errors:
         raise _Failed()
@@ -832,27 +1013,51 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
 
 def _window_problem(w: dict[str, Any]) -> str | None:
     kind = w["type"]
-    if w.get("filters") or w.get("ignore_nulls") or w.get("distinct") or w.get("arg_orders"):
-        return "FILTER, IGNORE NULLS, DISTINCT or ORDER BY arguments are not supported"
+    for key, words in (
+        ("filters", "FILTER (WHERE ...)"),
+        ("ignore_nulls", "IGNORE NULLS"),
+        ("distinct", "DISTINCT arguments"),
+        ("arg_orders", "ORDER BY inside the function's arguments"),
+    ):
+        if w.get(key):
+            return f"{words} is not supported in a window function"
     if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
         return "EXCLUDE is not supported"
     if kind in _RANKING:
-        return None if w.get("orders") or kind == "WINDOW_ROW_NUMBER" else "rank without ORDER BY"
+        return None  # without ORDER BY every row is a peer: rank 1
     if kind in _SHIFTS:
         kids = w.get("children", [])
         if len(kids) > 1 and kids[1].get("expression_class") != "BOUND_CONSTANT":
             return "a lag/lead offset that is not a constant"
         return None
     if kind != "WINDOW_AGGREGATE":
-        return f"window function {kind} is not supported"
+        return "this window function is not supported"
     name = str(w["qname"]["path"][-1]).lower()
-    start, end = w.get("start"), w.get("end")
-    if not w.get("orders"):
-        return None  # the whole partition, whatever the frame says
-    if name not in _RUNNING:
+    frame = _frame(w)
+    if frame is None:
+        return f"frame {frame_words(w)} is not supported"
+    if frame == "running" and name not in _RUNNING:
         return f"running {name}() is not supported"
-    if start != "UNBOUNDED_PRECEDING" or end not in ("CURRENT_ROW_RANGE", "CURRENT_ROW_ROWS"):
-        return f"window frame {start} .. {end} is not supported"
+    if frame == "whole" and w.get("orders") and name not in _RUNNING:
+        return f"{name}() over an ordered frame is not supported"
+    return None
+
+
+def _frame(w: dict[str, Any]) -> str | None:
+    """What a window aggregate's frame covers: ``"whole"`` (the whole partition),
+    ``"running"`` (from the partition's first row to the current row, or to its last
+    peer for RANGE, in ORDER BY order, or in input order without ORDER BY), or None
+    (another frame)."""
+    start, end = w.get("start"), w.get("end")
+    if start != "UNBOUNDED_PRECEDING":
+        return None
+    if end == "UNBOUNDED_FOLLOWING":
+        return "whole"
+    if end in ("CURRENT_ROW_RANGE", "CURRENT_ROW_GROUPS"):
+        # Without ORDER BY every row is a peer of every other: the whole partition.
+        return "running" if w.get("orders") else "whole"
+    if end == "CURRENT_ROW_ROWS":
+        return "running"
     return None
 
 
@@ -869,7 +1074,9 @@ def _one_window(
 ) -> tuple[Rel, Col]:
     kind = w["type"]
     dtype = t.dtype(w["return_type"], where)
-    if keys or kind in _RANKING or kind in _SHIFTS:
+    running = kind == "WINDOW_AGGREGATE" and _frame(w) == "running"
+    if keys or kind in _RANKING or kind in _SHIFTS or (running and parts):
+        # (A stable sort: without ORDER BY, rows keep their input order in a partition.)
         by = (*parts, *keys)
         n = len(parts)
         sort = Sort(rel.node, by, (False,) * n + desc, (False,) * n + last, True, rel.node.schema)
@@ -896,7 +1103,7 @@ def _one_window(
         )
     if kind in _SHIFTS:
         kids = w.get("children", [])
-        x = t.expr(kids[0], cols, where)
+        rel, (x,) = _constant_columns(t, rel, [t.expr(kids[0], cols, where)])
         offset = 1
         if len(kids) > 1:
             value = ExprTranslator([]).expr(kids[1])
@@ -905,12 +1112,14 @@ def _one_window(
         step = offset if kind == "WINDOW_LAG" else -offset
         shifted = fn("shift", [cast(x, dtype), lit(step, INT64), cast(default, dtype)], dtype)
         return add(rel, "lag" if kind == "WINDOW_LAG" else "lead", _over(shifted, parts, dtype))
-    # Aggregates.
-    if not keys:
-        value = t.agg(w, cols, where)
+    # Aggregates. A constant argument counts once per row in DuckDB (count(1), sum(2));
+    # in the kernel a literal is one value, so constants become columns first.
+    if not running:
+        rel, (value,) = _per_row_constants(t, rel, [t.agg(w, cols, where)])
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
     args = [t.expr(c, cols, where) for c in w.get("children", [])]
+    rel, args = _constant_columns(t, rel, args)
     running = _running(name, args, parts, row_number, dtype)
     rel, value = add(rel, "running", running)
     if w.get("end") == "CURRENT_ROW_RANGE":
@@ -1068,12 +1277,14 @@ def _join(t: Translator, op: dict[str, Any]) -> Rel:
         if cmp in ("COMPARE_EQUAL", "COMPARE_NOT_DISTINCT_FROM"):
             if lx.dtype != rx.dtype:
                 rx = cast(rx, lx.dtype)
-            keys.append(_Key(lx, rx, cmp == "COMPARE_NOT_DISTINCT_FROM"))
+            key = _Key(lx, rx, cmp == "COMPARE_NOT_DISTINCT_FROM")
+            if key not in keys:  # DuckDB repeats a condition (PARTITION BY a, a)
+                keys.append(key)
         else:
             try:
                 residual.append(compare(comparison_op(cmp), lx, rx))
             except Unsupported as exc:
-                t.error(where, str(exc))
+                t.error(where, exc.explained())
     if t.errors:
         raise _Failed()
     lmap = [int(i) for i in op.get("left_projection_map") or []]
@@ -1163,7 +1374,7 @@ def _equi(t: Translator, left: Rel, right: Rel, keys: list[_Key], how: JoinHow) 
             filter_right=how in ("inner", "left"),
         )
     except Unsupported as exc:
-        t.error("LOGICAL_COMPARISON_JOIN", str(exc))
+        t.error("LOGICAL_COMPARISON_JOIN", exc.explained())
         raise _Failed() from None
     schema = Schema(left.node.schema.fields + right.node.schema.fields)
     node = Join(
@@ -1261,7 +1472,7 @@ def _semi(
                 t, left, right, keys, filter_left=not anti, filter_right=True
             )
         except Unsupported as exc:  # pragma: no cover - both flags set
-            t.error(where, str(exc))
+            t.error(where, exc.explained())
             raise _Failed() from None
         node = Join(
             left2.node,
@@ -1339,13 +1550,17 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     if not plain:
         mark: Expr = is_not_null(found)
         return t.project(joined, [*((c.name, c) for c in left.cols), (mark_name, mark)])
-    # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts.
+    # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts,
+    # per value of the IS NOT DISTINCT FROM keys (a correlated NOT IN: DuckDB joins on the
+    # correlated columns with those), else over the whole right side.
     i = keys.index(plain[0])
     n_rows, n_nulls = t.fresh("mark_rows"), t.fresh("mark_nulls")
-    stats_schema = Schema.of([(n_rows, IDX), (n_nulls, IDX)])
+    safe = [(j, k) for j, k in enumerate(keys) if k.null_safe]
+    groups = tuple(NamedExpr(t.fresh("mark_group"), rkeys[j]) for j, _ in safe)
+    stats_schema = Schema.of([*((g.name, g.dtype) for g in groups), (n_rows, IDX), (n_nulls, IDX)])
     stats = Aggregate(
         proj.node,
-        (),
+        groups,
         (
             NamedExpr(n_rows, Agg("len", None, IDX)),
             NamedExpr(n_nulls, Agg("null_count", rkeys[i], IDX)),
@@ -1356,15 +1571,16 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     with_stats = Join(
         joined.node,
         stats,
-        (),
-        (),
-        "cross",
+        tuple(k.left for _, k in safe),
+        tuple(Col(g.name, g.dtype) for g in groups),
+        "left" if groups else "cross",
         "_r",
-        False,
+        bool(groups),
         False,
         Schema(joined.node.schema.fields + stats_schema.fields),
     )
-    rows, nulls = Col(n_rows, IDX), Col(n_nulls, IDX)
+    rows = fn("coalesce", [Col(n_rows, IDX), lit(0, IDX)], IDX)
+    nulls = fn("coalesce", [Col(n_nulls, IDX), lit(0, IDX)], IDX)
     unknown = Ternary(
         compare("eq", rows, lit(0, IDX)),
         lit(False, BOOL),

@@ -47,6 +47,9 @@ _SIMPLE: dict[str, pa.DataType] = {
     "SQLNULL": pa.null(),
 }
 
+#: Enough digits for any DECIMAL or HUGEINT value (39 digits) to stay exact.
+_EXACT = decimal.Context(prec=100)
+
 _EPOCH = datetime.date(1970, 1, 1)
 _EPOCH_TS = datetime.datetime(1970, 1, 1)
 
@@ -145,7 +148,8 @@ def value_of(v: dict[str, Any]) -> Any:
         return float(raw)
     if tid == "DECIMAL":
         scale = int(t["type_info"]["scale"])
-        return decimal.Decimal(_hugeint(raw)).scaleb(-scale)
+        # Exactly (scaleb would round to the default context's 28 digits; DECIMAL has 38).
+        return decimal.Decimal(_hugeint(raw)).scaleb(-scale, _EXACT)
     if tid == "VARCHAR":
         arrow_of(t)  # refuses collations
         return str(raw)

@@ -123,6 +123,13 @@ class DistEngine(InMemoryEngine):
         background thread and a :class:`DistQuery` is returned at once (falling back to
         Polars' background collection, as ``collect`` falls back)."""
         if not background or post_opt_callback is not None:
+            if post_opt_callback is None and not optimizations._pyoptflags.eager:
+                # The callback with this query's plan text at hand (see translate_plan).
+                text = _plan_text(lf, optimizations)
+
+                def post_opt_callback(nt: Any, *args: Any) -> None:
+                    self._callback(nt, *args, plan_text=text)
+
             return super().collect(
                 lf,
                 optimizations=optimizations,
@@ -204,15 +211,16 @@ class DistEngine(InMemoryEngine):
                 )
             )
 
-    def _callback(self, nt: Any, *args: Any) -> None:
+    def _callback(self, nt: Any, *args: Any, plan_text: Callable[[], str] | None = None) -> None:
         """Polars' post-optimisation callback: translate, then hand Polars the function
-        that runs the plan, or leave the plan to Polars (fallback)."""
+        that runs the plan, or leave the plan to Polars (fallback). ``plan_text`` gives
+        Polars' text of the plan (see :func:`shoal_polars.translate.translate_plan`)."""
         from shoal.errors import UnsupportedError
         from shoal_polars.translate import translate_plan
 
         expected = nt.get_schema()
         try:
-            plan = translate_plan(nt)
+            plan = translate_plan(nt, plan_text)
         except Exception as exc:
             unsupported = isinstance(exc, UnsupportedError)
             if self._should_raise():
@@ -236,6 +244,11 @@ class DistEngine(InMemoryEngine):
             return to_polars_frame(_execute(plan, self.runner, self.config), expected)
 
         nt.set_udf(run)
+
+
+def _plan_text(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Callable[[], str]:
+    """Polars' text of ``lf``'s optimised plan, when called (see ``translate_plan``)."""
+    return lambda: lf.explain(engine="in-memory", optimizations=optimizations)
 
 
 def _raiser(exc: BaseException) -> Callable[..., pl.DataFrame]:
@@ -325,7 +338,7 @@ def optimised_plan(
 
         schema = found["schema"] = nt.get_schema()
         try:
-            found["plan"] = translate_plan(nt)
+            found["plan"] = translate_plan(nt, _plan_text(lf, optimizations or pl.QueryOptFlags()))
         except Exception as exc:
             nt.set_udf(_raiser(exc))
             return

@@ -105,7 +105,8 @@ def _column(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
 
 def literal_value(value: Any, dtype: pl.DataType) -> Any:
     """The Python value of a Polars literal: a Series becomes a list, an integer duration
-    becomes a ``datetime.timedelta``. Raises ``ValueError`` when a value cannot be kept
+    becomes a ``datetime.timedelta`` (a nanosecond one that is not a whole number of
+    microseconds stays the integer). Raises ``ValueError`` when a value cannot be kept
     exactly."""
     if isinstance(value, pl.Series):
         return value.to_list()
@@ -113,11 +114,30 @@ def literal_value(value: Any, dtype: pl.DataType) -> Any:
         unit = dtype.time_unit or "us"
         if unit == "ns":
             if value % 1000:
-                raise ValueError("nanosecond durations do not fit datetime.timedelta")
+                return value  # its physical integer (see shoal.ir.expr.Lit)
             value //= 1000
             unit = "us"
         return datetime.timedelta(**{"microseconds" if unit == "us" else "milliseconds": value})
     return value
+
+
+def _has_time_of_day(dtype: Any) -> bool:
+    """Whether ``dtype`` is or holds (in lists, arrays, structs) a Datetime, Duration or
+    Time."""
+    if isinstance(dtype, pl.Datetime | pl.Duration | pl.Time):
+        return True
+    if isinstance(dtype, pl.List | pl.Array):
+        return _has_time_of_day(dtype.inner)
+    if isinstance(dtype, pl.Struct):
+        return any(_has_time_of_day(f.dtype) for f in dtype.fields)
+    return False
+
+
+def _submicro_dtype(dtype: Any) -> bool:
+    """Whether values of ``dtype`` may be finer than Python's datetime types hold."""
+    if isinstance(dtype, pl.Datetime | pl.Duration):
+        return dtype.time_unit == "ns"
+    return isinstance(dtype, pl.Time)
 
 
 def _literal(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
@@ -127,13 +147,85 @@ def _literal(t: Translator, view: Any, node: int, dtype: DataType, where: str) -
         values = (
             pl.Series._from_pyseries(view.value) if isinstance(view.value, PySeries) else view.value
         )
+        if _has_time_of_day(values.dtype):
+            # Python datetimes, times and timedeltas stop at microseconds (and at year
+            # 9999): the values go as their physical integers, which the kernel reads back
+            # in the Series' dtype.
+            values = values.to_physical()
         return Function("series", (), (("values", tuple(values.to_list())),), dtype)
+    polars_dtype = t.nt.get_dtype(node)
     try:
-        value = literal_value(view.value, t.nt.get_dtype(node))
+        value = literal_value(view.value, polars_dtype)
     except ValueError as exc:
         t.error(f"{where}: expression Literal({view.value!r})", str(exc))
         return t.placeholder_expr(dtype)
+    inner = polars_dtype.inner if isinstance(polars_dtype, pl.List | pl.Array) else None
+    if _submicro_dtype(polars_dtype) or (inner is not None and _submicro_dtype(inner)):
+        # Polars' NodeTraverser gives these as Python datetimes and times, cut to the
+        # microsecond: Translator.nanoseconds finds the nanoseconds in Polars' plan text.
+        try:
+            if isinstance(value, list):
+                value = [_exact_ns(t, v) for v in value]
+            else:
+                value = _exact_ns(t, value)
+        except ValueError:
+            t.error(
+                f"{where}: expression Literal({view.value!r}: {polars_dtype})",
+                "Polars shows engines nanosecond datetime and time literals to the "
+                "microsecond only, and its plan has more than one value with nanoseconds "
+                "for this one",
+            )
+            return t.placeholder_expr(dtype)
     return Lit(value, dtype)
+
+
+def _between_bounds(t: Translator, view: Any) -> tuple[Lit, Lit] | None:
+    """The bounds of ``is_between`` when both are nanosecond datetime (or time) literals
+    alike up to the microsecond, exactly: Polars makes ``col == datetime`` on a nanosecond
+    column into ``is_between(v, v + 999ns)``, whose two bounds :meth:`Translator.nanoseconds`
+    cannot tell apart, but the lower bound is the smaller. None otherwise (the bounds are
+    translated one by one)."""
+    if len(view.input) != 3:
+        return None
+    views = [t.nt.view_expression(n) for n in view.input[1:]]
+    if not all(type(v).__name__ == "Literal" for v in views):
+        return None
+    low, high = (v.value for v in views)
+    dtypes = [t.nt.get_dtype(n) for n in view.input[1:]]
+    if not (
+        isinstance(low, datetime.datetime | datetime.time)
+        and low == high
+        and dtypes[0] == dtypes[1]
+        and _submicro_dtype(dtypes[0])
+    ):
+        return None
+    if t.nanosecond_candidates(low) != {0, 999}:
+        return None
+    dtype = DataType.from_polars(dtypes[0])
+    base = _physical_ns(low)
+    return Lit(base, dtype), Lit(base + 999, dtype)
+
+
+def _exact_ns(t: Translator, value: Any) -> Any:
+    """A nanosecond datetime or time literal given cut to the microsecond, exactly: as
+    itself when it is a whole number of microseconds, else as its physical integer (see
+    :class:`~shoal.ir.expr.Lit`). Raises ``ValueError`` when that cannot be told."""
+    if not isinstance(value, datetime.datetime | datetime.time):
+        return value
+    found = t.nanoseconds(value)
+    if found is None:
+        raise ValueError(value)
+    return _physical_ns(value) + found if found else value
+
+
+def _physical_ns(value: datetime.datetime | datetime.time) -> int:
+    """Nanoseconds since the epoch (UTC; a naive datetime as if in UTC) or since midnight."""
+    if isinstance(value, datetime.time):
+        seconds = value.hour * 3600 + value.minute * 60 + value.second
+        return (seconds * 1_000_000 + value.microsecond) * 1000
+    naive = value.replace(tzinfo=None) - (value.utcoffset() or datetime.timedelta(0))
+    delta = naive - datetime.datetime(1970, 1, 1)
+    return (delta // datetime.timedelta(microseconds=1)) * 1000
 
 
 def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
@@ -223,8 +315,14 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
         # options: propagate_nans (nan_min / nan_max: NaN wins over every number).
         return Agg(f"nan_{name}" if options else name, arg, dtype)
     if name == "count":
-        # Polars: count() skips nulls (include_nulls=False); len() on a column counts all rows.
-        return Agg("len", None, dtype) if options else Agg("count", arg, dtype)
+        # Polars: count() skips nulls (include_nulls=False); len() counts all values.
+        if not options:
+            return Agg("count", arg, dtype)
+        if isinstance(arg, Col) and not arg.name.startswith("__POLARS_CSER_"):
+            return Agg("len", None, dtype)  # a column has the rows of its frame (group)
+        # len() of an expression counts its values, which need not be one per row
+        # (drop_nulls(), filter(), a literal): its values, null or not.
+        return BinaryOp("add", Agg("count", arg, dtype), Agg("null_count", arg, dtype), dtype)
     if name in ("std", "var"):
         return Agg(name, arg, dtype, (("ddof", int(options)),))
     t.error(f"{where}: expression Agg({name})", "aggregate not supported by shoal")
@@ -245,8 +343,23 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "dynamic_pred":
         # A runtime filter Polars adds below a top-k sort; always true is exact.
         return Lit(True, BOOL)
+    if key == "BooleanFunction.IsBetween":
+        bounds = _between_bounds(t, view)
+        if bounds is not None:
+            value = translate_expr(t, view.input[0], where)
+            return Function("is_between", (value, *bounds), (("closed", extra[0]),), dtype)
     args = tuple(translate_expr(t, i, where) for i in view.input)
+    if key == "arg_max" and len(extra) == 2:
+        # Polars' NodeTraverser shows arg_sort(descending, nulls_last) under the name
+        # "arg_max" (crates/polars-python/src/lazyframe/visitor/expr_nodes.rs); arg_max
+        # itself has no parameters.
+        descending, nulls_last = (bool(x) for x in extra)
+        order = (("descending", descending), ("nulls_last", nulls_last))
+        return Function("arg_sort", args, order, dtype)
     if key in ("null_count", "product", "arg_min", "arg_max"):
+        if extra:
+            t.error(f"{where}: expression Function({key})", f"unexpected parameters {extra!r}")
+            return t.placeholder_expr(dtype)
         return Agg(key, args[0], dtype)
     if key == "quantile":
         # quantile(q, interpolation): q must be a literal (Polars allows an expression).

@@ -181,7 +181,6 @@ UNSUPPORTED_FUNCTIONS: dict[str, str] = {
     "shuffle": "random order is not repeatable",
     "sample": "random samples are not repeatable",
     "mode": "the order of tied modes is not defined",
-    "arg_sort": "arg_sort is not supported",
     "top_k": "the output order of top_k and bottom_k is not defined",
     "rle": "rle is not supported",
     "approx_n_unique": "Polars' HyperLogLog estimate is not reproduced exactly "

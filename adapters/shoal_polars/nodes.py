@@ -218,9 +218,9 @@ def _hive_union(
             *_cols(carrier),
             *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
         )
-        parts.append(Project(Scan(source, carrier), exprs, wide))
+        parts.append(Project(Scan(source, carrier), exprs, wide, keep_height=True))
     out = parts[0] if len(parts) == 1 else Union(tuple(parts), wide)
-    return Project(out, _cols(table_schema), table_schema)
+    return Project(out, _cols(table_schema), table_schema, keep_height=True)
 
 
 def _scan_problems(node: Any, scan_type: str) -> list[str]:
@@ -382,12 +382,14 @@ def _hstack(t: Translator, node: Any, schema: Schema) -> PlanNode:
         return child
     # Polars: a new column with an existing name replaces it in place; others append.
     exprs = tuple(new.get(n) or NamedExpr(n, t.cse.get(n, Col(n, dt))) for n, dt in schema.fields)
-    return Project(child, exprs, schema)
+    # with_columns keeps the frame's height: a literal replacing the only column broadcasts.
+    return Project(child, exprs, schema, keep_height=True)
 
 
 @_register("SimpleProjection")
 def _simple_projection(t: Translator, node: Any, schema: Schema) -> PlanNode:
-    return Project(t.plan(node.input), _cols(schema), schema)
+    # Column pruning keeps the rows, also down to no column (``select(pl.len())``).
+    return Project(t.plan(node.input), _cols(schema), schema, keep_height=True)
 
 
 @_register("Filter")
@@ -475,10 +477,26 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
     how_name = str(how_raw[0] if isinstance(how_raw, tuple) else how_raw)
     if how_name == "AsOf":
         return _sliced(asof_join(t, node, schema), slice_)
+    if _is_inequality(how_raw) and how_name != "IEJoin":
+        # join_where(how="left"/"right"/"full"): Polars 2.1 shows ("Left", op1, op2), the
+        # join type with the inequality operators of its keys. Only the inner inequality
+        # join (("IEJoin", op1, op2), "Inner" here) is a cross join and a filter.
+        if how_name != "Inner":
+            t.error(
+                f"Join(how={how_name}, inequality)",
+                "join_where with how other than 'inner' is not supported by shoal",
+            )
+            t.plan(node.input_left)
+            t.plan(node.input_right)
+            return t.placeholder(schema)
+        how_name = "IEJoin"
     how = _JOIN_HOW.get(how_name)
     if how is None and how_name != "IEJoin":
         t.error(f"Join(how={how_name})", "join type not supported by shoal")
-    if node.predicate is not None and how_name != "Inner":
+    if node.predicate is not None and how_name not in ("Inner", "Cross"):
+        # ("Cross", "cross_and_filter") with a predicate: an inner nested-loop join
+        # (join_where on comparisons an IEJoin does not take), the rows of the cross join
+        # where the predicate holds; a left one keeps unmatched rows, which a filter loses.
         t.error(f"Join(how={how_name})", "join predicates are supported on inner joins only")
     order = cast(JoinOrder, str(maintain_order or "none"))
     if order not in _JOIN_ORDERS:
@@ -520,9 +538,15 @@ def _join(t: Translator, node: Any, schema: Schema) -> PlanNode:
         # A fused predicate reads the join's output columns (suffixed names included).
         pred = None if node.predicate is None else t.expr(node.predicate.node, "Join")
         if pred is not None and not _is_true(pred):
-            # Inner join with a predicate: the rows of the equi-join where it holds.
+            # Inner (or cross) join with a predicate: the rows of the join where it holds.
             out = Filter(out, pred, schema)
     return _sliced(out, slice_)
+
+
+def _is_inequality(how: Any) -> bool:
+    """Whether a Join node's ``how`` option is an inequality join's: (name, operator,
+    operator or None), where a fused predicate gives (name, "fused_predicate") instead."""
+    return isinstance(how, tuple) and len(how) == 3 and not isinstance(how[1], str)
 
 
 def _failed_join_part(
@@ -591,7 +615,7 @@ def _equi_join(
                 dtype,
             )
     exprs = tuple(NamedExpr(n, out[n]) for n in schema.names)
-    return Project(joined, exprs, schema)
+    return Project(joined, exprs, schema, keep_height=True)
 
 
 def _key_column(key: Expr) -> str | None:
@@ -740,6 +764,7 @@ def _map_function(t: Translator, node: Any, schema: Schema) -> PlanNode:
                 for (new, dt), old in zip(schema.fields, child.schema.names, strict=True)
             ),
             schema,
+            keep_height=True,
         )
     if name in ("rechunk", "set_sorted", "hint", "hint_sorted"):
         return child  # no effect on the rows

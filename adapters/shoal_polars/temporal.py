@@ -140,9 +140,10 @@ def temporal_group_by(
 
 
 def _merge_sorted(t: Translator, node: Any, schema: Schema) -> PlanNode:
+    # merge_sorted(key=[k1, k2]) merges by every key in order, not by the first alone.
     key = node.key
-    key = str(key[0] if isinstance(key, list | tuple) else key)
-    return MergeSorted(t.plan(node.input_left), t.plan(node.input_right), key, schema)
+    keys = tuple(str(k) for k in key) if isinstance(key, list | tuple) else (str(key),)
+    return MergeSorted(t.plan(node.input_left), t.plan(node.input_right), keys, schema)
 
 
 NODES["MergeSorted"] = _merge_sorted

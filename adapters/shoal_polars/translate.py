@@ -11,6 +11,9 @@ every unsupported part of the query at once.
 from __future__ import annotations
 
 import contextlib
+import datetime
+import re
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +23,10 @@ from shoal.ir.expr import Col, Expr, NamedExpr, replace
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import NULL, DataType, Schema
 from shoal_polars.exprs import translate_expr
+
+#: A datetime or time printed with nanoseconds (Polars prints 9 digits only when the
+#: value is not a whole number of microseconds: ``2020-01-01 00:00:00.000000123``).
+_SUBMICRO = re.compile(r"(\d{4}-\d\d-\d\d )?(\d\d:\d\d:\d\d)(\.\d{1,9})?(?!\d)")
 
 #: NodeTraverser versions this translation was tested against.
 TESTED_VERSIONS: tuple[tuple[int, int], ...] = ((16, 0),)
@@ -58,13 +65,16 @@ class Translator:
     ``nt`` is Polars' NodeTraverser; every method that moves its cursor moves it back.
     """
 
-    def __init__(self, nt: Any) -> None:
+    def __init__(self, nt: Any, plan_text: Callable[[], str] | None = None) -> None:
         self.nt = nt
         self.errors: list[str] = []
         self.caches: dict[int, PlanNode] = {}
         #: Columns made by Polars' common subexpression elimination (``__POLARS_CSER_*``,
         #: added by an ``HStack`` below the node that reads them) -> their expressions.
         self.cse: dict[str, Expr] = {}
+        #: Polars' text of the plan (see :meth:`nanoseconds`), read when first needed.
+        self.plan_text = plan_text
+        self._submicro: dict[tuple[str, str], set[int]] | None = None
 
     # -- errors ---------------------------------------------------------------------
 
@@ -86,6 +96,41 @@ class Translator:
     def failed(expr: Expr) -> bool:
         """Whether ``expr`` contains a placeholder (its error is already recorded)."""
         return any(isinstance(e, UnsupportedExpr) for e in expr.walk())
+
+    def nanoseconds(self, value: datetime.datetime | datetime.time) -> int | None:
+        """The nanoseconds beyond the microsecond of a nanosecond datetime or time literal
+        that the NodeTraverser gave as ``value`` (cut to the microsecond); None when that
+        cannot be told.
+
+        Polars' plan text (``explain()``) prints such a literal with all 9 digits when it
+        is not a whole number of microseconds (``00:00:00.000000999``: Polars itself
+        makes such literals, comparing a nanosecond column with a Python datetime). The
+        text's values that start like ``value`` give its nanoseconds: none means 0, one
+        value is the answer; several (two literals alike up to the microsecond, as the
+        bounds of ``is_between`` that Polars makes of ``==``) or no text at all cannot be
+        told apart."""
+        extra = self.nanosecond_candidates(value)
+        if extra is None or len(extra) > 1:
+            return None
+        return next(iter(extra), 0)
+
+    def nanosecond_candidates(self, value: datetime.datetime | datetime.time) -> set[int] | None:
+        """Every nanosecond part that Polars' plan text shows for a literal that starts like
+        ``value`` (see :meth:`nanoseconds`); None without the plan text."""
+        if self._submicro is None:
+            if self.plan_text is None:
+                return None
+            found: dict[tuple[str, str], set[int]] = {}
+            for m in _SUBMICRO.finditer(self.plan_text()):
+                digits = (m.group(3) or ".")[1:].ljust(9, "0")
+                key = ((m.group(1) or "").strip(), f"{m.group(2)}.{digits[:6]}")
+                found.setdefault(key, set()).add(int(digits[6:]))
+            self._submicro = found
+        if isinstance(value, datetime.datetime):
+            key = (value.strftime("%Y-%m-%d"), value.strftime("%H:%M:%S.%f"))
+        else:
+            key = ("", value.strftime("%H:%M:%S.%f"))
+        return self._submicro.get(key, set())
 
     # -- cursor ---------------------------------------------------------------------
 
@@ -190,8 +235,14 @@ def check_version(nt: Any) -> None:
         )
 
 
-def translate_plan(nt: Any) -> PlanNode:
+def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanNode:
     """Translate the plan below the NodeTraverser's cursor (its root, in a callback).
+
+    ``plan_text`` gives Polars' ``explain()`` of the same optimised plan; it is called only
+    when the plan has a nanosecond datetime or a time literal, which the NodeTraverser
+    gives as a Python ``datetime``/``time`` cut to the microsecond: the plan text has the
+    nanoseconds (:meth:`Translator.nanoseconds`). Without it such literals are refused
+    rather than cut.
 
     Raises :class:`shoal.UnsupportedError` for an untested NodeTraverser version, or when
     any part of the plan cannot be translated; the message lists every such part, each
@@ -200,8 +251,15 @@ def translate_plan(nt: Any) -> PlanNode:
     import shoal_polars.nodes  # noqa: F401  (registers the node handlers)
 
     check_version(nt)
-    t = Translator(nt)
-    plan = t.plan()
+    t = Translator(nt, plan_text)
+    try:
+        plan = t.plan()
+    except RecursionError:
+        raise UnsupportedError(
+            "shoal cannot run this Polars query: its plan or an expression in it is nested "
+            f"too deeply to translate (Python's recursion limit is {sys.getrecursionlimit()} "
+            "frames, about half as many levels)"
+        ) from None
     if t.errors:
         listing = "\n".join(f"  - {e}" for e in t.errors)
         raise UnsupportedError(

@@ -194,7 +194,7 @@ def _select(plan: PlanNode, names: list[str]) -> PlanNode:
     if list(plan.schema.names) == names:
         return plan
     exprs = tuple(NamedExpr(n, Col(n, plan.schema[n])) for n in names)
-    return Project(plan, exprs, Schema(tuple((n, plan.schema[n]) for n in names)))
+    return Project(plan, exprs, Schema(tuple((n, plan.schema[n]) for n in names)), keep_height=True)
 
 
 NODES["PythonScan"] = translate_python_scan

@@ -6,7 +6,8 @@ Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain
 :func:`set_config`, :func:`execution_config`, :func:`shutdown` and the errors
 :class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
 :class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`,
-:class:`QueryCancelledError`.
+:class:`QueryCancelledError`, :class:`VersionMismatchError`, the warning base class
+:class:`ShoalWarning`, and ``__version__``.
 
 Note that ``shoal.udf`` is the decorator; its module is ``sys.modules["shoal.udf"]`` (import
 names from it with ``from shoal.udf import UDF``).
@@ -29,11 +30,26 @@ from shoal.errors import (
     PlanError,
     QueryCancelledError,
     ShoalError,
+    ShoalWarning,
     TaskError,
     UnsupportedError,
+    VersionMismatchError,
 )
 from shoal.tracing import trace
 from shoal.udf import UdfError, udf
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("shoal")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree, not installed
+        return "0+unknown"
+
+
+#: The installed distribution's version (PEP 440).
+__version__ = _version()
 
 # Imported last: registers the Polars engine name "dist" and the LazyFrame namespace
 # ``lf.shoal`` (user functions).
@@ -59,9 +75,12 @@ __all__ = [
     "PlanError",
     "QueryCancelledError",
     "ShoalError",
+    "ShoalWarning",
     "TaskError",
     "UdfError",
     "UnsupportedError",
+    "VersionMismatchError",
+    "__version__",
     "execute",
     "execute_batches",
     "execution_config",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from shoal.config import Config, RunnerKind, get_config
-from shoal.errors import UnsupportedError
+from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.nodes import PlanNode, Sink
 
 if TYPE_CHECKING:
@@ -38,7 +38,13 @@ def execute(
 
     cfg = _resolve(runner, config)
     if not isinstance(plan, Sink):
-        return run_plan(plan, cfg, cancel)
+        try:
+            return run_plan(plan, cfg, cancel)
+        except RecursionError:
+            raise PlanError(
+                "shoal: the plan or an expression in it is nested too deeply to plan (over "
+                "about half of Python's recursion limit in levels)"
+            ) from None
     from shoal.execution import sink
 
     sink.check_target(plan)
@@ -125,7 +131,9 @@ def explain(
         except UnsupportedError as exc:
             # What collect(engine="dist") would do: fall back, for these reasons.
             return header + f"Falls back to the frontend's own engine:\n{exc}"
-    physical = plan_physical(query, cfg)
+    from shoal.runners.session import running_cpus
+
+    physical = plan_physical(query, cfg, running_cpus(cfg))
     return header + (
         "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
     )

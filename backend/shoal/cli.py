@@ -62,6 +62,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="shoal",
         description="shoal: a distributed execution backend for Polars and DuckDB on Ray.",
     )
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        shown = version("shoal")
+    except PackageNotFoundError:  # pragma: no cover - a source tree, not installed
+        shown = "unknown"
+    parser.add_argument("--version", action="version", version=f"shoal {shown}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     tpch = commands.add_parser(
         "tpch",

@@ -21,13 +21,16 @@ import contextvars
 import dataclasses
 import hashlib
 import json
+import math
 import os
+import re
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
 
-from shoal.errors import ConfigFrozenError
+from shoal.errors import ConfigFrozenError, ShoalWarning, VersionMismatchError
 
 RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
@@ -43,6 +46,8 @@ RUNNER_FIELDS: frozenset[str] = frozenset(
         "spill_dir",
         "ray_dashboard",
         "ray_connect_timeout_s",
+        "ray_runtime_env",
+        "ray_namespace",
         "num_gpus",
         "gpus",
     }
@@ -97,6 +102,65 @@ def _thaw(v: Any) -> Any:
 
 def _hashable(v: Any) -> Any:
     return repr(_thaw(v))
+
+
+_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/@\s]*)@")
+_SECRET_QUERY = re.compile(
+    r"(?P<key>[?&;](?:token|password|passwd|pwd|secret|key|auth|access_key|secret_key|"
+    r"session_token|sig|signature)=)[^&;\s]*",
+    re.IGNORECASE,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with credentials replaced by ``***``: the user-info part of URLs
+    (``ray://user:token@head:10001`` -> ``ray://***@head:10001``) and the values of
+    query parameters named like secrets (``token=``, ``password=``, ``signature=``, ...).
+    shoal passes every address and error message it shows (explain, traces, logs,
+    errors) through this."""
+    text = _USERINFO.sub(lambda m: f"{m.group('scheme')}***@", text)
+    return _SECRET_QUERY.sub(lambda m: f"{m.group('key')}***", text)
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "pb": 10**15}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "pib": 2**50})
+
+
+def parse_size(text: str, what: str) -> int:
+    """Bytes in ``text``: a whole number, or a number with a unit (``"128MiB"``,
+    ``"1.5 GiB"``, ``"500kB"``; binary ``KiB/MiB/GiB/TiB`` and decimal ``kB/MB/GB/TB``).
+    Raises ``ValueError`` naming ``what`` when it is neither."""
+    m = _SIZE.match(text.replace("_", ""))
+    if not m:
+        raise ValueError(
+            f"{what}={text!r}: expected a number of bytes, optionally with a unit such as "
+            "KiB, MiB, GiB (or kB, MB, GB)"
+        )
+    return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+def _check_type(name: str, annotation: str, value: Any) -> None:
+    """Raise ``ValueError`` naming setting ``name`` when ``value`` is not of its annotated
+    type (bool is not accepted as an int, nor NaN or infinity as a number)."""
+    optional = annotation.endswith(" | None")
+    base = annotation.removesuffix(" | None")
+    if value is None and optional:
+        return
+    if base == "bool":
+        ok, form = isinstance(value, bool), "True or False"
+    elif base == "int":
+        ok, form = isinstance(value, int) and not isinstance(value, bool), "an integer"
+    elif base == "float":
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        form = "a finite number"
+    elif base.startswith("Mapping"):
+        ok, form = isinstance(value, Mapping), "a mapping"
+    else:  # str and the string literals (runner, progress), checked by value below
+        ok, form = isinstance(value, str), "a string"
+    if not ok:
+        none = " or None" if optional else ""
+        raise ValueError(f"shoal setting {name} must be {form}{none}, got {value!r}")
 
 
 def _doc(text: str) -> dict[str, str]:
@@ -181,6 +245,22 @@ class Config:
         default=10.0,
         metadata=_doc(
             "Seconds to wait for a Ray cluster address to answer before saying it is unreachable."
+        ),
+    )
+    ray_runtime_env: Mapping[str, Any] = field(
+        default_factory=lambda: FrozenDict({}),
+        metadata=_doc(
+            "Ray runtime_env for shoal's tasks and actors (working_dir, py_modules, pip, "
+            "env_vars, ...; JSON object in the environment), e.g. to ship the modules of "
+            "your user functions to every node. shoal adds POLARS_MAX_THREADS to env_vars "
+            "unless you set it."
+        ),
+    )
+    ray_namespace: str | None = field(
+        default=None,
+        metadata=_doc(
+            "Ray namespace of the driver's job (named actors live there); unset: an "
+            "anonymous namespace, as ray.init gives."
         ),
     )
     task_max_retries: int = field(
@@ -284,6 +364,11 @@ class Config:
     )
 
     def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if "bytes" in f.name and isinstance(value, str):
+                object.__setattr__(self, f.name, parse_size(value, f"shoal setting {f.name}"))
+            _check_type(f.name, str(f.type), getattr(self, f.name))
         if self.runner not in ("ray", "local"):
             raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
         if self.progress not in ("auto", "always", "never"):
@@ -334,6 +419,17 @@ class Config:
                 "shoal setting ray_connect_timeout_s must be a positive number of "
                 f"seconds, got {self.ray_connect_timeout_s!r}"
             )
+        env = self.ray_runtime_env
+        if not isinstance(env, Mapping):
+            raise ValueError(
+                f"shoal setting ray_runtime_env must be a mapping (Ray's runtime_env), got {env!r}"
+            )
+        if not isinstance(env, FrozenDict):
+            object.__setattr__(self, "ray_runtime_env", FrozenDict(env))
+        if self.ray_namespace is not None and not isinstance(self.ray_namespace, str):
+            raise ValueError(
+                f"shoal setting ray_namespace must be a string, got {self.ray_namespace!r}"
+            )
         ext = self.extensions
         if not isinstance(ext, FrozenDict):
             if not isinstance(ext, Mapping):
@@ -347,6 +443,11 @@ class Config:
                     "namespace; call shoal.config.register_extension first"
                 )
             validator(value)
+
+    def __repr__(self) -> str:
+        """Like a dataclass's, with credentials redacted (see :meth:`non_defaults`)."""
+        shown = self.non_defaults()
+        return "Config(" + ", ".join(f"{k}={v!r}" for k, v in shown.items()) + ")"
 
     def replace(self, **changes: Any) -> Config:
         """A copy with ``changes``; raises ``TypeError`` naming an unknown setting."""
@@ -363,13 +464,23 @@ class Config:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def non_defaults(self) -> dict[str, Any]:
-        """The settings that differ from the defaults, by name."""
+        """The settings that differ from the defaults, by name, for display (explain,
+        traces): credentials in ``ray_address`` and the values of ``ray_runtime_env``'s
+        ``env_vars`` are replaced by ``***`` (see :func:`redact`)."""
         base = Config()
-        return {
-            f.name: getattr(self, f.name)
-            for f in fields(self)
-            if getattr(self, f.name) != getattr(base, f.name)
-        }
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value == getattr(base, f.name):
+                continue
+            if f.name == "ray_address" and isinstance(value, str):
+                value = redact(value)
+            elif f.name == "ray_runtime_env":
+                value = _thaw(value)
+                if isinstance(value.get("env_vars"), dict):
+                    value["env_vars"] = dict.fromkeys(value["env_vars"], "***")
+            out[f.name] = value
+        return out
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Config:
@@ -384,11 +495,33 @@ class Config:
             var = env_var(f.name)
             if var in env:
                 values[f.name] = _parse(var, env[var], f)
+        _warn_unknown_variables(env)
         try:
             return cls(**values)
         except ValueError as exc:
             names = ", ".join(env_var(n) for n in values)
             raise ValueError(f"{exc} (from environment variables {names})") from None
+
+
+#: ``SHOAL_*`` variables that are not settings but are read elsewhere (the CLI's data cache).
+OTHER_VARIABLES = frozenset({"SHOAL_DATA_DIR"})
+
+
+def _warn_unknown_variables(env: Mapping[str, str]) -> None:
+    """Warn (:class:`shoal.errors.ShoalWarning`) about each ``SHOAL_*`` variable that
+    names no setting, with the closest setting's variable: a misspelt variable would
+    otherwise be ignored without a word."""
+    import difflib
+
+    known = {env_var(f.name) for f in fields(Config)} | OTHER_VARIABLES
+    for var in sorted(v for v in env if v.startswith("SHOAL_") and v not in known):
+        close = difflib.get_close_matches(var, sorted(known), n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.warn(
+            f"environment variable {var} is not a shoal setting and is ignored{hint}",
+            ShoalWarning,
+            stacklevel=3,
+        )
 
 
 def env_var(name: str) -> str:
@@ -410,6 +543,8 @@ def _parse(var: str, raw: str, f: dataclasses.Field[Any]) -> Any:
                 return False
             raise ValueError
         if typ.startswith("int"):
+            if "bytes" in f.name:
+                return parse_size(text, var)
             return int(text.replace("_", ""))
         if typ.startswith("float"):
             return float(text)
@@ -532,16 +667,90 @@ def mark_runner_started(started: bool) -> None:
     _runner_started = started
 
 
+#: The packages whose versions must agree between the driver and every worker.
+VERSIONED_PACKAGES = ("shoal", "polars", "pyarrow", "duckdb")
+_versions: str | None = None
+
+
+def software_versions() -> str:
+    """This process's versions of Python (major.minor) and of :data:`VERSIONED_PACKAGES`
+    (those imported or importable), as ``"name=version;..."``, computed once."""
+    global _versions
+    if _versions is None:
+        import importlib.metadata
+        import sys
+
+        parts = [f"python={sys.version_info[0]}.{sys.version_info[1]}"]
+        for name in VERSIONED_PACKAGES:
+            module = sys.modules.get(name)
+            version = getattr(module, "__version__", None) if module is not None else None
+            if not isinstance(version, str):
+                try:
+                    version = importlib.metadata.version(name)
+                except importlib.metadata.PackageNotFoundError:
+                    version = "absent"
+            parts.append(f"{name}={version}")
+        _versions = ";".join(parts)
+    return _versions
+
+
+def query_digest(config: Config) -> str:
+    """What every task of a query checks before it starts: the config snapshot's content
+    hash and the driver's :func:`software_versions`, as ``"<hash>;<versions>"``."""
+    return f"{config.digest()};{software_versions()}"
+
+
+def _node_name() -> str:
+    import socket
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        if ray is not None and ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+            return f"{socket.gethostname()} (Ray node {node[:12]})"
+    except Exception:  # pragma: no cover - no runtime context outside a Ray worker
+        pass
+    return socket.gethostname()
+
+
+def check_versions(driver_versions: str) -> None:
+    """Raise :class:`shoal.errors.VersionMismatchError` naming this node and each package
+    whose version here differs from the driver's (``driver_versions`` as
+    :func:`software_versions` writes them)."""
+    mine = software_versions()
+    if driver_versions == mine:
+        return
+    here = dict(p.split("=", 1) for p in mine.split(";") if "=" in p)
+    there = dict(p.split("=", 1) for p in driver_versions.split(";") if "=" in p)
+    diff = ", ".join(
+        f"{name} {here.get(name, 'absent')} (driver: {there.get(name, 'absent')})"
+        for name in sorted(set(here) | set(there))
+        if here.get(name) != there.get(name)
+    )
+    raise VersionMismatchError(
+        f"shoal: the worker on {_node_name()} runs {diff}; every node of the cluster must "
+        "run the driver's versions (install the same packages there, or give Ray a "
+        "runtime_env that does)"
+    )
+
+
 @contextlib.contextmanager
 def task_config(config: Config, digest: str) -> Iterator[Config]:
     """Inside a task: install the query's snapshot for the task's duration.
 
-    Raises ``RuntimeError`` when the snapshot does not hash to ``digest``: a task must
-    never run under a config other than its query's.
+    ``digest`` is the query's :func:`query_digest` (a bare :meth:`Config.digest` skips the
+    version check). Raises ``RuntimeError`` when the snapshot does not hash to it (a task
+    must never run under a config other than its query's), and
+    :class:`shoal.errors.VersionMismatchError` when this worker's software versions
+    differ from the driver's, before any work.
     """
+    wanted, _, driver_versions = digest.partition(";")
     got = config.digest()
-    if got != digest:
-        raise RuntimeError(f"shoal config snapshot hash mismatch in task: {got} != {digest}")
+    if got != wanted:
+        raise RuntimeError(f"shoal config snapshot hash mismatch in task: {got} != {wanted}")
+    if driver_versions:
+        check_versions(driver_versions)
     token = _task_config.set(config)
     try:
         yield config

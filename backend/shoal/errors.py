@@ -7,6 +7,11 @@ class ShoalError(Exception):
     """Base class of every error raised by shoal itself."""
 
 
+class ShoalWarning(UserWarning):
+    """Base class of every warning shoal gives (a misspelt ``SHOAL_*`` variable, a query
+    that runs on the frontend's own engine instead, ...)."""
+
+
 class UnsupportedError(ShoalError, NotImplementedError):
     """A frontend construct that shoal cannot run distributed.
 
@@ -27,6 +32,14 @@ class ConfigFrozenError(ShoalError, RuntimeError):
     Runner settings (runner kind, Ray address, resources) are fixed for the life of a
     runner; call :func:`shoal.shutdown` first, then change them.
     """
+
+
+class VersionMismatchError(ShoalError, RuntimeError):
+    """A worker runs other versions of shoal, Polars, pyarrow, DuckDB or Python than the
+    driver. Raised by the task, before it computes anything: hash partitioning (Polars
+    documents ``hash`` as unstable across versions) and every per-row rule must be the same
+    on every worker, or a join or an aggregation is silently wrong. The message names the
+    worker's node and both versions of each package that differs."""
 
 
 class TaskError(ShoalError, RuntimeError):

@@ -189,6 +189,10 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "concat_list": lambda a, o: pl.concat_list(a),
     # one list per row: int_ranges(start, end, step) of the items' dtype
     "int_ranges": lambda a, o: pl.int_ranges(a[0], a[1], a[2], dtype=o["dtype"].to_polars()),
+    # a sort key of a list (or struct) in which NULLs nested inside sort after every value,
+    # as SQL engines order them (DuckDB); option ``dtype``: the input's type, the result's
+    # type is nested_nulls_last_type(dtype)
+    "nested_nulls_last": lambda a, o: _nested_nulls_last(a[0], o["dtype"].arrow),
     "struct.field": lambda a, o: a[0].struct.field(o["name"]),
     "struct.rename_fields": lambda a, o: a[0].struct.rename_fields(list(o["names"])),
     # args: the struct, then one expression per new or replaced field (option ``names``)
@@ -266,6 +270,9 @@ FUNCTIONS: dict[str, FunctionImpl] = {
         maintain_order=o.get("maintain_order", False),
     ),
     "unique": lambda a, o: a[0].unique(maintain_order=o.get("maintain_order", False)),
+    "arg_sort": lambda a, o: a[0].arg_sort(
+        descending=o.get("descending", False), nulls_last=o.get("nulls_last", False)
+    ),
     "over": lambda a, o: _over(a, o),
     "rolling": lambda a, o: _rolling(a, o),
 }
@@ -277,6 +284,35 @@ def _int_range(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:
         return pl.int_range(a[0], a[1], o.get("step", 1), dtype=o["dtype"].to_polars())
     start = o.get("start", 0)
     return pl.int_range(start, pl.len() + start, dtype=pl.Int64)
+
+
+def nested_nulls_last_type(arrow: pa.DataType) -> pa.DataType:
+    """The Arrow type of ``nested_nulls_last`` of a value of type ``arrow``: each value
+    inside a list or struct becomes ``struct<n: bool, v: ...>`` (``n``: it is NULL, which
+    sorts after false; ``v``: the value, the same way), so that Polars' ordering of lists
+    and structs (NULLs nested inside first) puts nested NULLs last ascending and first
+    descending."""
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return pa.large_list(_keyed_type(arrow.value_type))
+    if pa.types.is_struct(arrow):
+        return pa.struct([pa.field(f.name, _keyed_type(f.type)) for f in arrow])
+    return arrow
+
+
+def _keyed_type(arrow: pa.DataType) -> pa.DataType:
+    return pa.struct([pa.field("n", pa.bool_()), pa.field("v", nested_nulls_last_type(arrow))])
+
+
+def _nested_nulls_last(x: pl.Expr, arrow: pa.DataType) -> pl.Expr:
+    if pa.types.is_list(arrow) or pa.types.is_large_list(arrow):
+        return x.list.eval(_keyed(pl.element(), arrow.value_type))
+    if pa.types.is_struct(arrow):
+        return pl.struct([_keyed(x.struct.field(f.name), f.type).alias(f.name) for f in arrow])
+    return x
+
+
+def _keyed(x: pl.Expr, arrow: pa.DataType) -> pl.Expr:
+    return pl.struct(x.is_null().alias("n"), _nested_nulls_last(x, arrow).alias("v"))
 
 
 def _replace_strict(a: list[pl.Expr], o: dict[str, Any]) -> pl.Expr:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shoal.config import get_config
@@ -31,9 +32,11 @@ from shoal.execution.task import (
     ScanInput,
     ScanPartition,
     SingleOutput,
+    from_wire,
+    to_wire,
 )
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
-from shoal.ir.expr import Function, NamedExpr
+from shoal.ir.expr import Col, Function, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -91,8 +94,10 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 
 def frame_of(table: pa.Table) -> pl.DataFrame:
-    """An Arrow table as a Polars DataFrame (zero-copy where Arrow's layout allows)."""
-    df = pl.from_arrow(table)
+    """An Arrow table (as it travels between tasks: :func:`~shoal.execution.task.to_wire`)
+    as a Polars DataFrame, zero-copy where Arrow's layout allows; a table of no columns
+    keeps its height."""
+    df = pl.from_arrow(from_wire(table))
     assert isinstance(df, pl.DataFrame)
     return df
 
@@ -152,16 +157,17 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     elif isinstance(node.source, ParquetSource):
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
-        if not cols:
-            return _height_only(part.rows).lazy()
         lfs = [
             pl.scan_parquet(p.path).slice(p.offset, p.rows).select(cols)
             for p in part.pieces
-            if p.rows > 0
+            if p.rows > 0 and cols
         ]
-        if not lfs:
+        if not cols:
+            lf = _height_only(part.rows).lazy()
+        elif not lfs:
             return _empty(node.schema).lazy()
-        lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
+        else:
+            lf = lfs[0] if len(lfs) == 1 else pl.concat(lfs, how="vertical")
     elif isinstance(node.source, FileSource):
         if not isinstance(part, FilePartition):
             raise RuntimeError("file scan without its partition")
@@ -170,8 +176,9 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
             raise UnsupportedError(f"scan of {node.source.format!r} files")
         lf = reader(part.path, **_reader_options(node.source.options))
         if not cols:
-            return _height_only(lf.select(pl.len()).collect().item()).lazy()
-        lf = lf.select(cols)
+            lf = _height_only(lf.select(pl.len()).collect().item()).lazy()
+        else:
+            lf = lf.select(cols)
     else:  # pragma: no cover
         raise UnsupportedError(f"scan source {type(node.source).__name__}")
     if node.predicate is not None:
@@ -230,11 +237,11 @@ def build(
     if isinstance(node, StageInput):
         return inputs[node.index].lazy()
     if isinstance(node, Project):
-        lf = build(node.input, inputs, scan)
-        out = lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+        out = _project(build(node.input, inputs, scan), node)
         return in_memory(out) if needs_in_memory(node.exprs) else out
     if isinstance(node, Filter):
-        return build(node.input, inputs, scan).filter(to_polars(node.predicate))
+        out = build(node.input, inputs, scan).filter(to_polars(node.predicate))
+        return in_memory(out) if needs_in_memory((NamedExpr("", node.predicate),)) else out
     if isinstance(node, Aggregate):
         lf = build(node.input, inputs, scan)
         aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
@@ -251,6 +258,10 @@ def build(
             return left.join(
                 right, how="cross", suffix=node.suffix, maintain_order=node.maintain_order
             )
+        # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
+        # in-memory engine does whatever maintain_order says (its streaming engine, which a
+        # task's collect runs, may not), so that a partition's rows stay in input order.
+        order = "left" if node.how in ("semi", "anti") else node.maintain_order
         return left.join(
             right,
             left_on=[to_polars(e) for e in node.left_on],
@@ -259,7 +270,7 @@ def build(
             suffix=node.suffix,
             nulls_equal=node.nulls_equal,
             coalesce=node.coalesce,
-            maintain_order=node.maintain_order,
+            maintain_order=order,  # type: ignore[arg-type]
         )
     if isinstance(node, Sort):
         lf = build(node.input, inputs, scan)
@@ -307,6 +318,35 @@ def build(
         frame = build(node.input, inputs, scan).collect(optimizations=collect_optimizations())
         return write_partition(frame, node).lazy()
     raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+
+
+_HEIGHT_TMP = "__shoal_keep_height"
+
+
+def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
+    """``node`` (a :class:`Project`) over ``lf``. Polars' ``select`` gives one row when
+    every expression is a scalar and none without expressions (``keep_height`` False);
+    with ``keep_height`` the output keeps ``lf``'s height, which Polars' ``with_columns``
+    gives (scalars broadcast to it, also over a frame of no columns): the expressions are
+    added as temporary columns and then picked. Plain column references need no such
+    help (a column has the input's height); no expression at all drops every column."""
+    if not node.keep_height or all(isinstance(e.expr, Col) for e in node.exprs):
+        if node.keep_height and not node.exprs:
+            return lf.drop(cs.all())
+        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+    computed = {
+        i: to_polars(e.expr).alias(f"{_HEIGHT_TMP}{i}")
+        for i, e in enumerate(node.exprs)
+        if not isinstance(e.expr, Col)
+    }
+    return lf.with_columns(list(computed.values())).select(
+        [
+            pl.col(f"{_HEIGHT_TMP}{i}").alias(e.name)
+            if i in computed
+            else to_polars(e.expr).alias(e.name)
+            for i, e in enumerate(node.exprs)
+        ]
+    )
 
 
 def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
@@ -422,8 +462,13 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
 #: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
 #: differs from its in-memory engine (what ``DistEngine`` users compare with): in Polars 2.1
 #: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` of a
-#: group where a column has no value and ``entropy`` of the group whose key is null.
-IN_MEMORY_FUNCTIONS = frozenset({"corr", "entropy"})
+#: group where a column has no value and ``entropy`` of the group whose key is null, and
+#: null where the in-memory engine gives false (true for ``bitwise_and``) for the bitwise
+#: aggregations of a Boolean group without a value; ``drop_nans`` in a group of nulls and
+#: NaN drops the nulls too in the streaming engine.
+IN_MEMORY_FUNCTIONS = frozenset(
+    {"corr", "entropy", "bitwise_and", "bitwise_or", "bitwise_xor", "drop_nans"}
+)
 
 
 def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
@@ -489,7 +534,7 @@ def run_fragment(
         parts = _split_hash(df, output)
     else:
         parts = _split_range(df, output)
-    tables = [p.to_arrow() for p in parts]
+    tables = [to_wire(p.to_arrow()) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
     stats = TaskStats(
         pid=os.getpid(),

@@ -31,8 +31,9 @@ import pyarrow as pa
 from shoal.execution.kernel import _reader_options
 from shoal.ir.nodes import SINK_SCHEMA, Sink
 
-#: Polars' file names in a partitioned sink: the file's number, 8 digits.
-FILE_NAME = "{index:08d}.{ext}"
+#: Polars' file names in a partitioned sink: the file's number, 8 hexadecimal digits
+#: (Polars 2.1 writes ``00000009.parquet``, ``0000000a.parquet``, ...; measured).
+FILE_NAME = "{index:08x}.{ext}"
 
 
 def _files_frame(paths: list[str], rows: list[int], sizes: list[int]) -> pl.DataFrame:
@@ -56,7 +57,7 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
         target = node.path
     else:
         base = node.path
-        if node.layout == "split":  # a directory of this task's own, renamed by commit()
+        if node.staging:  # a directory of this task's own, moved into place by commit()
             base = os.path.join(node.path, node.staging, uuid.uuid4().hex)
         keys: dict[str, Any] = {}
         if node.layout == "hive":
@@ -112,8 +113,10 @@ def check_target(node: Sink) -> None:
 
 
 def prepare(node: Sink) -> Sink:
-    """``node`` ready to run: a ``"split"`` sink gets a fresh staging directory name."""
-    if node.layout != "split":
+    """``node`` ready to run: a partitioned sink (``"split"``, ``"hive"``) gets a fresh
+    staging directory name, so that its tasks write nothing into the target itself and a
+    failed query leaves the target as it was (all or nothing per query)."""
+    if node.layout not in ("split", "hive"):
         return node
     return replace(node, staging=f".shoal-staging-{uuid.uuid4().hex}")
 
@@ -128,7 +131,7 @@ def commit(node: Sink, written: pa.Table) -> pa.Table:
     df = pl.from_arrow(written)
     assert isinstance(df, pl.DataFrame)
     if node.layout == "hive":
-        df = df.sort("path")
+        df = _commit_hive(node, df).sort("path")
     elif node.layout == "split":
         keep = df.filter(pl.col("rows") > 0)
         if keep.height == 0:
@@ -146,8 +149,34 @@ def commit(node: Sink, written: pa.Table) -> pa.Table:
     return df.to_arrow().cast(SINK_SCHEMA.to_arrow())
 
 
+def _commit_hive(node: Sink, df: pl.DataFrame) -> pl.DataFrame:
+    """Move a ``"hive"`` sink's staged files (``<staging>/<task>/<key>=<value>/<file>``)
+    to ``<path>/<key>=<value>/<file>``. Each key value is written by one task (the rows
+    were hash-partitioned by the keys), so the names cannot collide. Should a move fail,
+    the files already moved are moved back before the error propagates."""
+    if not node.staging:
+        return df
+    root = os.path.join(node.path, node.staging)
+    final: list[str] = []
+    moved: list[tuple[str, str]] = []
+    try:
+        for src in df["path"]:
+            rel = os.path.relpath(src, root).split(os.sep, 1)[1]  # drop the task's folder
+            dst = os.path.join(node.path, rel)
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            os.replace(src, dst)
+            moved.append((src, dst))
+            final.append(dst)
+    except BaseException:
+        for src, dst in reversed(moved):
+            os.replace(dst, src)
+        raise
+    abort(node)
+    return df.with_columns(pl.Series("path", final, pl.String))
+
+
 def abort(node: Sink) -> None:
-    """Remove a ``"split"`` sink's staging directory (after success, failure or
+    """Remove a partitioned sink's staging directory (after success, failure or
     cancellation; files already in their final place stay)."""
-    if node.layout == "split" and node.staging:
+    if node.layout in ("split", "hive") and node.staging:
         shutil.rmtree(os.path.join(node.path, node.staging), ignore_errors=True)

@@ -43,9 +43,42 @@ class FilePartition:
 
 @dataclass(frozen=True, eq=False)
 class MemoryPiece:
-    """One partition of an in-memory scan: a row range of the source table."""
+    """One partition of an in-memory scan: a row range of the source table, in the form
+    tables travel between tasks (:func:`to_wire`; the kernel reads the scan's columns)."""
 
     table: pa.Table
+
+
+#: Name of the single column that carries the row count of a table without columns
+#: between tasks (see :func:`to_wire`).
+HEIGHT_COLUMN = "__shoal_height"
+
+
+def to_wire(table: pa.Table) -> pa.Table:
+    """``table`` in the form it travels between tasks and to the driver: unchanged when it
+    has columns; a table without columns becomes one column ``HEIGHT_COLUMN`` of type
+    null and the same number of rows (no buffers: zero bytes).
+
+    A table of ``n`` rows and no columns (what a count after a filter reads once Polars has
+    pruned every column) loses its rows on the way otherwise: pyarrow pickles a table as
+    its columns (Ray's object store and the local worker processes pickle), and
+    ``pyarrow.concat_tables`` counts rows by column; both give 0 rows. :func:`from_wire`
+    undoes this."""
+    if table.num_columns or not table.num_rows:
+        return table
+    return pa.table({HEIGHT_COLUMN: pa.nulls(table.num_rows)})
+
+
+def from_wire(table: pa.Table) -> pa.Table:
+    """The table :func:`to_wire` was given: a table whose only column is ``HEIGHT_COLUMN``
+    of type null becomes a table of as many rows and no columns."""
+    if (
+        table.num_columns == 1
+        and table.column_names[0] == HEIGHT_COLUMN
+        and pa.types.is_null(table.schema.field(0).type)
+    ):
+        return table.select([])
+    return table
 
 
 #: What a scan task reads: Parquet pieces, an in-memory row range, or one whole file.

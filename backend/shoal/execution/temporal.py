@@ -69,7 +69,7 @@ def build_temporal(node: PlanNode, inputs: list[pl.LazyFrame]) -> pl.LazyFrame:
         ).agg([to_polars(a.expr).alias(a.name) for a in node.aggs])
     if isinstance(node, MergeSorted):
         left, right = inputs
-        return left.merge_sorted(right, key=node.key)
+        return left.merge_sorted(right, key=list(node.key))
     if isinstance(node, RestoreGroupOrder):
         (lf,) = inputs
         return _restore_group_order(lf, list(node.keys), node.operator)

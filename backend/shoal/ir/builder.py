@@ -856,7 +856,7 @@ class Frame:
         out = [new.pop(n, NamedExpr(n, Col(n, t))) for n, t in self.schema.fields]
         out.extend(i for i in items if i.name in new)
         schema = Schema.of([(i.name, i.dtype) for i in out])
-        return Frame(Project(self.plan, tuple(out), schema))
+        return Frame(Project(self.plan, tuple(out), schema, keep_height=True))
 
     def drop(self, *names: str) -> Frame:
         """All columns but ``names``; raises ``PlanError`` for a name not in the schema."""
@@ -1119,12 +1119,13 @@ class Frame:
             self, index_column, period=period, offset=offset, closed=closed, group_by=group_by
         )
 
-    def merge_sorted(self, other: Frame, key: str) -> Frame:
-        """The rows of this frame and ``other``, both sorted ascending by column ``key``,
-        merged into one sorted frame (:class:`~shoal.ir.nodes.MergeSorted`, Polars'
-        ``merge_sorted``). Unsorted inputs give an unsorted result, as in Polars.
+    def merge_sorted(self, other: Frame, key: str | Sequence[str]) -> Frame:
+        """The rows of this frame and ``other``, both sorted ascending by column ``key``
+        (or by several columns, lexicographically), merged into one sorted frame
+        (:class:`~shoal.ir.nodes.MergeSorted`, Polars' ``merge_sorted``). Unsorted inputs
+        give an unsorted result, as in Polars.
 
-        Raises ``PlanError`` when ``key`` is not a column, the two schemas differ, or the
+        Raises ``PlanError`` when a key is not a column, the two schemas differ, or a
         key's type has no order (lists, structs, binary)."""
         from shoal.ir.builder_temporal import merge_sorted
 

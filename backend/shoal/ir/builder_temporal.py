@@ -323,18 +323,23 @@ def join_asof(
     return Frame(AsofJoin(left=left.plan, right=right.plan, schema=schema, **options))
 
 
-def merge_sorted(left: Frame, right: Frame, key: builtins.str) -> Frame:
+def merge_sorted(left: Frame, right: Frame, key: builtins.str | Sequence[builtins.str]) -> Frame:
     """See :meth:`shoal.ir.builder.Frame.merge_sorted`."""
     where = "MergeSorted"
     if not isinstance(right, Frame):
         raise TypeError(f"merge_sorted() takes a Frame, got {type(right).__name__}")
-    if not isinstance(key, builtins.str) or key not in left.schema:
-        raise PlanError(f"{where}: key {key!r} is not a column of the schema {left.schema}")
+    keys = (key,) if isinstance(key, builtins.str) else tuple(key)
+    if not keys:
+        raise PlanError(f"{where}: no key to merge by")
+    for k in keys:
+        if not isinstance(k, builtins.str) or k not in left.schema:
+            raise PlanError(f"{where}: key {k!r} is not a column of the schema {left.schema}")
     if right.schema != left.schema:
         raise PlanError(
             f"{where}: both inputs need the same schema: left {left.schema}, right {right.schema}"
         )
-    dt = left.schema[key]
-    if not (dt.is_numeric or dt.is_temporal or dt.is_string or dt.arrow == pa.bool_()):
-        raise PlanError(f"{where}: key {key!r} is {dt}, which has no order to merge by")
-    return Frame(MergeSorted(left.plan, right.plan, key, left.schema))
+    for k in keys:
+        dt = left.schema[k]
+        if not (dt.is_numeric or dt.is_temporal or dt.is_string or dt.arrow == pa.bool_()):
+            raise PlanError(f"{where}: key {k!r} is {dt}, which has no order to merge by")
+    return Frame(MergeSorted(left.plan, right.plan, keys, left.schema))

@@ -35,7 +35,8 @@ def describe(node: PlanNode) -> str:
         pred = f" WHERE {node.predicate}" if node.predicate is not None else ""
         return f"SCAN {node.source.describe()} COLUMNS {list(node.schema.names)}{pred}"
     if isinstance(node, Project):
-        return "PROJECT " + ", ".join(map(str, node.exprs))
+        keep = " KEEP HEIGHT" if node.keep_height else ""
+        return "PROJECT " + ", ".join(map(str, node.exprs)) + keep
     if isinstance(node, Filter):
         return f"FILTER {node.predicate}"
     if isinstance(node, Aggregate):
@@ -95,7 +96,7 @@ def describe(node: PlanNode) -> str:
 
 def _describe_temporal(node: AsofJoin | DynamicGroupBy | RollingGroupBy | MergeSorted) -> str:
     if isinstance(node, MergeSorted):
-        return f"MERGE SORTED BY {node.key}"
+        return f"MERGE SORTED BY {', '.join(node.key)}"
     if isinstance(node, AsofJoin):
         by = f" BY {list(node.left_by)} = {list(node.right_by)}" if node.left_by else ""
         tol = "" if node.tolerance is None else f" TOLERANCE {node.tolerance}"

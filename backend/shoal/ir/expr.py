@@ -229,7 +229,11 @@ class Col(Expr):
 
 @dataclass(frozen=True)
 class Lit(Expr):
-    """A scalar literal (Python value: int, float, str, bool, date, datetime, Decimal, None)."""
+    """A scalar literal (Python value: int, float, str, bool, date, datetime, Decimal, None).
+
+    A temporal literal may also be its physical integer in its dtype's unit (a Datetime
+    since the epoch in UTC, a Time since midnight in nanoseconds): Python's datetime types
+    stop at microseconds, so nanosecond values travel that way."""
 
     value: Any
     dtype: DataType

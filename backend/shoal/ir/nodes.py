@@ -138,11 +138,31 @@ class Scan(PlanNode):
 @dataclass(frozen=True)
 class Project(PlanNode):
     """Evaluate ``exprs`` row by row; the output has exactly these columns, in order.
-    A literal or a scalar aggregate broadcasts to the height of the other columns."""
+    A literal or a scalar aggregate broadcasts to the height of the other columns.
+
+    ``keep_height`` says how many rows the output has when no expression gives a column of
+    its own height (every one is a literal or a scalar aggregate, or there is none):
+
+    * False (Polars' ``select``): one row, the scalars' values (no row at all when there
+      is no expression); ``select(pl.lit(1))`` is one row whatever the input's height.
+    * True (Polars' ``with_columns`` and its column pruning, a SQL projection, a Substrait
+      ``ProjectRel``): the input's height, every scalar broadcast to it, also when the
+      input has no columns (a frame of ``n`` rows and no columns stays ``n`` rows).
+
+    Otherwise both read the same: the height of the expressions that have one, and
+    ``keep_height`` is stored False (one plan, one form: equal plans compare equal).
+    """
 
     input: PlanNode
     exprs: tuple[NamedExpr, ...]
     schema: Schema
+    keep_height: bool = False
+
+    def __post_init__(self) -> None:
+        if self.keep_height and any(
+            ne.expr.columns() and ne.expr.is_row_local() for ne in self.exprs
+        ):
+            object.__setattr__(self, "keep_height", False)
 
 
 @dataclass(frozen=True)
@@ -415,14 +435,15 @@ class RollingGroupBy(PlanNode):
 
 @dataclass(frozen=True)
 class MergeSorted(PlanNode):
-    """Two inputs sorted ascending by ``key``, merged into one sorted output (Polars
+    """Two inputs sorted ascending by the columns ``key`` (lexicographically: the first
+    key, then the next among equal ones), merged into one sorted output (Polars
     ``merge_sorted``; rows with equal keys from the two sides come in the order Polars'
     merge of the whole inputs gives them, which is not always left first). Both inputs
     have the node's schema."""
 
     left: PlanNode
     right: PlanNode
-    key: str
+    key: tuple[str, ...]
     schema: Schema
 
 
@@ -464,7 +485,9 @@ class Sink(PlanNode):
       their final names (``shoal.execution.sink.commit``);
     * ``"hive"``: Polars' ``PartitionBy(path, key=partition_by)``: one directory per key
       value, ``path/<col>=<value>/00000000.parquet``, each key's rows in input order (the
-      key columns are kept in the files when ``include_key``).
+      key columns are kept in the files when ``include_key``). Tasks write under the
+      ``staging`` directory too, and the driver moves the files into place only when every
+      task has succeeded; a failed query leaves nothing behind.
 
     ``options`` are keyword arguments of Polars' Parquet writer (``compression``,
     ``compression_level``, ``statistics``, ``row_group_size``, ``data_page_size``,

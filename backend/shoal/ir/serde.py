@@ -659,6 +659,12 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
+_TOO_DEEP = (
+    "$.plan: the plan or an expression in it is nested too deeply to read (over about "
+    "half of Python's recursion limit in levels)"
+)
+
+
 def from_dict(
     doc: Any, *, tables: Mapping[str, pa.Table] | None = None, validate: bool = True
 ) -> PlanNode:
@@ -680,11 +686,14 @@ def from_dict(
         raise PlanError(f"$: unknown key {extra[0]!r}")
     if "plan" not in doc:
         raise PlanError("$.plan: missing")
-    plan = _Decoder(tables).obj(doc["plan"], PlanNode, "$.plan")
-    if validate:
-        from shoal.ir.validate import validate as check
+    try:
+        plan = _Decoder(tables).obj(doc["plan"], PlanNode, "$.plan")
+        if validate:
+            from shoal.ir.validate import validate as check
 
-        check(plan)
+            check(plan)
+    except RecursionError:
+        raise PlanError(_TOO_DEEP) from None
     return plan
 
 
@@ -703,6 +712,8 @@ def from_json(
         doc = json.loads(text)
     except (ValueError, TypeError) as exc:
         raise PlanError(f"$: not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise PlanError(_TOO_DEEP) from None
     return from_dict(doc, tables=tables, validate=validate)
 
 

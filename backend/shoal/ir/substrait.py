@@ -633,12 +633,19 @@ class _Exporter:
         if isinstance(node, Project):
             ref = self.refs(node.input.schema)
             n_in = len(node.input.schema)
-            return stalg.Rel(
-                project=stalg.ProjectRel(
-                    common=self.common(node.schema, emit=range(n_in, n_in + len(node.exprs))),
-                    input=self.rel(node.input),
-                    expressions=[self.expr(ne.expr, ref) for ne in node.exprs],
+            common = self.common(node.schema, emit=range(n_in, n_in + len(node.exprs)))
+            child = self.rel(node.input)  # (before the expressions: extension anchors)
+            expressions = [self.expr(ne.expr, ref) for ne in node.exprs]
+            if not node.keep_height and not any(
+                ne.expr.columns() and ne.expr.is_row_local() for ne in node.exprs
+            ):
+                # A ProjectRel computes its expressions once per input row.
+                raise UnsupportedError(
+                    "Substrait export: a projection of scalars alone (one row, Polars' "
+                    "select) has no ProjectRel form"
                 )
+            return stalg.Rel(
+                project=stalg.ProjectRel(common=common, input=child, expressions=expressions)
             )
         if isinstance(node, Aggregate):
             return self.aggregate(node)
@@ -1220,7 +1227,9 @@ class _Importer:
                 name = f"{ne.name}_{seen[ne.name]}"
             seen.setdefault(name, 0)
             out.append(NamedExpr(name, ne.expr))
-        return Project(node, tuple(out), Schema.of([(ne.name, ne.dtype) for ne in out]))
+        # A Substrait projection (and an emit) is row by row: the input's height.
+        schema = Schema.of([(ne.name, ne.dtype) for ne in out])
+        return Project(node, tuple(out), schema, keep_height=True)
 
     def rename(self, node: PlanNode, names: list[str]) -> PlanNode:
         if not names or names == list(node.schema.names):

@@ -3,7 +3,7 @@ part (after the exchange), where that split is exact.
 
 ``sum``, ``count``, ``len``, ``min``, ``max``, ``nan_min``, ``nan_max``, ``product`` and
 ``null_count`` combine exactly; ``mean`` becomes ``sum / count`` (null when the count is 0,
-as Polars' mean of no values). ``n_unique``, ``median``, ``quantile``, ``std``, ``var``,
+as Polars' mean of no values), except of a temporal column (Polars' own unit rules). ``n_unique``, ``median``, ``quantile``, ``std``, ``var``,
 ``first``, ``last``, ``implode`` and the rest are not split, nor is any aggregate of an
 order-dependent expression (``cum_sum(a).sum()``): their rows are shuffled by key and
 aggregated once, which is exact (the shuffle keeps the input order within a group).
@@ -64,6 +64,11 @@ def can_split(aggs: tuple[NamedExpr, ...]) -> bool:
                     # are (Polars: lit(1).sum() is 1): per-partition parts would add up.
                     return False
                 if e.arg is not None and not _rows_independent(e.arg):
+                    return False
+                if e.name == "mean" and e.arg is not None and e.arg.dtype.is_temporal:
+                    # Polars' mean of a Date is a Datetime of its days in microseconds, of a
+                    # Datetime/Duration/Time the mean of its physical integers, rounded as
+                    # Polars rounds: the raw rows give exactly that.
                     return False
             elif isinstance(e, Col) and not _inside_agg(ne.expr, e):
                 return False

@@ -21,6 +21,7 @@ from shoal.execution.task import (
     ParquetPiece,
     ScanInput,
     ScanPartition,
+    to_wire,
 )
 from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
 from shoal.ir.types import DataType
@@ -176,5 +177,5 @@ def _split_table(scan: Scan, target_bytes: int, default_partitions: int) -> Scan
     parts: list[ScanInput] = []
     for i in range(n):
         start, stop = i * rows // n, (i + 1) * rows // n
-        parts.append(MemoryPiece(table.slice(start, stop - start)))
+        parts.append(MemoryPiece(to_wire(table.slice(start, stop - start))))
     return ScanSplit(tuple(parts), nbytes, table.num_rows)

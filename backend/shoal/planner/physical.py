@@ -91,6 +91,12 @@ class PhysicalPlan:
 
     stages: list[Stage] = field(default_factory=list)
     schema: Schema | None = None
+    #: The CPU count the plan was sized by (scan splits, shuffle partitions), and where it
+    #: came from: "cluster" (the running Ray cluster's or local runner's CPUs, read when the
+    #: query was planned), "setting" (``num_cpus``) or "driver" (this machine's CPUs, for a
+    #: plan explained before any runner started).
+    cpus: int = 0
+    cpus_source: str = ""
 
     @property
     def root(self) -> Stage:
@@ -105,6 +111,8 @@ class PhysicalPlan:
     def explain(self) -> str:
         """Stages and exchanges as text, root first."""
         lines: list[str] = []
+        if self.cpus:
+            lines.append(f"Sized for {self.cpus} CPUs ({self.cpus_source})")
         for st in reversed(self.stages):
             ins = ", ".join(
                 f"stage{'s' if i.more else ''} {', '.join(map(str, i.stages))} ({i.mode})"
@@ -126,8 +134,11 @@ class PhysicalPlan:
         return "\n".join(lines)
 
 
-def plan_physical(plan: PlanNode, config: object) -> PhysicalPlan:
-    """Build the physical plan of ``plan`` (see :func:`shoal.planner.planner.build`)."""
+def plan_physical(plan: PlanNode, config: object, cpus: int | None = None) -> PhysicalPlan:
+    """Build the physical plan of ``plan`` (see :func:`shoal.planner.planner.build`), sized
+    for ``cpus`` CPUs: the running cluster's, which the runner session reads per query so
+    that an autoscaled cluster gets more partitions; None: the ``num_cpus`` setting, else
+    this machine's CPU count."""
     from shoal.planner.planner import build
 
-    return build(plan, config)  # type: ignore[arg-type]
+    return build(plan, config, cpus)  # type: ignore[arg-type]

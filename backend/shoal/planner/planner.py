@@ -89,12 +89,21 @@ class _Open:
 
 
 class _Builder:
-    def __init__(self, config: Config, shared: set[int] | None = None) -> None:
+    def __init__(
+        self, config: Config, shared: set[int] | None = None, cpus: int | None = None
+    ) -> None:
         self.config = config
         self.plan = PhysicalPlan()
         self.shared = shared or set()
         self.memo: dict[int, Stage] = {}
-        self.cpus = config.num_cpus or os.cpu_count() or 1
+        if cpus:
+            self.plan.cpus_source = "cluster"
+        elif config.num_cpus:
+            self.plan.cpus_source = "setting num_cpus"
+        else:
+            self.plan.cpus_source = "driver's CPUs; a query reads the cluster's"
+        self.cpus = int(cpus or config.num_cpus or os.cpu_count() or 1)
+        self.plan.cpus = self.cpus
         self.max_shuffle = max(2, 4 * self.cpus)
         #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
         self.hash_windows: dict[int, windows.HashWindow] = {}
@@ -259,19 +268,25 @@ class _Builder:
         with_agg = [e.expr.has_agg() for e in node.exprs]
         reads_cols = any(e.expr.columns() for e in node.exprs)
         if op.num_tasks == 1:
-            return op.wrap(Project(op.node, node.exprs, node.schema))
-        if any(with_agg) and all(
-            with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs)
+            return op.wrap(replace(node, input=op.node))
+        if (
+            not node.keep_height
+            and any(with_agg)
+            and all(with_agg[i] or not e.expr.columns() for i, e in enumerate(node.exprs))
         ):
             # select(sum(a), ...): a global aggregation.
             agg = Aggregate(node.input, (), node.exprs, False, node.schema)
             return self.aggregate(agg, planned=op)
-        if not all(e.expr.is_row_local() for e in node.exprs) or not reads_cols:
+        # A projection of scalars alone is one row (not one per partition), unless it keeps
+        # its input's height: then each partition broadcasts them to its own rows.
+        if not all(e.expr.is_row_local() for e in node.exprs) or not (
+            reads_cols or node.keep_height
+        ):
             windowed = self.hash_window(op, node) if reads_cols else None
             if windowed is not None:
                 return windowed
             op = self.gather(op, "gather")
-        return op.wrap(Project(op.node, node.exprs, node.schema))
+        return op.wrap(replace(node, input=op.node))
 
     def row_index(self, node: RowIndex) -> _Open:
         """``with_row_index``: in place on one partition, else by prefix offsets
@@ -394,7 +409,9 @@ class _Builder:
         op = self.visit(node.input)
         if op.num_tasks == 1:
             return op.wrap(node.with_children((op.node,)))
-        if node.maintain_order:
+        names = node.subset if node.subset is not None else node.schema.names
+        if node.maintain_order or not names:
+            # (A frame of no columns has no key to hash: one task.)
             # Per-partition dedupe keeps each partition's first (last) rows in order; the
             # gather keeps partition order, so a final dedupe is exact. "none" cannot
             # pre-dedupe: a row duplicated across partitions must go.
@@ -406,7 +423,6 @@ class _Builder:
         # outputs are read in partition order), so keep first/last stays exact.
         if node.keep != "none":
             op.wrap(Distinct(op.node, node.subset, node.keep, False, node.schema))
-        names = node.subset if node.subset is not None else node.schema.names
         keys = tuple(Col(n, node.input.schema[n]) for n in names)
         n = self.shuffle_n(op)
         st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
@@ -531,11 +547,12 @@ def _shared_nodes(plan: PlanNode) -> set[int]:
     return shared
 
 
-def build(plan: PlanNode, config: Config) -> PhysicalPlan:
+def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPlan:
     """The physical plan of ``plan`` under ``config`` (partition sizes, broadcast threshold,
-    shuffle partitions). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing
-    file, before anything runs."""
-    b = _Builder(config, _shared_nodes(plan))
+    shuffle partitions), sized for ``cpus`` CPUs (None: ``config.num_cpus``, else this
+    machine's). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing file,
+    before anything runs."""
+    b = _Builder(config, _shared_nodes(plan), cpus)
     root = b.visit(plan)
     if not (root.name == "after-udf" and isinstance(root.node, StageInput)):
         b.cut(root, SingleOutput(), name=root.name)

@@ -113,7 +113,7 @@ def plan_cumulative(b: _Builder, op: _Open, node: Project | Filter) -> _Open | N
     def apply(joined: PlanNode, data: Schema) -> PlanNode:
         if isinstance(node, Project):
             new = tuple(NamedExpr(e.name, replace(e.expr, swap)) for e in node.exprs)
-            return Project(joined, new, node.schema)
+            return Project(joined, new, node.schema, node.keep_height)
         kept = Filter(joined, replace(node.predicate, swap), joined.schema)
         columns = tuple(NamedExpr(c, Col(c, t)) for c, t in data.items())
         return Project(kept, columns, node.schema)

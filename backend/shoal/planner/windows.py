@@ -197,11 +197,13 @@ def _join_previous(
 
 def _row_wise(node: Project | Filter) -> bool:
     """Each output row is computed from its input row alone (a projection of literals only
-    is one row, not one per input row: not row-wise)."""
+    is one row, not one per input row, unless it keeps its input's height: not row-wise)."""
     if isinstance(node, Filter):
         return node.predicate.is_row_local()
     exprs = [e.expr for e in node.exprs]
-    return all(e.is_row_local() for e in exprs) and any(e.columns() for e in exprs)
+    return all(e.is_row_local() for e in exprs) and (
+        node.keep_height or any(e.columns() for e in exprs)
+    )
 
 
 _ROW = Col(ROW_TAG, _ROW_TYPE)
@@ -214,7 +216,7 @@ def _evaluate(node: Project | Filter, child: PlanNode) -> Project | Filter:
         return Filter(child, node.predicate, child.schema)
     schema = _with_tags(node.schema, (ROW_TAG, _ROW_TYPE), (PART_TAG, _PART_TYPE))
     tags = (NamedExpr(ROW_TAG, _ROW), NamedExpr(PART_TAG, _PART))
-    return Project(child, (*node.exprs, *tags), schema)
+    return Project(child, (*node.exprs, *tags), schema, node.keep_height)
 
 
 def _restore(

@@ -237,6 +237,9 @@ class RayActorPool:
         self._pending_ready: dict[Any, int] = {}  # ready() reference -> actor index
         self._actor_of: dict[Any, Any] = {}  # a call's stats reference -> the actor running it
         self.replaced = 0  # actors started in place of ones that died
+        #: Replacements after which a dying actor fails the query instead (an actor that
+        #: dies on every batch, e.g. out of memory, must not be replaced forever).
+        self.max_replacements = 3 * self.max + 2
         self._lock = threading.Lock()
         self._started = False
         self._closed = False
@@ -337,8 +340,8 @@ class RayActorPool:
             return False
         with self._lock:
             dead = self._actor_of.pop(handle, None)
-            if dead is None or self._closed:
-                return False
+            if dead is None or self._closed or self.replaced >= self.max_replacements:
+                return False  # the query fails with a TaskError naming the UDF
             i = next((k for k, a in enumerate(self._actors) if a is dead), None)
             if i is None:
                 return True  # already replaced after another of its calls failed
@@ -349,8 +352,10 @@ class RayActorPool:
             actor = self._new_actor(name)
             self._actors[i] = actor
             self._busy[i] = None
-            self._ready[i] = False
-            self._pending_ready[actor.ready.remote()] = i
+            # It takes batches at once, as the first actors do: Ray queues the calls until
+            # it is up. (Waiting for it to be ready left a pool of one actor with no free
+            # actor, and the loop, with nothing else in flight, failed the query.)
+            self._ready[i] = True
             self.replaced += 1
             return True
 

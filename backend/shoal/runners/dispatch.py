@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
+from shoal import config as _config
 from shoal.errors import QueryCancelledError, task_error
 from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
@@ -218,7 +219,10 @@ class DispatchLoop:
         cancel: CancelToken | None = None,
     ) -> None:
         self.plan = plan
-        self.config_digest = config.digest() if config is not None else ""
+        #: Tasks cancelled because another task of the query failed.
+        self._stopped_by_failure: list[Any] = []
+        # The config's hash plus the driver's software versions: every task checks both.
+        self.config_digest = _config.query_digest(config) if config is not None else ""
         self.max_retries = config.task_max_retries if config is not None else 0
         self.config_handle = backend.begin_query(config) if config is not None else None
         self.backend = backend
@@ -327,7 +331,8 @@ class DispatchLoop:
                     continue
                 if self.tracer is not None:
                     self.tracer.task_failed(spec, exc)
-                self.backend.cancel(list(self.in_flight))
+                self._stopped_by_failure = list(self.in_flight)
+                self.backend.cancel(self._stopped_by_failure)
                 self.in_flight.clear()
                 self._reserved.clear()
                 if isinstance(exc, KeyboardInterrupt):
@@ -420,12 +425,15 @@ class DispatchLoop:
                     yield from self._hand_over(emitted)
                     emitted += 1
         except BaseException as exc:
-            stopped = list(self.in_flight)
-            if stopped:
-                self.backend.cancel(stopped)
+            running = list(self.in_flight)
+            stopped = running + self._stopped_by_failure  # (the latter already cancelled)
+            if running:
+                self.backend.cancel(running)
                 self.in_flight.clear()
                 self._reserved.clear()
-            if isinstance(exc, QueryCancelledError):
+            # A cancelled query, and one that writes files (its staged files are removed
+            # once the loop returns), wait until no task of theirs still runs.
+            if isinstance(exc, QueryCancelledError) or self._writes_files():
                 self.close_pools()  # ends the pools' tasks too
                 self._settle(stopped)
             raise
@@ -461,6 +469,10 @@ class DispatchLoop:
         st.resent[spec.partition] = st.resent.get(spec.partition, 0) + 1
         st.retry.append(spec.partition)
         return True
+
+    def _writes_files(self) -> bool:
+        """Whether the query's root stage writes files (a sink)."""
+        return bool(self.plan.stages) and self.plan.root.operators[:1] == ["Sink"]
 
     def _settle(self, handles: list[Any]) -> None:
         """Wait until the cancelled ``handles`` are done (at most :data:`CANCEL_SETTLE_S`

@@ -12,17 +12,21 @@ import contextlib
 import json
 import logging
 import os
+import queue
 import socket
-from collections.abc import Sequence
-from typing import Any
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
-from shoal.config import Config
+from shoal.config import Config, redact
 from shoal.errors import ShoalError
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
 _log = logging.getLogger("shoal")
+_T = TypeVar("_T")
 
 #: Seconds a cancelled Ray task gets to stop by itself before its worker is killed.
 CANCEL_GRACE_S = 1.0
@@ -31,8 +35,59 @@ CANCEL_GRACE_S = 1.0
 READ_TIMEOUT_S = 5.0
 
 
+class _OwnerThread:
+    """The thread that starts (and so owns) a local Ray instance, for the process's life.
+
+    Ray ties the daemons it starts (gcs_server, raylet) to the *thread* that ran
+    ``ray.init`` (Linux ``PR_SET_PDEATHSIG`` fires when the forking thread exits). Started
+    from a short-lived thread (a ``ThreadPoolExecutor`` worker, ``asyncio.to_thread``, a web
+    server's request thread), the instance died with that thread, the next query hung for
+    60 s and Ray's C++ core then exited the whole process. So shoal runs ``ray.init`` on one
+    daemon thread of its own that waits for work until the process ends.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def run(self, fn: Callable[[], _T]) -> _T:
+        """Run ``fn`` on the owner thread and return its result (or raise its error)."""
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._serve, name="shoal-ray-owner", daemon=True
+                )
+                self._thread.start()
+        done: Future[_T] = Future()
+        self._jobs.put((fn, done))
+        return done.result()
+
+    def _serve(self) -> None:
+        while True:
+            fn, done = self._jobs.get()
+            try:
+                done.set_result(fn())
+            except BaseException as exc:  # handed to the caller's thread
+                done.set_exception(exc)
+
+
+_owner = _OwnerThread()
+
+
+class _DropNotMainThreadWarning(logging.Filter):
+    """Ray warns that it sets no SIGTERM handler off the main thread: expected on the
+    owner thread, and not the user's concern."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "not the main thread" not in record.getMessage()
+
+
 def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
+
+    Runs on shoal's Ray owner thread (see :class:`_OwnerThread`), so that a local instance
+    lives as long as the process whichever thread ran the first query.
 
     The address is ``config.ray_address`` (``SHOAL_RAY_ADDRESS``), else ``RAY_ADDRESS``
     (read by Ray on the driver), else a new local instance with ``config.num_cpus`` CPUs
@@ -41,15 +96,20 @@ def start_ray(config: Config) -> bool:
     Returns True when shoal started (and so owns) the instance. Raises
     :class:`shoal.ShoalError` saying why when Ray cannot start; never falls back.
     """
+    return _owner.run(lambda: _start_ray(config))
+
+
+def _start_ray(config: Config) -> bool:
     import ray
 
     if ray.is_initialized():
         return False
-    runtime_env = {"env_vars": {"POLARS_MAX_THREADS": str(config.task_cpus)}}
     kwargs: dict[str, Any] = {
         "logging_level": logging.WARNING,
-        "runtime_env": runtime_env,
+        "runtime_env": runtime_env(config),
     }
+    if config.ray_namespace:
+        kwargs["namespace"] = config.ray_namespace
     address = config.ray_address or os.environ.get("RAY_ADDRESS")
     if address and address != "auto":
         check_reachable(address, config.ray_connect_timeout_s)
@@ -66,42 +126,74 @@ def start_ray(config: Config) -> bool:
             # address="local" always starts a new instance private to this process: with no
             # address Ray would attach to any instance another program started on the
             # machine (it reads /tmp/ray/ray_current_cluster).
-            ray.init(
-                address="local",
-                num_cpus=config.num_cpus,
-                num_gpus=config.num_gpus,
-                _temp_dir=config.ray_temp_dir,
-                object_store_memory=config.object_store_bytes,
-                _system_config=system or None,
-                include_dashboard=config.ray_dashboard,
-                **kwargs,
-            )
+            ray_worker_log = logging.getLogger("ray._private.worker")
+            quiet = _DropNotMainThreadWarning()
+            ray_worker_log.addFilter(quiet)
+            try:
+                ray.init(
+                    address="local",
+                    num_cpus=config.num_cpus,
+                    num_gpus=config.num_gpus,
+                    _temp_dir=config.ray_temp_dir,
+                    object_store_memory=config.object_store_bytes,
+                    _system_config=system or None,
+                    include_dashboard=config.ray_dashboard,
+                    **kwargs,
+                )
+            finally:
+                ray_worker_log.removeFilter(quiet)
     except Exception as exc:
-        where = f"cluster at {address!r}" if address else "a local Ray instance"
+        where = f"cluster at {redact(address)!r}" if address else "a local Ray instance"
         hint = (
             "; ray_dashboard (SHOAL_RAY_DASHBOARD) needs ray[default]: pip install 'ray[default]'"
             if config.ray_dashboard and not address and "dashboard" in str(exc).lower()
             else ""
         )
-        raise ShoalError(f"shoal could not start the Ray runner ({where}): {exc}{hint}") from exc
+        # Ray's own message may repeat the address, credentials and all: redacted, and the
+        # original is not chained.
+        raise ShoalError(
+            f"shoal could not start the Ray runner ({where}): {redact(str(exc))}{hint}"
+        ) from None
     return True
+
+
+def runtime_env(config: Config) -> dict[str, Any]:
+    """The Ray runtime_env of the driver's job: the user's ``ray_runtime_env`` with
+    ``POLARS_MAX_THREADS`` (the task's CPUs: Polars fixes its thread pool at import) added
+    to its ``env_vars`` unless the user set it."""
+    env: dict[str, Any] = json.loads(json.dumps(dict(config.ray_runtime_env), default=_plain))
+    env_vars = dict(env.get("env_vars") or {})
+    env_vars.setdefault("POLARS_MAX_THREADS", str(config.task_cpus))
+    env["env_vars"] = env_vars
+    return env
+
+
+def _plain(value: Any) -> Any:
+    """JSON form of the frozen mappings and tuples a Config holds."""
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, tuple):
+        return list(value)
+    raise TypeError(f"shoal setting ray_runtime_env: {value!r} is not JSON")
 
 
 def check_reachable(address: str, timeout_s: float) -> None:
     """Raise :class:`shoal.ShoalError` when nothing answers at the Ray ``address``
     (``ray://host:port`` or ``host:port``) within ``timeout_s`` seconds."""
-    target = address.removeprefix("ray://")
+    target = address.removeprefix("ray://").rpartition("@")[2]
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
-        raise ShoalError(f"shoal: Ray address {address!r} is not of the form [ray://]host:port")
+        raise ShoalError(
+            f"shoal: Ray address {redact(address)!r} is not of the form [ray://]host:port"
+        )
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
     except OSError as exc:
         raise ShoalError(
-            f"shoal: the Ray cluster at {address!r} is unreachable (no answer within "
+            f"shoal: the Ray cluster at {redact(address)!r} is unreachable (no answer within "
             f"{timeout_s:g} s: {exc}); check the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
-        ) from exc
+        ) from None
 
 
 def _ray_task(
@@ -140,10 +232,30 @@ class RayBackend:
         self._remote = ray.remote(_ray_task)
         self._outputs: dict[Any, tuple[TaskSpec, list[Any]]] = {}
         self.task_cpus = config.task_cpus
+        #: CPUs per task of recent queries, by their config snapshot's object id (a query's
+        #: ``task_cpus`` may differ from the runner's: ``execution_config(task_cpus=4)``).
+        self._query_cpus: dict[str, int] = {}
 
     def begin_query(self, config: Config) -> Any:
-        """Put the query's config snapshot in the object store: once per query."""
-        return self._ray.put(config)
+        """Put the query's config snapshot in the object store: once per query.
+
+        Raises :class:`shoal.ShoalError` before any task when no alive node of the cluster
+        has ``config.task_cpus`` CPUs: Ray would keep such tasks pending forever."""
+        largest = max(
+            (n["Resources"].get("CPU", 0.0) for n in self._ray.nodes() if n.get("Alive")),
+            default=0.0,
+        )
+        if config.task_cpus > largest + 1e-9:
+            raise ShoalError(
+                f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
+                f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
+                "never be scheduled"
+            )
+        handle = self._ray.put(config)
+        if len(self._query_cpus) > 256:
+            self._query_cpus.pop(next(iter(self._query_cpus)))
+        self._query_cpus[handle.hex()] = config.task_cpus
+        return handle
 
     def submit(self, task: TaskSpec) -> Any:
         if task.pool is not None:  # a stage of a stateful or GPU UDF: one of its actors
@@ -155,13 +267,18 @@ class RayBackend:
         payload = (task.fragment, task.input_schemas, task.scan, task.output)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs,
-            num_cpus=self.task_cpus,
+            num_cpus=self._task_cpus(task),
             max_retries=task.max_retries,
             retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
         ).remote(payload, task.config, task.config_digest, layout, *refs)
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
+
+    def _task_cpus(self, task: TaskSpec) -> int:
+        hex_of = getattr(task.config, "hex", None)
+        key = hex_of() if callable(hex_of) else None
+        return self._query_cpus.get(key, self.task_cpus) if key else self.task_cpus
 
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ready, rest = self._ray.wait(list(handles), num_returns=1, timeout=timeout)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import polars as pl
+import polars.selectors as cs
 import pyarrow as pa
 
 from shoal import config as _config
@@ -105,10 +106,22 @@ def _check_same_runner(kind: str, config: Config) -> None:
     for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
         wanted = getattr(config, name)
         if wanted != getattr(defaults, name) and wanted != getattr(started, name):
+            shown = {"wanted": wanted, "running": getattr(started, name)}
+            if name == "ray_address":
+                shown = {k: _config.redact(v) if v else v for k, v in shown.items()}
             raise ConfigFrozenError(
-                f"shoal setting {name}={wanted!r} differs from the running {kind} runner's "
-                f"{getattr(started, name)!r}; call shoal.shutdown() first to start a new one"
+                f"shoal setting {name}={shown['wanted']!r} differs from the running {kind} "
+                f"runner's {shown['running']!r}; call shoal.shutdown() first to start a new one"
             )
+
+
+def running_cpus(config: Config) -> int | None:
+    """The CPUs of ``config``'s runner if it is running (Ray: the cluster's, read now),
+    else None."""
+    with _lock:
+        if config.runner not in _backends:
+            return None
+    return _cpus(config)
 
 
 def _cpus(config: Config) -> int:
@@ -145,11 +158,13 @@ def _start(
     """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
     with one actor pool per stage of a stateful or GPU user function (started by the loop
     when the stage becomes runnable, closed when it ends or the query does)."""
-    with tracer.span("plan") if tracer else NO_SPAN:
-        physical = plan_physical(plan, config)
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
+    # Sized by the cluster as it is now (an autoscaled cluster may have grown since the
+    # last query), not by the driver's CPUs.
     cpus = _cpus(config)
+    with tracer.span("plan") if tracer else NO_SPAN:
+        physical = plan_physical(plan, config, cpus)
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -195,14 +210,18 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
 
 
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
-    """Concatenate partition results in order and cast to ``plan.schema``."""
+    """Concatenate partition results in order and cast to ``plan.schema``. A plan without
+    columns gives a table of no columns and as many rows as the partitions hold."""
     schema = plan.schema.to_polars()
     frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
         return pl.DataFrame(schema=schema).to_arrow()
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
-    df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    if schema:
+        df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+    else:
+        df = df.drop(cs.all())
     return df.to_arrow()
 
 
