@@ -501,6 +501,8 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
     for i in failed:
         part_counts.update(unsupported_parts(strict[i]))
     pct = lambda a, b: round(100.0 * len(a) / len(b), 1) if b else 0.0  # noqa: E731
+    strict_meta = meta.get("strict", {})
+    partial = bool(missing) and (bool(args.sample) or strict_meta.get("stopped_at_time_limit"))
     summary = {
         "native_passed": len(native_ids),
         "sample": args.sample or None,
@@ -516,6 +518,9 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
         "routed": len(routed),
         "routed_strict_passed": len(routed_pass),
         "routed_strict_passed_pct": pct(routed_pass, routed),
+        # A sample (--sample, or --random-order stopped at --time-limit): 95 % interval.
+        "routed_strict_passed_ci95": wilson(len(routed_pass), len(routed)) if partial else None,
+        "strict_passed_ci95": wilson(len(passed), len(ran)) if partial else None,
         "strict_failed_without_routing": len(unrouted_fail),
         "fallback_ran": len(fb_ran),
         "fallback_failed": len(fb_failed),
@@ -544,6 +549,16 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
     return result
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """Wilson score interval (percent) for k successes of n draws."""
+    if n == 0:
+        return [0.0, 100.0]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return [round(100 * (centre - half), 1), round(100 * (centre + half), 1)]
+
+
 def print_report(result: dict[str, Any]) -> None:
     s = result["summary"]
     snap = result["polars_snapshot"]
@@ -569,6 +584,12 @@ def print_report(result: dict[str, Any]) -> None:
     print(
         f"    of which pass strict:                   {s['routed_strict_passed']} ({s['routed_strict_passed_pct']} %)"
     )
+    if s["routed_strict_passed_ci95"]:
+        print(
+            f"  SAMPLE of {s['strict_ran']} of {s['strict_ran'] + s['strict_not_run']}: 95 % "
+            f"interval, routing tests passing strict: {s['routed_strict_passed_ci95']} %; "
+            f"collecting tests passing strict: {s['strict_passed_ci95']} %"
+        )
     print(f"  failing strict without routing a query:   {s['strict_failed_without_routing']}")
     print(f"strict failures rerun with fallback:        {s['fallback_ran']}")
     print(f"  failing with fallback allowed:            {s['fallback_failed']}")
@@ -612,6 +633,14 @@ def write_notes(result: dict[str, Any], path: Path, top: int) -> None:
         f"collect and were not rerun)",
         f"- routing >= 1 query to shoal: {s['routed']}; of those pass strict: "
         f"{s['routed_strict_passed']} ({s['routed_strict_passed_pct']} %)",
+        (
+            f"- SAMPLE: strict ran {s['strict_ran']} of {s['strict_ran'] + s['strict_not_run']} "
+            f"collecting tests (uniform); 95 % interval of the routing tests' pass rate: "
+            f"{s['routed_strict_passed_ci95']} %"
+            if s["routed_strict_passed_ci95"]
+            else "- strict ran every natively passing test that collects"
+            + (f" except {s['strict_not_run']}" if s["strict_not_run"] else "")
+        ),
         f"- strict failures rerun with fallback allowed: {s['fallback_ran']}; still failing: "
         f"{s['fallback_failed']}",
         "",
