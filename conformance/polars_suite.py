@@ -3,7 +3,7 @@
 Not part of the package and not run in CI. The Polars tests are never copied into the
 repository: they are extracted from a pola-rs/polars git repository (a bare git dir or a
 checkout, ``--polars-repo`` or ``POLARS_REPO``) into a cache directory (``--cache`` or
-``SHOAL_CONFORMANCE_DIR``, default ``~/.cache/shoal-conformance/polars``), with
+``POLARS_SUITE_DIR``, default ``~/.cache/shoal-conformance/polars``), with
 ``git archive <ref> py-polars/tests py-polars/pyproject.toml`` (the pyproject carries
 Polars' pytest settings: markers, warnings as errors, import mode).
 
@@ -233,7 +233,10 @@ def run_pytest(
         (out / "select.txt").write_text("\n".join(only) + "\n")
         cmd += ["--shoal-only", str(out / "select.txt")]
     cmd += targets
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # Only shoal's own SHOAL_* settings: shoal warns about any other SHOAL_* variable
+    # (ShoalWarning), and Polars' suite turns warnings into errors.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PYTHONPATH"] = str(HERE)
     env.pop("POLARS_ENGINE_AFFINITY", None)
     meta: dict[str, Any] = {
         "step": step,
@@ -373,7 +376,8 @@ def step_repro(args: argparse.Namespace, snap: dict[str, str]) -> None:
         "-p", "no:cacheprovider", "-m", MARKERS, "--tb=long", "-x",
         *shoal_flags(args), *args.nodeids,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PYTHONPATH"] = str(HERE)
     sys.exit(subprocess.run(cmd, cwd=snap["root"], env=env).returncode)
 
 
@@ -705,10 +709,10 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         default=Path(
             os.environ.get(
-                "SHOAL_CONFORMANCE_DIR", Path.home() / ".cache" / "shoal-conformance" / "polars"
+                "POLARS_SUITE_DIR", Path.home() / ".cache" / "shoal-conformance" / "polars"
             )
         ),
-        help="cache directory (env SHOAL_CONFORMANCE_DIR)",
+        help="cache directory (env POLARS_SUITE_DIR)",
     )
     parser.add_argument(
         "--paths", nargs="+", default=["tests/unit"], help="test paths relative to py-polars/"
