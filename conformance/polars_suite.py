@@ -3,7 +3,7 @@
 Not part of the package and not run in CI. The Polars tests are never copied into the
 repository: they are extracted from a pola-rs/polars git repository (a bare git dir or a
 checkout, ``--polars-repo`` or ``POLARS_REPO``) into a cache directory (``--cache`` or
-``SHOAL_CONFORMANCE_DIR``, default ``~/.cache/shoal-conformance/polars``), with
+``POLARS_SUITE_DIR``, default ``~/.cache/shoal-conformance/polars``), with
 ``git archive <ref> py-polars/tests py-polars/pyproject.toml`` (the pyproject carries
 Polars' pytest settings: markers, warnings as errors, import mode).
 
@@ -36,10 +36,12 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
+import hashlib
 import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -187,6 +189,9 @@ def shoal_commit() -> str:
 
 
 def run_dir(args: argparse.Namespace, step: str) -> Path:
+    """``<cache>/runs/<step>``; shoal runs get ``-<tag>`` with ``--tag`` (to keep several)."""
+    if args.tag and step != "native":
+        step = f"{step}-{args.tag}"
     return args.cache / "runs" / step
 
 
@@ -212,7 +217,7 @@ def run_pytest(
     venv; return the per-test records."""
     out = run_dir(args, step)
     if out.exists():
-        prev = out.with_name(step + ".prev")
+        prev = out.with_name(out.name + ".prev")
         shutil.rmtree(prev, ignore_errors=True)
         out.rename(prev)
     out.mkdir(parents=True)
@@ -223,10 +228,15 @@ def run_pytest(
         "--shoal-record", str(out), *extra,
     ]  # fmt: skip
     if only is not None:
-        (out / "select.txt").write_text("\n".join(sorted(only)) + "\n")
+        if not args.random_order:
+            only = sorted(only)
+        (out / "select.txt").write_text("\n".join(only) + "\n")
         cmd += ["--shoal-only", str(out / "select.txt")]
     cmd += targets
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    # Only shoal's own SHOAL_* settings: shoal warns about any other SHOAL_* variable
+    # (ShoalWarning), and Polars' suite turns warnings into errors.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PYTHONPATH"] = str(HERE)
     env.pop("POLARS_ENGINE_AFFINITY", None)
     meta: dict[str, Any] = {
         "step": step,
@@ -238,12 +248,31 @@ def run_pytest(
         "started": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     }
     log(f"{step}: pytest in {snap['root']} ({len(only) if only is not None else 'all'} tests)")
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
     t0 = time.monotonic()
+    stopped = False
     with (out / "pytest.log").open("w") as logfile:
-        rc = subprocess.run(
-            cmd, cwd=snap["root"], env=env, stdout=logfile, stderr=subprocess.STDOUT
-        ).returncode
+        proc = subprocess.Popen(
+            cmd,
+            cwd=snap["root"],
+            env=env,
+            stdout=logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            rc = proc.wait(timeout=args.time_limit or None)
+        except subprocess.TimeoutExpired:  # stop the run: Ctrl-C to pytest and its workers
+            stopped = True
+            log(f"{step}: time limit of {args.time_limit} s reached, stopping the run")
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                rc = proc.wait()
     meta.update(
+        stopped_at_time_limit=stopped,
         returncode=rc,
         seconds=round(time.monotonic() - t0),
         finished=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -299,17 +328,36 @@ def shoal_flags(args: argparse.Namespace) -> list[str]:
 
 
 def step_strict(args: argparse.Namespace, snap: dict[str, str]) -> None:
+    if args.unselected:  # every test under --paths, before (or while) the native run ends
+        run_pytest(args, snap, "strict", args.paths, shoal_flags(args))
+        return
     ids = native_passed(args)
     if not args.all_tests:
         eligible = native_eligible(args)
         ids = [i for i in ids if i in eligible]
+    if args.sample:
+        ids = sample(ids, args.sample)
+    if args.random_order:  # any prefix of the run is a uniform sample
+        ids = sorted(ids, key=_sha1)
     run_pytest(args, snap, "strict", _files(ids), shoal_flags(args), only=ids)
+
+
+def _sha1(nodeid: str) -> str:
+    return hashlib.sha1(nodeid.encode()).hexdigest()
+
+
+def sample(ids: list[str], n: int) -> list[str]:
+    """``n`` of ``ids``, chosen by the SHA-1 of each id: uniform, and the same every time."""
+    return sorted(sorted(ids, key=_sha1)[:n])
 
 
 def step_fallback(args: argparse.Namespace, snap: dict[str, str]) -> None:
     strict = read_records(run_dir(args, "strict"))
     ids = sorted(n for n, r in strict.items() if r["outcome"] in ("failed", "error"))
-    ids = [i for i in ids if _in_paths(i, args.paths)]
+    native = set(native_passed(args))
+    ids = [i for i in ids if i in native]
+    if args.random_order:
+        ids = sorted(ids, key=_sha1)
     if not ids:
         log("fallback: no strict failures to rerun")
         return
@@ -328,15 +376,17 @@ def step_repro(args: argparse.Namespace, snap: dict[str, str]) -> None:
         "-p", "no:cacheprovider", "-m", MARKERS, "--tb=long", "-x",
         *shoal_flags(args), *args.nodeids,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(HERE)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SHOAL_")}
+    env["PYTHONPATH"] = str(HERE)
     sys.exit(subprocess.run(cmd, cwd=snap["root"], env=env).returncode)
 
 
 # ----------------------------------------------------------------------------- report
 
 _QUOTED = re.compile(r"'[^'\n]{0,200}'|\"[^\"\n]{0,200}\"|`[^`\n]{0,200}`")
-_NUMBER = re.compile(r"(?<![A-Za-z_])-?\d+(\.\d+)?(e-?\d+)?")
+_NUMBER = re.compile(r"(?<![A-Za-z_0-9.])-?\d+(\.\d+)?(e-?\d+)?(?![A-Za-z_0-9])")
 _SPACE = re.compile(r"\s+")
+_PATH = re.compile(r"(?:[A-Za-z]+:/*)?(?:/[^\s/'\"]+){2,}/?")
 
 
 def _short_type(name: str) -> str:
@@ -357,11 +407,8 @@ def group_key(rec: dict[str, Any]) -> tuple[str, str]:
     msg = err.get("message", "")
     if "shoal cannot run this Polars query" in msg:
         parts = [p.strip()[2:] for p in msg.splitlines()[1:] if p.strip().startswith("- ")]
-        first = parts[0] if parts else msg
         # "Select: expression Function(x): reason" -> "expression Function(x): reason"
-        first = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", first)
-        first = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", first)
-        return etype, _SPACE.sub(" ", _NUMBER.sub("N", first))[:200]
+        return etype, _normal_part(parts[0] if parts else msg)
     if etype in ("AssertionError",) or msg.startswith(
         ("DataFrames are different", "Series are different")
     ):
@@ -373,9 +420,19 @@ def group_key(rec: dict[str, Any]) -> tuple[str, str]:
             return etype, f"{m.group(1)} are different ({_NUMBER.sub('N', what)})"
         return etype, _SPACE.sub(" ", _NUMBER.sub("N", _QUOTED.sub("'?'", line)))[:160]
     line = next((ln for ln in msg.strip().splitlines() if ln.strip()), "")
+    line = _PATH.sub("<path>", line)
     line = _QUOTED.sub("'?'", line)
     line = _NUMBER.sub("N", line)
     return etype, _SPACE.sub(" ", line).strip()[:160]
+
+
+def _normal_part(part: str) -> str:
+    """One unsupported part of shoal's message, without the plan node that holds the
+    expression, literal values, quoted names and numbers."""
+    part = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", part)
+    part = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", part)
+    part = _QUOTED.sub("'?'", part)
+    return _SPACE.sub(" ", _NUMBER.sub("N", part))[:200]
 
 
 def unsupported_parts(rec: dict[str, Any]) -> list[str]:
@@ -387,9 +444,7 @@ def unsupported_parts(rec: dict[str, Any]) -> list[str]:
         for p in msg.splitlines()[1:]:
             p = p.strip()
             if p.startswith("- "):
-                key = re.sub(r"^[A-Za-z]+(\[[^\]]*\])?: (?=expression)", "", p[2:])
-                key = re.sub(r"Literal\(.*?\)(?=:)", "Literal(...)", key)
-                key = _SPACE.sub(" ", _NUMBER.sub("N", key))[:200]
+                key = _normal_part(p[2:])
                 if key not in out:
                     out.append(key)
     return out
@@ -403,7 +458,10 @@ def groups_of(records: dict[str, dict[str, Any]], ids: list[str]) -> list[dict[s
     for (etype, msg), members in sorted(groups.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         sample = members[0]
         err = records[sample].get("error") or {}
-        first = next((ln for ln in err.get("message", "").splitlines() if ln.strip()), "")
+        lines = [ln.strip() for ln in err.get("message", "").splitlines() if ln.strip()]
+        if len(lines) > 1 and lines[0].startswith("shoal cannot run this Polars query"):
+            lines = lines[1:]  # the first unsupported part, not the heading
+        first = lines[0] if lines else ""
         out.append(
             {
                 "count": len(members),
@@ -447,8 +505,11 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
     for i in failed:
         part_counts.update(unsupported_parts(strict[i]))
     pct = lambda a, b: round(100.0 * len(a) / len(b), 1) if b else 0.0  # noqa: E731
+    strict_meta = meta.get("strict", {})
+    partial = bool(missing) and (bool(args.sample) or strict_meta.get("stopped_at_time_limit"))
     summary = {
         "native_passed": len(native_ids),
+        "sample": args.sample or None,
         "no_collect": len(no_collect),
         "strict_ran": len(ran),
         "strict_not_run": len(missing),
@@ -461,6 +522,9 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
         "routed": len(routed),
         "routed_strict_passed": len(routed_pass),
         "routed_strict_passed_pct": pct(routed_pass, routed),
+        # A sample (--sample, or --random-order stopped at --time-limit): 95 % interval.
+        "routed_strict_passed_ci95": wilson(len(routed_pass), len(routed)) if partial else None,
+        "strict_passed_ci95": wilson(len(passed), len(ran)) if partial else None,
         "strict_failed_without_routing": len(unrouted_fail),
         "fallback_ran": len(fb_ran),
         "fallback_failed": len(fb_failed),
@@ -474,15 +538,29 @@ def step_report(args: argparse.Namespace, snap: dict[str, str]) -> dict[str, Any
         "strict_groups": groups_of(strict, failed),
         "fallback_groups": groups_of(fallback, fb_failed),
         "unsupported_parts": part_counts.most_common(),
+        "not_shown_to_engines": [
+            (part, n) for part, n in part_counts.most_common() if "does not show" in part
+        ],
         "strict_not_run": missing,
     }
-    (args.cache / "results.json").write_text(json.dumps(result, indent=1))
+    out = args.cache / (f"results-{args.tag}.json" if args.tag else "results.json")
+    out.write_text(json.dumps(result, indent=1))
     print_report(result)
     if args.notes:
         write_notes(result, Path(args.notes), args.top)
         log(f"wrote {args.notes}")
-    log(f"wrote {args.cache / 'results.json'}")
+    log(f"wrote {out}")
     return result
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> list[float]:
+    """Wilson score interval (percent) for k successes of n draws."""
+    if n == 0:
+        return [0.0, 100.0]
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return [round(100 * (centre - half), 1), round(100 * (centre + half), 1)]
 
 
 def print_report(result: dict[str, Any]) -> None:
@@ -493,6 +571,8 @@ def print_report(result: dict[str, Any]) -> None:
         f"Polars tests {snap['commit'][:10]} (py-polars {snap['version']}), paths {' '.join(result['paths'])}"
     )
     print(f"shoal commit (strict run): {strict_meta.get('shoal_commit', '?')}")
+    if s["sample"]:
+        print(f"SAMPLE: strict ran a fixed sample of {s['sample']} tests that collect")
     print(f"tests passing natively:                     {s['native_passed']}")
     print(
         f"  passing under shoal strict:               {s['strict_passed_all']} ({s['strict_passed_all_pct']} %)"
@@ -508,6 +588,12 @@ def print_report(result: dict[str, Any]) -> None:
     print(
         f"    of which pass strict:                   {s['routed_strict_passed']} ({s['routed_strict_passed_pct']} %)"
     )
+    if s["routed_strict_passed_ci95"]:
+        print(
+            f"  SAMPLE of {s['strict_ran']} of {s['strict_ran'] + s['strict_not_run']}: 95 % "
+            f"interval, routing tests passing strict: {s['routed_strict_passed_ci95']} %; "
+            f"collecting tests passing strict: {s['strict_passed_ci95']} %"
+        )
     print(f"  failing strict without routing a query:   {s['strict_failed_without_routing']}")
     print(f"strict failures rerun with fallback:        {s['fallback_ran']}")
     print(f"  failing with fallback allowed:            {s['fallback_failed']}")
@@ -522,6 +608,10 @@ def print_report(result: dict[str, Any]) -> None:
     print()
     print("unsupported parts named by strict failures (a test counts once per part):")
     for part, n in result["unsupported_parts"][:40]:
+        print(f"  {n:5d}  {part}")
+    print()
+    print("of those, what Polars does not show to engines:")
+    for part, n in result["not_shown_to_engines"]:
         print(f"  {n:5d}  {part}")
 
 
@@ -547,6 +637,14 @@ def write_notes(result: dict[str, Any], path: Path, top: int) -> None:
         f"collect and were not rerun)",
         f"- routing >= 1 query to shoal: {s['routed']}; of those pass strict: "
         f"{s['routed_strict_passed']} ({s['routed_strict_passed_pct']} %)",
+        (
+            f"- SAMPLE: strict ran {s['strict_ran']} of {s['strict_ran'] + s['strict_not_run']} "
+            f"collecting tests (uniform); 95 % interval of the routing tests' pass rate: "
+            f"{s['routed_strict_passed_ci95']} %"
+            if s["routed_strict_passed_ci95"]
+            else "- strict ran every natively passing test that collects"
+            + (f" except {s['strict_not_run']}" if s["strict_not_run"] else "")
+        ),
         f"- strict failures rerun with fallback allowed: {s['fallback_ran']}; still failing: "
         f"{s['fallback_failed']}",
         "",
@@ -581,6 +679,8 @@ def write_notes(result: dict[str, Any], path: Path, top: int) -> None:
         "",
     ]
     lines += [f"- {n} {_md_cell(part)}" for part, n in result["unsupported_parts"][:top]]
+    lines += ["", "## Of those, what Polars does not show to engines", ""]
+    lines += [f"- {n} {_md_cell(part)}" for part, n in result["not_shown_to_engines"]]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -609,10 +709,10 @@ def main(argv: list[str] | None = None) -> None:
         type=Path,
         default=Path(
             os.environ.get(
-                "SHOAL_CONFORMANCE_DIR", Path.home() / ".cache" / "shoal-conformance" / "polars"
+                "POLARS_SUITE_DIR", Path.home() / ".cache" / "shoal-conformance" / "polars"
             )
         ),
-        help="cache directory (env SHOAL_CONFORMANCE_DIR)",
+        help="cache directory (env POLARS_SUITE_DIR)",
     )
     parser.add_argument(
         "--paths", nargs="+", default=["tests/unit"], help="test paths relative to py-polars/"
@@ -621,6 +721,35 @@ def main(argv: list[str] | None = None) -> None:
         "--all-tests",
         action="store_true",
         help="strict: rerun every natively passing test, also those without a collect",
+    )
+    parser.add_argument(
+        "--unselected",
+        action="store_true",
+        help="strict: run every test under --paths, without waiting for the native run "
+        "(the report still counts only natively passing tests)",
+    )
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=0,
+        help="strict: run only this many of the selected tests, a fixed uniform sample "
+        "(by the SHA-1 of the test id)",
+    )
+    parser.add_argument(
+        "--random-order",
+        action="store_true",
+        help="strict: run the tests in the order of the SHA-1 of their ids (a fixed "
+        "shuffle), so that a run stopped early has run a uniform sample",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=int,
+        default=0,
+        help="stop a pytest run after this many seconds (with --random-order the tests run "
+        "by then are a uniform sample)",
+    )
+    parser.add_argument(
+        "--tag", default="", help="strict/fallback/report: use runs/<step>-<tag> (keep several)"
     )
     parser.add_argument("--workers", type=int, default=2, help="pytest-xdist workers (-n)")
     parser.add_argument("--timeout", type=int, default=300, help="per-test timeout, seconds")

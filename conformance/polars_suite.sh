@@ -6,7 +6,7 @@
 #   conformance/polars_suite.sh --polars-repo /path/to/polars-checkout native
 #
 # Steps: setup | native | strict | fallback | report | all (see polars_suite.py --help).
-# Results go to $SHOAL_CONFORMANCE_DIR (default ~/.cache/shoal-conformance/polars), never
+# Results go to $POLARS_SUITE_DIR (default ~/.cache/shoal-conformance/polars), never
 # into the repository; docs/conformance.md says how the published numbers were made.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"

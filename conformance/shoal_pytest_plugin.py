@@ -29,7 +29,8 @@ pool that the outer query already fills, and the local runner would deadlock.
 outcome (``passed``, ``failed``, ``skipped``, ``xfailed``, ``error``), the phase and the
 exception class, message and cause chain of a failure, and the counts of collects routed
 to shoal, plans shoal's translator saw, and fallbacks (with their reasons).
-``--shoal-only FILE`` deselects every collected test whose node id is not a line of FILE.
+``--shoal-only FILE`` deselects every collected test whose node id is not a line of FILE and
+runs the others in FILE's order.
 The terminal summary says how many collects ran on shoal.
 """
 
@@ -108,17 +109,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--shoal-only",
         default=None,
         metavar="FILE",
-        help="deselect every test whose node id is not a line of FILE",
+        help="run only the tests whose node ids are lines of FILE, in FILE's order",
     )
 
 
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--shoal-only FILE``: keep the tests listed in FILE, in FILE's order (so a run in a
+    random order can stop at any point and still have run a uniform sample)."""
     only = config.getoption("--shoal-only")
     if not only:
         return
-    wanted = set(Path(only).read_text().splitlines())
-    keep = [item for item in items if item.nodeid in wanted]
-    dropped = [item for item in items if item.nodeid not in wanted]
+    position = {line: n for n, line in enumerate(Path(only).read_text().splitlines())}
+    keep = sorted(
+        (item for item in items if item.nodeid in position), key=lambda i: position[i.nodeid]
+    )
+    dropped = [item for item in items if item.nodeid not in position]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
     items[:] = keep
@@ -134,11 +140,11 @@ def _make_engine(config: pytest.Config) -> Any:
 
         pending: list[str] = []
 
-        def _callback(self, nt: Any, *args: Any) -> None:
+        def _callback(self, nt: Any, *args: Any, **kwargs: Any) -> None:
             _test["reached"] += 1
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ShoalFallbackWarning)
-                super()._callback(nt, *args)
+                super()._callback(nt, *args, **kwargs)
             for w in caught:
                 if issubclass(w.category, ShoalFallbackWarning):
                     _test["fallbacks"] += 1
@@ -267,7 +273,8 @@ def pytest_runtest_makereport(
     if not item.config.getoption("--shoal-record"):
         return
     report = outcome.get_result()
-    state = item.stash.setdefault(_STATE_KEY, {"outcome": "passed"})
+    state = item.stash.setdefault(_STATE_KEY, {"outcome": "passed", "seconds": 0.0})
+    state["seconds"] = round(state["seconds"] + report.duration, 3)
     if report.skipped:
         if hasattr(report, "wasxfail"):
             state["outcome"] = "xfailed"

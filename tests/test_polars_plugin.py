@@ -19,7 +19,11 @@ def _pytest(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         [sys.executable, "-m", "pytest", "-p", "tests.plugin_shoal_engine", "-q",
          "-p", "no:cacheprovider", *args],
         cwd=cwd,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # This checkout's shoal, not whichever one the venv has installed.
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(str(ROOT / d) for d in ("", "backend", "adapters")),
+        },
         capture_output=True,
         text=True,
         timeout=300,
