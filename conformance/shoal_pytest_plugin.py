@@ -140,11 +140,13 @@ def _make_engine(config: pytest.Config) -> Any:
 
         pending: list[str] = []
 
-        def _callback(self, nt: Any, *args: Any, **kwargs: Any) -> None:
+        def _translate_or_fall_back(self, nt: Any, *args: Any, **kwargs: Any) -> None:
+            # Every plan DistEngine.collect translates passes here (both passes of a
+            # rewritten query too).
             _test["reached"] += 1
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", ShoalFallbackWarning)
-                super()._callback(nt, *args, **kwargs)
+                super()._translate_or_fall_back(nt, *args, **kwargs)
             for w in caught:
                 if issubclass(w.category, ShoalFallbackWarning):
                     _test["fallbacks"] += 1

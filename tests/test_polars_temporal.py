@@ -275,7 +275,10 @@ def test_parquet_local(name: str, parquet_inputs: tuple[list[str], list[str]]) -
     assert_frame_equal(got, _native(QUERIES[name], a, b))
     report = last_query()
     assert report is not None
-    assert max(s.num_tasks for s in report.physical.stages) > 1
+    plan = report.physical
+    if plan.row_groups and plan.row_groups_pruned == plan.row_groups:
+        return  # the filter's statistics ruled out every row group: one empty task is right
+    assert max(s.num_tasks for s in plan.stages) > 1
 
 
 #: A subset on Ray: each strategy once (distributed and gathered plans).
