@@ -28,6 +28,8 @@ from shoal.runners.dispatch import TaskResult, TaskSpec
 _log = logging.getLogger("shoal")
 _T = TypeVar("_T")
 
+#: Tries to start a local Ray instance whose node timed out during startup.
+START_ATTEMPTS = 2
 #: Seconds a cancelled Ray task gets to stop by itself before its worker is killed.
 CANCEL_GRACE_S = 1.0
 #: Seconds to read what a finished task left (it is ready: this only bounds a busy driver;
@@ -130,16 +132,26 @@ def _start_ray(config: Config) -> bool:
             quiet = _DropNotMainThreadWarning()
             ray_worker_log.addFilter(quiet)
             try:
-                ray.init(
-                    address="local",
-                    num_cpus=config.num_cpus,
-                    num_gpus=config.num_gpus,
-                    _temp_dir=config.ray_temp_dir,
-                    object_store_memory=config.object_store_bytes,
-                    _system_config=system or None,
-                    include_dashboard=config.ray_dashboard,
-                    **kwargs,
-                )
+                for attempt in range(START_ATTEMPTS):
+                    try:
+                        ray.init(
+                            address="local",
+                            num_cpus=config.num_cpus,
+                            num_gpus=config.num_gpus,
+                            _temp_dir=config.ray_temp_dir,
+                            object_store_memory=config.object_store_bytes,
+                            _system_config=system or None,
+                            include_dashboard=config.ray_dashboard,
+                            **kwargs,
+                        )
+                        break
+                    except Exception as exc:
+                        # On a loaded machine the raylet can miss Ray's start deadline;
+                        # what it left is stopped and the start tried again.
+                        if attempt + 1 == START_ATTEMPTS or "timed out" not in str(exc):
+                            raise
+                        with contextlib.suppress(Exception):
+                            ray.shutdown()
             finally:
                 ray_worker_log.removeFilter(quiet)
     except Exception as exc:
