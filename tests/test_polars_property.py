@@ -39,38 +39,15 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
-from hypothesis import event as _event
-from hypothesis import note as _note
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from hypothesis.control import currently_in_test_context
 from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal_polars import DistEngine
 
-
-def note(text: str) -> None:
-    """``hypothesis.note`` inside a hypothesis test, nothing outside (regression tests)."""
-    if currently_in_test_context():
-        _note(text)
-
-
-def event(text: str) -> None:
-    """``hypothesis.event`` inside a hypothesis test, nothing outside."""
-    if currently_in_test_context():
-        _event(text)
-
-
-def leave_out(reason: str) -> None:
-    """Count ``reason`` and leave the example out (hypothesis ``assume``); outside a
-    hypothesis test (the regression tests), fail with it."""
-    if not currently_in_test_context():
-        pytest.fail(f"left out: {reason}")
-    _event(reason)
-    assume(False)
-
+from .hypothesis_support import event, leave_out, note
 
 Step = Callable[[pl.LazyFrame], pl.LazyFrame]
 
