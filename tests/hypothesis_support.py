@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import assume
+from hypothesis import HealthCheck, assume, settings
 from hypothesis import event as _event
 from hypothesis import note as _note
+from hypothesis import strategies as st
 from hypothesis.control import currently_in_test_context
 
 
@@ -29,3 +30,17 @@ def leave_out(reason: str) -> None:
         pytest.fail(f"left out: {reason}")
     _event(reason)
     assume(False)
+
+
+#: The settings both property tests start from: no deadline (a query may start Ray), and
+#: generated data may be slow or large.
+BASE_SETTINGS = settings(
+    deadline=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+    ],
+)
+#: Partition counts of the default run.
+PARTITIONS = st.sampled_from([1, 2, 7])

@@ -36,13 +36,15 @@ from typing import Any
 import duckdb
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.errors import UnsupportedError
 
+from .hypothesis_support import BASE_SETTINGS as _BASE
+from .hypothesis_support import PARTITIONS as _PARTITIONS
 from .hypothesis_support import event, leave_out, note
 
 # ------------------------------------------------------------------------------- tables
@@ -541,15 +543,6 @@ def run_query(tabs: Tables, query: Select, partitions: int, shuffle: int, broadc
         assert_frame_equal(got, expected, check_row_order=query.ordered)
 
 
-_BASE = settings(
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.filter_too_much,
-    ],
-)
-_PARTITIONS = st.sampled_from([1, 2, 7])
 #: Examples of the long run (``-m slow``); PROPERTY_EXAMPLES sets another number.
 LONG_EXAMPLES = int(os.environ.get("PROPERTY_EXAMPLES", "600"))
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import polars as pl
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from polars.testing import assert_frame_equal
 
@@ -47,6 +47,8 @@ from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal_polars import DistEngine
 
+from .hypothesis_support import BASE_SETTINGS as _BASE
+from .hypothesis_support import PARTITIONS as _PARTITIONS
 from .hypothesis_support import event, leave_out, note
 
 Step = Callable[[pl.LazyFrame], pl.LazyFrame]
@@ -634,15 +636,6 @@ def run_query(query: Query, partitions: int, shuffle: int, broadcast: bool) -> N
     assert_frame_equal(got, expected, check_row_order=ordered)
 
 
-_BASE = settings(
-    deadline=None,
-    suppress_health_check=[
-        HealthCheck.too_slow,
-        HealthCheck.data_too_large,
-        HealthCheck.filter_too_much,
-    ],
-)
-_PARTITIONS = st.sampled_from([1, 2, 7])
 _LONG_PARTITIONS = st.sampled_from([1, 2, 7, 64])
 
 
