@@ -297,6 +297,15 @@ class Config:
             "A join side estimated at or under this many bytes is broadcast; 0: never broadcast."
         ),
     )
+    small_query_bytes: int = field(
+        default=64 * 1024 * 1024,
+        metadata=_doc(
+            "Small-query path: a query whose scans are estimated (Parquet footers, in-memory "
+            "table sizes) under this many bytes in all, and under target_partition_bytes, "
+            "runs as one task with no exchange; 0: never. Off when default_partitions or "
+            "shuffle_partitions is set, or with a stateful or GPU user function."
+        ),
+    )
     max_tasks_in_flight: int = field(
         default=0, metadata=_doc("Tasks submitted and not yet finished, at most; 0: 2 per CPU.")
     )
@@ -383,6 +392,7 @@ class Config:
         for name in (
             "shuffle_partitions",
             "broadcast_join_threshold_bytes",
+            "small_query_bytes",
             "max_tasks_in_flight",
             "max_task_input_bytes",
             "default_partitions",

@@ -34,8 +34,10 @@ from shoal.execution.task import (
     RangeOutput,
     ScanInput,
     ScanPartition,
+    ScanSet,
     SingleOutput,
     from_wire,
+    scans_of,
     to_wire,
 )
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
@@ -151,7 +153,7 @@ def _tagged_from_arrow(tables: Sequence[pa.Table], schema: Schema, column: str) 
 
 
 class _ScanLookup:
-    """Partitions for several scans of one plan (used by :func:`run_single`)."""
+    """Partitions for several scans of one plan (:func:`run_single`, the small-query path)."""
 
     def __init__(self, scans: Sequence[Scan], parts: Sequence[ScanInput | list[ScanInput]]):
         self._parts = {id(s): p for s, p in zip(scans, parts, strict=True)}
@@ -591,9 +593,12 @@ def _run_fragment(
         for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
     ]
     rows_in = sum(f.height for f in frames)
-    df = collect(build(fragment, frames, scan))
+    source: ScanInput | _ScanLookup | None = scan
+    if isinstance(scan, ScanSet):  # the small-query path: every scan of the plan, whole
+        source = _ScanLookup(scans_of(fragment), [_whole(p) for p in scan.parts])
+    df = collect(build(fragment, frames, source))
     scan_rows = 0
-    if isinstance(scan, ScanPartition):
+    if isinstance(scan, ScanSet | ScanPartition):
         scan_rows = scan.rows
     elif isinstance(scan, MemoryPiece):
         scan_rows = scan.table.num_rows
@@ -623,6 +628,11 @@ def _run_fragment(
         output_bytes=sizes,
     )
     return stats, tables
+
+
+def _whole(part: ScanPartition | MemoryPiece | tuple[FilePartition, ...]) -> Any:
+    """One scan's entry of a :class:`ScanSet` as :class:`_ScanLookup` takes it."""
+    return list(part) if isinstance(part, tuple) else part
 
 
 def _node_id() -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from shoal.ir.expr import Expr
+from shoal.ir.nodes import PlanNode, Scan
 
 
 @dataclass(frozen=True)
@@ -85,8 +86,46 @@ def from_wire(table: pa.Table) -> pa.Table:
     return table
 
 
-#: What a scan task reads: Parquet pieces, an in-memory row range, or one whole file.
-ScanInput = ScanPartition | MemoryPiece | FilePartition
+@dataclass(frozen=True, eq=False)
+class ScanSet:
+    """What the one task of a small-query plan reads: every scan of its fragment whole.
+
+    ``parts[i]`` is for the ``i``-th distinct :class:`~shoal.ir.nodes.Scan` node of the
+    fragment in :func:`scans_of` order: one partition holding all of the scan's rows (a
+    Parquet scan's pieces, already pruned by the footers' statistics; an in-memory table),
+    or a tuple of whole files read in order and concatenated (CSV, NDJSON, IPC).
+    """
+
+    parts: tuple[ScanPartition | MemoryPiece | tuple[FilePartition, ...], ...]
+
+    @property
+    def rows(self) -> int:
+        """Rows the task reads from Parquet and in-memory scans (files are not counted)."""
+        total = 0
+        for p in self.parts:
+            if isinstance(p, ScanPartition):
+                total += p.rows
+            elif isinstance(p, MemoryPiece):
+                total += p.table.num_rows
+        return total
+
+
+def scans_of(fragment: PlanNode) -> list[Scan]:
+    """The distinct :class:`~shoal.ir.nodes.Scan` nodes of ``fragment`` (by identity: a
+    sub-plan shared by two parents counts once), in depth-first order, root first. Pickling
+    keeps shared nodes shared, so a task computes the same list as the planner did."""
+    seen: set[int] = set()
+    out: list[Scan] = []
+    for node in fragment.walk():
+        if isinstance(node, Scan) and id(node) not in seen:
+            seen.add(id(node))
+            out.append(node)
+    return out
+
+
+#: What a scan task reads: Parquet pieces, an in-memory row range, one whole file, or (the
+#: small-query path) every scan of the fragment whole.
+ScanInput = ScanPartition | MemoryPiece | FilePartition | ScanSet
 
 
 @dataclass(frozen=True)

@@ -101,6 +101,10 @@ class PhysicalPlan:
     #: ruled out against the scans' predicates (read by no task).
     row_groups: int = 0
     row_groups_pruned: int = 0
+    #: What the small-query path decided (``small_query_bytes``): the line ``explain``
+    #: shows, e.g. "small-query path: one task (estimated 1,000 rows / 8,000 bytes < ...)";
+    #: empty when the setting is 0.
+    small_query: str = ""
 
     @property
     def root(self) -> Stage:
@@ -117,6 +121,8 @@ class PhysicalPlan:
         lines: list[str] = []
         if self.cpus:
             lines.append(f"Sized for {self.cpus} CPUs ({self.cpus_source})")
+        if self.small_query:
+            lines.append(self.small_query)
         if self.row_groups_pruned:
             lines.append(
                 f"Parquet row groups: {self.row_groups - self.row_groups_pruned} of "

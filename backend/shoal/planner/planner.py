@@ -33,11 +33,17 @@ from typing import Any
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal.execution.task import (
+    FilePartition,
     HashOutput,
+    MemoryPiece,
     OutputSpec,
     RangeOutput,
     ScanInput,
+    ScanPartition,
+    ScanSet,
     SingleOutput,
+    scans_of,
+    to_wire,
 )
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
 from shoal.ir.nodes import (
@@ -46,6 +52,7 @@ from shoal.ir.nodes import (
     Explode,
     Filter,
     HConcat,
+    InMemorySource,
     Join,
     PlanNode,
     Project,
@@ -63,7 +70,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
-from shoal.planner.partitioning import split_scan
+from shoal.planner.partitioning import ScanSplit, split_scan
 from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
@@ -105,8 +112,71 @@ class _Builder:
         self.cpus = int(cpus or config.num_cpus or os.cpu_count() or 1)
         self.plan.cpus = self.cpus
         self.max_shuffle = max(2, 4 * self.cpus)
+        #: Scan splits by the id of the scan node.
+        self.splits: dict[int, ScanSplit] = {}
         #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
         self.hash_windows: dict[int, windows.HashWindow] = {}
+
+    def split(self, node: Scan) -> ScanSplit:
+        """The partitions of scan ``node`` (footers are read once per scan and plan)."""
+        got = self.splits.get(id(node))
+        if got is None:
+            got = self.splits[id(node)] = split_scan(
+                node,
+                self.config.target_partition_bytes,
+                self.config.default_partitions,
+                2 * self.cpus,
+            )
+        return got
+
+    # -- the small-query path -----------------------------------------------------------
+
+    def small_query(self, plan: PlanNode) -> bool:
+        """Plan ``plan`` as one stage of one task that runs the whole plan, when its scans
+        are small (the ``small_query_bytes`` setting); return whether it did. Records the
+        decision in ``self.plan.small_query`` for ``explain``.
+
+        The estimate is the scans' sizes before filters: Arrow bytes and rows from the
+        Parquet footers (row groups pruned by statistics left out), in-memory tables'
+        sizes, CSV/NDJSON/IPC files' sizes. The path is off when the setting is 0, when
+        ``default_partitions`` or ``shuffle_partitions`` asks for partitions, and for a
+        stateful or GPU user function (which runs on an actor pool stage). One task gives
+        the same answer as the distributed plan: every operator runs as Polars runs it on
+        the whole input, which is what each distributed strategy reproduces.
+        """
+        limit = self.config.small_query_bytes
+        if not limit:
+            return False
+        scans = scans_of(plan)
+        splits = [self.split(s) for s in scans]
+        rows = sum(s.est_rows for s in splits)
+        nbytes = sum(s.est_bytes for s in splits)
+        est = f"estimated {rows:,} rows / {nbytes:,} bytes"
+        cap = min(limit, self.config.target_partition_bytes)
+        blocker = _small_query_blocker(plan, self.config)
+        if blocker is None and nbytes >= cap:
+            blocker = f"{est} >= threshold {cap:,}"
+        if blocker is not None:
+            self.plan.small_query = f"small-query path: not taken ({blocker})"
+            return False
+        self.plan.small_query = f"small-query path: one task ({est} < threshold {cap:,})"
+        for sp in splits:
+            self.plan.row_groups += sp.row_groups
+            self.plan.row_groups_pruned += sp.row_groups_pruned
+        parts = ScanSet(tuple(_whole_scan(s, sp) for s, sp in zip(scans, splits, strict=True)))
+        self.plan.stages.append(
+            Stage(
+                id=0,
+                name="small-query",
+                fragment=plan,
+                inputs=(),
+                output=SingleOutput(),
+                num_tasks=1,
+                scan_partitions=(parts,) if scans else None,
+                est_bytes=nbytes,
+            )
+        )
+        return True
 
     # -- stages -----------------------------------------------------------------------
 
@@ -163,12 +233,7 @@ class _Builder:
 
     def _visit(self, node: PlanNode) -> _Open:
         if isinstance(node, Scan):
-            split = split_scan(
-                node,
-                self.config.target_partition_bytes,
-                self.config.default_partitions,
-                2 * self.cpus,
-            )
+            split = self.split(node)
             self.plan.row_groups += split.row_groups
             self.plan.row_groups_pruned += split.row_groups_pruned
             est = split.est_bytes
@@ -535,6 +600,32 @@ def _hash_keys(
     return left, rk
 
 
+def _small_query_blocker(plan: PlanNode, config: Config) -> str | None:
+    """Why ``plan`` may not take the small-query path whatever its size, or None."""
+    if config.default_partitions:
+        return f"default_partitions={config.default_partitions} asks for partitions"
+    if config.shuffle_partitions:
+        return f"shuffle_partitions={config.shuffle_partitions} asks for partitions"
+    for n in plan.walk():
+        if isinstance(n, UdfProject) and getattr(n.udf, "needs_actor_pool", False):
+            return f"user function {n.udf_name!r} runs on an actor pool"
+    return None
+
+
+def _whole_scan(
+    scan: Scan, split: ScanSplit
+) -> ScanPartition | MemoryPiece | tuple[FilePartition, ...]:
+    """All partitions of ``split`` (of ``scan``) as one :class:`ScanSet` entry."""
+    if isinstance(scan.source, InMemorySource):
+        return MemoryPiece(to_wire(scan.source.table.select(list(scan.schema.names))))
+    parts = split.partitions
+    if all(isinstance(p, FilePartition) for p in parts):
+        return tuple(p for p in parts if isinstance(p, FilePartition))
+    return ScanPartition(
+        tuple(pc for p in parts if isinstance(p, ScanPartition) for pc in p.pieces)
+    )
+
+
 def _shared_nodes(plan: PlanNode) -> set[int]:
     """Ids of node objects reached more than once (sub-plans shared by several parents)."""
     seen: set[int] = set()
@@ -558,6 +649,9 @@ def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPl
     machine's). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing file,
     before anything runs."""
     b = _Builder(config, _shared_nodes(plan), cpus)
+    if b.small_query(plan):
+        b.plan.schema = plan.schema
+        return b.plan
     root = b.visit(plan)
     if not (root.name == "after-udf" and isinstance(root.node, StageInput)):
         b.cut(root, SingleOutput(), name=root.name)

@@ -1,0 +1,219 @@
+"""The small-query path (``small_query_bytes``): a query whose scans are small runs as one
+task with no exchange, and gives the answer native Polars gives, as the distributed plan
+of the same query does (order-dependent operators, ``maintain_order``, NaN, -0.0, nulls,
+an empty file). Each query runs with the path forced on and forced off at several
+partition counts, on the local runner, against ``collect(engine="in-memory")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import shoal
+from shoal.runners.session import last_query
+from shoal_polars import DistEngine
+
+#: Above every input here: the one-task plan.
+ON = shoal.Config(runner="local", small_query_bytes=1 << 40)
+#: Distributed plans: the path off, in-memory frames in 1, 3 or 5 partitions.
+OFF = [
+    shoal.Config(runner="local", small_query_bytes=0, default_partitions=n, shuffle_partitions=3)
+    for n in (1, 3, 5)
+] + [shoal.Config(runner="local", small_query_bytes=0, target_partition_bytes=64)]
+
+
+def _frame() -> pl.DataFrame:
+    return pl.DataFrame(
+        {
+            "k": pl.Series([1, 2, 2, None, 3, 1, 2, 3], dtype=pl.Int32),
+            "x": [1, -2, 3, None, 5, -6, 3, 7],
+            "y": [1.0, None, float("nan"), 2.0, -0.0, 3.0, float("nan"), 0.0],
+            "s": ["a", "b", None, "a", "c", "b", "b", "d"],
+        }
+    )
+
+
+def _other() -> pl.DataFrame:
+    return pl.DataFrame({"k": pl.Series([2, 3, None, 2], dtype=pl.Int32), "z": [10, 20, 30, 40]})
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The frame as three Parquet files (the middle one empty) and two CSV files."""
+    root = tmp_path_factory.mktemp("small")
+    df = _frame()
+    df.head(3).write_parquet(root / "p0.parquet")
+    df.clear().write_parquet(root / "p1.parquet")
+    df.slice(3).write_parquet(root / "p2.parquet", row_group_size=2)
+    df.head(4).write_csv(root / "c0.csv")
+    df.slice(4).write_csv(root / "c1.csv")
+    return root
+
+
+def _sources(files: Path) -> dict[str, Callable[[], pl.LazyFrame]]:
+    return {
+        "memory": lambda: _frame().lazy(),
+        "parquet": lambda: pl.scan_parquet(sorted(files.glob("p*.parquet"))),
+        "csv": lambda: pl.scan_csv(sorted(files.glob("c*.csv"))).cast({"k": pl.Int32}),
+    }
+
+
+#: Queries whose row order Polars defines (compared row for row).
+ORDERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "row_index": lambda lf: lf.with_row_index("i", offset=3),
+    "cum_sum": lambda lf: lf.select(pl.col("x").cum_sum(), pl.col("y").cum_sum()),
+    "group_by_ordered": lambda lf: lf.group_by("k", maintain_order=True).agg(
+        pl.col("x").sum(), pl.col("y").first(), pl.col("s").n_unique(), pl.len()
+    ),
+    "sort_nulls_desc": lambda lf: lf.sort(
+        ["k", "y"], descending=[True, False], nulls_last=[False, True], maintain_order=True
+    ),
+    "sort_nan_zero": lambda lf: lf.sort("y", maintain_order=True),
+    "unique_first": lambda lf: lf.unique(subset="k", keep="first", maintain_order=True),
+    "unique_last": lambda lf: lf.unique(subset="s", keep="last", maintain_order=True),
+    "join_left_ordered": lambda lf: lf.join(
+        _other().lazy(), on="k", how="left", maintain_order="left"
+    ),
+    "head": lambda lf: lf.head(3),
+    "tail": lambda lf: lf.tail(2),
+    "slice": lambda lf: lf.slice(2, 3),
+    "top_k": lambda lf: lf.sort("x", descending=True, nulls_last=True, maintain_order=True).head(3),
+    "window": lambda lf: lf.with_columns(
+        r=pl.col("x").rank("ordinal").over("k"), sh=pl.col("y").shift(1)
+    ),
+    "filtered_count": lambda lf: lf.filter(pl.col("x") > 0).select(pl.len()),
+    "concat": lambda lf: pl.concat([lf, lf.filter(pl.col("k") == 2)]),
+    "shared": lambda lf: (lambda g: pl.concat([g, g.select(pl.col("k"), pl.col("x") * 2)]))(
+        lf.group_by("k", maintain_order=True).agg(pl.col("x").max())
+    ),
+    "unpivot": lambda lf: lf.unpivot(index="k", on=["x"]),
+    "global_agg": lambda lf: lf.select(
+        pl.col("x").sum(), pl.col("y").min().alias("lo"), pl.col("y").max(), pl.col("s").first()
+    ),
+}
+
+#: Queries whose row order Polars leaves open (compared after sorting).
+UNORDERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "group_by": lambda lf: lf.group_by("k").agg(pl.col("x").sum(), pl.col("y").mean()),
+    "inner_join": lambda lf: lf.join(_other().lazy(), on="k"),
+    "distinct": lambda lf: lf.select("k", "s").unique(),
+}
+
+
+def _check(lf: pl.LazyFrame, sort: bool) -> None:
+    expected = lf.collect(engine="in-memory")
+    for config in [ON, *OFF]:
+        got = lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+        report = last_query()
+        assert report is not None
+        stages = report.physical.stages
+        if config is ON:
+            assert len(stages) == 1 and stages[0].num_tasks == 1, report.physical.explain()
+        if sort:
+            got, want = (
+                got.sort(pl.all(), nulls_last=True),
+                expected.sort(pl.all(), nulls_last=True),
+            )
+        else:
+            want = expected
+        assert_frame_equal(got, want, check_exact=True)
+
+
+@pytest.mark.parametrize("source", ["memory", "parquet", "csv"])
+@pytest.mark.parametrize("name", sorted(ORDERED))
+def test_ordered_queries_same_answer_on_and_off(files: Path, source: str, name: str) -> None:
+    _check(ORDERED[name](_sources(files)[source]()), sort=False)
+
+
+@pytest.mark.parametrize("source", ["memory", "parquet"])
+@pytest.mark.parametrize("name", sorted(UNORDERED))
+def test_unordered_queries_same_answer_on_and_off(files: Path, source: str, name: str) -> None:
+    _check(UNORDERED[name](_sources(files)[source]()), sort=True)
+
+
+def test_parquet_predicate_prunes_row_groups_in_the_one_task(files: Path) -> None:
+    """Row groups the footers rule out are left out of the one task's pieces too."""
+    lf = pl.scan_parquet(sorted(files.glob("p*.parquet"))).filter(pl.col("x") > 4)
+    _check(lf, sort=False)
+    got = lf.collect(engine=DistEngine(config=ON, raise_on_fail=True))
+    assert_frame_equal(got, lf.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None and report.physical.row_groups_pruned > 0
+    assert len(report.physical.stages) == 1
+
+
+def test_explain_says_one_task_with_the_estimate() -> None:
+    lf = _frame().lazy().group_by("k").agg(pl.col("x").sum())
+    text = shoal.explain(lf, config=ON)
+    nbytes = _frame().select("k", "x").to_arrow().nbytes
+    assert (
+        f"small-query path: one task (estimated 8 rows / {nbytes:,} bytes < threshold "
+        f"{ON.target_partition_bytes:,})"
+    ) in text
+    assert "Stage 1" not in text
+
+
+def test_explain_says_why_not() -> None:
+    lf = _frame().lazy().group_by("k").agg(pl.col("x").sum())
+    small = shoal.Config(runner="local", small_query_bytes=10)
+    assert "small-query path: not taken (estimated 8 rows / " in shoal.explain(lf, config=small)
+    assert ">= threshold 10)" in shoal.explain(lf, config=small)
+    parts = shoal.Config(runner="local", small_query_bytes=1 << 40, default_partitions=3)
+    text = shoal.explain(lf, config=parts)
+    assert "small-query path: not taken (default_partitions=3 asks for partitions)" in text
+    assert "small-query path" not in shoal.explain(
+        lf, config=shoal.Config(runner="local", small_query_bytes=0)
+    )
+
+
+def test_default_setting_takes_small_inputs_and_leaves_big_ones() -> None:
+    """The default threshold plans a small frame as one task, and a frame above it (made
+    to look big by a small target_partition_bytes, which caps the threshold) as several."""
+    lf = _frame().lazy().group_by("k").agg(pl.col("x").sum())
+    got = lf.collect(engine=DistEngine(config=shoal.Config(runner="local")))
+    report = last_query()
+    assert report is not None and len(report.physical.stages) == 1
+    assert_frame_equal(got.sort("k"), lf.collect().sort("k"))
+    tiny = shoal.Config(runner="local", target_partition_bytes=16)
+    got = lf.collect(engine=DistEngine(config=tiny))
+    report = last_query()
+    assert report is not None and len(report.physical.stages) > 1
+    assert_frame_equal(got.sort("k"), lf.collect().sort("k"))
+
+
+def test_stateful_udf_keeps_its_actor_pool() -> None:
+    """A stateful user function runs on an actor pool stage: not on the small-query path."""
+
+    @shoal.udf(return_dtype=pl.Int64)
+    class Double:
+        def __call__(self, s: pl.Series) -> pl.Series:
+            return s * 2
+
+    lf = _frame().lazy().shoal.with_udf(Double, inputs=["x"], output="x2")
+    text = shoal.explain(lf, config=ON)
+    assert "small-query path: not taken (user function" in text
+
+
+@pytest.mark.usefixtures("ray_runner")
+def test_one_ray_task_same_answer(files: Path) -> None:
+    """On Ray the one task travels pickled: its ScanSet (Parquet pieces, an in-memory
+    table, a zero-column count) still finds every scan, also in a shared sub-plan."""
+    on = shoal.Config(small_query_bytes=1 << 40)
+    parquet = pl.scan_parquet(sorted(files.glob("p*.parquet")))
+    shared = _frame().lazy().group_by("k", maintain_order=True).agg(pl.col("x").max())
+    for lf in (
+        parquet.join(_frame().lazy(), on="k", how="left", maintain_order="left"),
+        pl.concat([shared, shared.select(pl.col("k"), pl.col("x") * 2)]),
+        parquet.filter(pl.col("x") > 0).select(pl.len()),
+        parquet.with_row_index().sort("y", maintain_order=True),
+    ):
+        got = lf.collect(engine=DistEngine(config=on, raise_on_fail=True))
+        report = last_query()
+        assert report is not None and report.runner == "ray"
+        assert len(report.physical.stages) == 1
+        assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
