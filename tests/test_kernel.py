@@ -6,7 +6,9 @@ import polars as pl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shoal.execution.kernel import choose_boundaries, range_buckets
+from shoal.execution.kernel import _sort_buckets, choose_boundaries, range_buckets, sample_keys
+from shoal.ir.expr import Col
+from shoal.ir.types import DataType
 
 
 @settings(max_examples=60, deadline=None)
@@ -47,3 +49,73 @@ def test_choose_boundaries_without_samples_is_none():
     assert choose_boundaries([], [False], [False], 4) is None
     one = pl.DataFrame({"__k0": [1, 2, 3]}).to_arrow()
     assert choose_boundaries([one], [False], [False], 1) is None
+
+
+# -- one key: binary search of the boundaries (issue 17) ------------------------------
+
+_ONE_KEY = {
+    "int": st.one_of(st.none(), st.integers(-4, 4)),
+    "float": st.one_of(
+        st.none(), st.sampled_from([0.0, -0.0, float("nan"), float("inf"), -1.5, 2.0, 1e300])
+    ),
+    "str": st.one_of(st.none(), st.sampled_from(["", "a", "ab", "b", "é", "Z"])),
+    "bool": st.one_of(st.none(), st.booleans()),
+}
+_DTYPES = {"int": pl.Int16, "float": pl.Float64, "str": pl.String, "bool": pl.Boolean}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    data=st.data(),
+    kind=st.sampled_from(sorted(_ONE_KEY)),
+    desc=st.booleans(),
+    nulls_last=st.booleans(),
+    n=st.integers(2, 7),
+)
+def test_search_buckets_equal_the_sort_buckets(data, kind, desc, nulls_last, n):
+    """The binary search gives every row the bucket the joint sort gives it (NaN, -0.0,
+    nulls first and last, descending, rows equal to a boundary)."""
+    values = data.draw(st.lists(_ONE_KEY[kind], min_size=1, max_size=40))
+    df = pl.DataFrame({"__k0": values}, schema={"__k0": _DTYPES[kind]})
+    bounds = choose_boundaries([df.to_arrow()], [desc], [nulls_last], n)
+    assert bounds is not None
+    frame = pl.from_arrow(bounds)
+    fast = range_buckets(df, frame, [desc], [nulls_last])
+    slow = _sort_buckets(df, frame, [desc], [nulls_last])
+    assert fast.to_list() == slow.to_list()
+
+
+def test_search_buckets_keep_a_stable_global_sort():
+    """-0.0 and 0.0 (equal for sort) and NaN share their bucket, so a stable sort of
+    the buckets in order is the stable sort of the whole."""
+    v = [0.0, -0.0, float("nan"), None, 1.0, -0.0, 0.0, float("nan"), None, -1.0] * 3
+    df = pl.DataFrame({"__k0": v, "i": range(len(v))})
+    for desc in (False, True):
+        for nulls_last in (False, True):
+            bounds = choose_boundaries([df.select("__k0").to_arrow()], [desc], [nulls_last], 4)
+            assert bounds is not None
+            b = range_buckets(df.select("__k0"), pl.from_arrow(bounds), [desc], [nulls_last])
+            opts = {"descending": desc, "nulls_last": nulls_last, "maintain_order": True}
+            got = pl.concat([df.filter(b == i).sort("__k0", **opts) for i in range(4)])
+            assert got["i"].to_list() == df.sort("__k0", **opts)["i"].to_list()
+
+
+# -- weighted samples (issue 17) --------------------------------------------------------
+
+
+def test_weighted_samples_give_balanced_ranges():
+    """100 partitions of 10 rows and one of 1,000,000 (each sampled at up to 1,000 rows, as
+    tasks do): the boundaries cut the 1,001,000 rows into 4 ranges of about 250,000, where
+    unweighted samples gave 500 / 500 / 500,000 / 500,000."""
+    small = [pl.DataFrame({"__k0": list(range(i * 10, i * 10 + 10))}) for i in range(100)]
+    big = pl.DataFrame({"__k0": pl.int_range(2000, 1_002_000, eager=True)})
+    parts = [*small, big]
+    samples = [sample_keys(p, [Col("__k0", DataType.from_polars(pl.Int64))], 1000) for p in parts]
+    bounds = choose_boundaries(samples, [False], [False], 4, [p.height for p in parts])
+    assert bounds is not None
+    everything = pl.concat(parts)
+    b = range_buckets(everything, pl.from_arrow(bounds), [False], [False])
+    counts = b.value_counts().sort(b.name)["count"].to_list()
+    assert len(counts) == 4
+    assert max(counts) <= 1.1 * everything.height / 4, counts
+    assert min(counts) >= 0.9 * everything.height / 4, counts

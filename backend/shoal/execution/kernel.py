@@ -438,8 +438,29 @@ def range_buckets(
     nulls_last: Sequence[bool],
 ) -> pl.Series:
     """Bucket index (0..len(boundaries)) of each row of ``keys`` under the sort order:
-    the number of boundaries that sort strictly before the row, ties going to the lower
-    bucket. ``keys`` and ``boundaries`` have the same columns."""
+    the number of boundaries that sort before the row or equal to it (a row equal to
+    boundary ``i`` goes to bucket ``i + 1``: equal keys always share a bucket, so a stable
+    sort stays stable across buckets). ``keys`` and ``boundaries`` have the same columns;
+    ``boundaries`` are in the sort order. A single key of a plain type is bucketed by
+    binary search (:func:`_search_buckets`), several keys by one sort of the rows and the
+    boundaries together."""
+    if keys.width == 1 and _searchable(keys.dtypes[0]):
+        return _search_buckets(
+            keys.to_series(0),
+            boundaries.to_series(0).cast(keys.dtypes[0]),
+            descending[0],
+            nulls_last[0],
+        )
+    return _sort_buckets(keys, boundaries, descending, nulls_last)
+
+
+def _sort_buckets(
+    keys: pl.DataFrame,
+    boundaries: pl.DataFrame,
+    descending: Sequence[bool],
+    nulls_last: Sequence[bool],
+) -> pl.Series:
+    """:func:`range_buckets` of any keys: the rows and the boundaries sorted together."""
     names = keys.columns
     marked = pl.concat(
         [
@@ -467,6 +488,36 @@ def range_buckets(
     return ordered.sort("__row")[_BUCKET]
 
 
+def _searchable(dtype: pl.DataType) -> bool:
+    """Whether :meth:`polars.Series.search_sorted` orders ``dtype`` as ``sort`` does:
+    integers, floats (NaN above every number, -0.0 equal to 0.0, in both), temporal
+    types, strings, binary, booleans."""
+    return (
+        dtype.is_integer()
+        or dtype.is_float()
+        or dtype.is_temporal()
+        or dtype in (pl.String, pl.Binary, pl.Boolean)
+    )
+
+
+def _search_buckets(
+    key: pl.Series, boundaries: pl.Series, descending: bool, nulls_last: bool
+) -> pl.Series:
+    """:func:`range_buckets` of one key by binary search of the boundaries: a non-null
+    row's bucket is the number of non-null boundaries that sort before it or equal to it
+    (``search_sorted(side="right")``), plus the null boundaries when nulls sort first; a
+    null row's is every boundary (nulls last) or the null boundaries (nulls first)."""
+    nulls = boundaries.null_count()
+    values = boundaries.drop_nulls()
+    found = values.search_sorted(key, side="right", descending=descending).cast(pl.UInt32)
+    if not nulls_last:
+        found = found + nulls
+    null_bucket = boundaries.len() if nulls_last else nulls
+    if key.null_count():
+        found = found.zip_with(key.is_not_null(), pl.Series([null_bucket], dtype=pl.UInt32))
+    return found.alias(_BUCKET)
+
+
 def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
     if spec.boundaries is None or spec.boundaries.num_rows == 0 or df.height == 0:
         return [df] + [df.clear() for _ in range(spec.num_outputs - 1)]
@@ -483,17 +534,43 @@ def _split_range(df: pl.DataFrame, spec: RangeOutput) -> list[pl.DataFrame]:
 
 
 def choose_boundaries(
-    samples: Sequence[pa.Table], descending: Sequence[bool], nulls_last: Sequence[bool], n: int
+    samples: Sequence[pa.Table],
+    descending: Sequence[bool],
+    nulls_last: Sequence[bool],
+    n: int,
+    rows: Sequence[int] | None = None,
 ) -> pa.Table | None:
-    """``n - 1`` evenly spaced rows of the sorted union of ``samples`` (sort-key columns
-    ``__k0..``), or None when there is nothing to choose from."""
-    frames = [frame_of(s) for s in samples if s.num_rows > 0]
-    if not frames or n <= 1:
+    """``n - 1`` rows of the sorted union of ``samples`` (sort-key columns ``__k0..``) that
+    cut it into ``n`` ranges of about equal weight, or None when there is nothing to choose
+    from.
+
+    ``rows[i]`` is the number of rows sample ``i`` was drawn from: each of its rows stands
+    for ``rows[i] / len(samples[i])`` rows, so a partition of a million rows weighs as
+    much as its rows and not as much as its sample (without weights, 100 partitions of 10
+    rows and one of a million gave ranges of 500, 500, 500,000 and 500,000 rows). None:
+    every sample row weighs the same."""
+    if not samples or n <= 1:
+        return None
+    weights = rows if rows is not None else [t.num_rows for t in samples]
+    frames = [
+        frame_of(s).with_columns(pl.lit(w / s.num_rows, pl.Float64).alias(_WEIGHT))
+        for s, w in zip(samples, weights, strict=True)
+        if s.num_rows > 0 and w > 0
+    ]
+    if not frames:
         return None
     allk = pl.concat(frames, how="vertical_relaxed")
-    allk = allk.sort(allk.columns, descending=list(descending), nulls_last=list(nulls_last))
-    idx = [min(allk.height - 1, (i * allk.height) // n) for i in range(1, n)]
-    return allk[idx].to_arrow()
+    keys = [c for c in allk.columns if c != _WEIGHT]
+    allk = allk.sort(keys, descending=list(descending), nulls_last=list(nulls_last))
+    cum = allk[_WEIGHT].cum_sum()
+    total = cum[-1]
+    # Boundary i: the first sample row whose cumulative weight reaches i / n of the total.
+    targets = pl.Series([total * i / n for i in range(1, n)], dtype=pl.Float64)
+    idx = cum.search_sorted(targets, side="left").clip(0, allk.height - 1)
+    return allk.select(keys)[idx.to_list()].to_arrow()
+
+
+_WEIGHT = "__shoal_weight"
 
 
 def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:

@@ -501,8 +501,15 @@ class DispatchLoop:
         out = st.stage.output
         if isinstance(out, RangeOutput) and out.boundaries is None:
             src = self.states[st.stage.boundaries_from]  # type: ignore[index]
-            samples = [s.sample for s in src.stats.values() if s.sample is not None]
-            bounds = choose_boundaries(samples, out.descending, out.nulls_last, out.n)
+            # Each sample weighted by the rows it was drawn from (its task's output rows).
+            drawn = [(s.sample, s.rows_out) for s in src.stats.values() if s.sample is not None]
+            bounds = choose_boundaries(
+                [t for t, _ in drawn],
+                out.descending,
+                out.nulls_last,
+                out.n,
+                [rows for _, rows in drawn],
+            )
             return RangeOutput(out.by, out.descending, out.nulls_last, out.n, bounds)
         return out
 
