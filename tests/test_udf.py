@@ -120,8 +120,11 @@ def scan_of(df: pl.DataFrame) -> Scan:
 
 
 def udf_processes() -> list[str]:
-    """Command lines of live local UDF worker processes."""
-    out = subprocess.run(["ps", "-eo", "args="], capture_output=True, text=True).stdout
+    """Command lines of live local UDF worker processes of this test process (``-ww``: ps
+    cuts lines at 80 columns without a terminal, which hid every worker's name)."""
+    out = subprocess.run(
+        ["ps", "-ww", "--ppid", str(os.getpid()), "-o", "args="], capture_output=True, text=True
+    ).stdout
     return [line for line in out.splitlines() if "shoal-udf-" in line and "_worker_main" in line]
 
 
@@ -432,3 +435,42 @@ def test_local_ctrl_c_leaves_no_worker_process(tmp_path: Path) -> None:
     # The runner is ready for the next query.
     small = frame(50).lazy().shoal.with_udf(Offset, inputs="a", output="b")
     assert small.collect(engine=_local(2)).equals(small.collect())
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_warm_pool_serves_the_next_query(tmp_path: Path) -> None:
+    """udf_keep_warm: the second query of the same UDF runs on the first one's worker
+    processes (no new __init__), with the same answer; a query of another UDF closes the
+    parked pool, and shutdown closes what is parked."""
+    warm = Config(runner="local", default_partitions=6, udf_keep_warm=True)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=True, config=warm)
+    counted = Counted.with_init(str(tmp_path))
+    df = frame(600)
+    lf = df.lazy().shoal.with_udf(counted, inputs="a", output="who")
+    try:
+        first = lf.collect(engine=engine)
+        inits = sorted(tmp_path.glob("init-*"))
+        assert 1 <= len(inits) <= 2
+        assert len(udf_processes()) == len(inits)  # parked, not closed
+        second = lf.collect(engine=engine)
+        assert sorted(tmp_path.glob("init-*")) == inits  # no __init__ again
+        assert set(second["who"]) <= {p.name.removeprefix("init-") for p in inits}
+        assert first.drop("who").equals(df) and second.drop("who").equals(df)
+        other = df.lazy().shoal.with_udf(Offset, inputs="a", output="b").collect(engine=engine)
+        assert other["b"].equals((df["a"] + 1).alias("b"))
+        assert all("shoal-udf-Counted-" not in p for p in udf_processes())
+    finally:
+        shoal.shutdown()
+    assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_pool_closed_after_each_query_by_default(tmp_path: Path) -> None:
+    counted = Counted.with_init(str(tmp_path))
+    lf = frame(300).lazy().shoal.with_udf(counted, inputs="a", output="who")
+    lf.collect(engine=_local(4))
+    n = len(list(tmp_path.glob("init-*")))
+    assert udf_processes() == []
+    lf.collect(engine=_local(4))
+    assert len(list(tmp_path.glob("init-*"))) > n  # new actors, new __init__
+    assert udf_processes() == []

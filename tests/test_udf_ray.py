@@ -143,3 +143,45 @@ def test_ray_ctrl_c_leaves_no_actor(tmp_path: Path) -> None:
     t.join()
     assert time.monotonic() - start < 30
     assert shoal_actors() == []
+
+
+def test_warm_ray_pool_serves_the_next_query_then_shutdown_kills_it(tmp_path: Path) -> None:
+    """udf_keep_warm on Ray: the second query runs on the first one's actor (no new
+    __init__), same answer, although the parked actor holds one of the two CPUs (the
+    other is left to the scan tasks); closing the parked pools leaves no named actor."""
+    warm = Config(default_partitions=6, udf_keep_warm=True)
+    engine = shoal.DistEngine(raise_on_fail=True, config=warm)
+    counted = Counted.options(concurrency=1).with_init(str(tmp_path))
+    df = frame(600)
+    lf = df.lazy().shoal.with_udf(counted, inputs="a", output="who")
+    first = lf.collect(engine=engine)
+    inits = sorted(tmp_path.glob("init-*"))
+    assert shoal_actors(), "the pool is parked, its actors alive"
+    second = lf.collect(engine=engine)
+    assert sorted(tmp_path.glob("init-*")) == inits
+    assert set(second["who"]) <= {p.name.removeprefix("init-") for p in inits}
+    assert first.drop("who").equals(df) and second.drop("who").equals(df)
+    from shoal.runners.actor_pool import close_parked
+
+    close_parked()
+    assert shoal_actors() == []
+
+
+def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:
+    """One actor (concurrency=1) gets two batches in flight; the answer is unchanged."""
+    one = Counted.options(concurrency=1).with_init(str(tmp_path), delay=0.05)
+    df = frame(400)
+    lf = df.lazy().shoal.with_udf(one, inputs="a", output="who")
+    got = lf.collect(
+        engine=shoal.DistEngine(raise_on_fail=True, config=Config(default_partitions=8))
+    )
+    assert got.drop("who").equals(df) and got["who"].n_unique() == 1
+    from shoal.config import get_config, query_digest
+    from shoal.runners.actor_pool import CALLS_IN_FLIGHT, RayActorPool
+
+    cfg = get_config()
+    pool = RayActorPool(one, lambda i: f"shoal-udf-two-{os.getpid()}-{i}", cfg, query_digest(cfg))
+    try:
+        assert pool.capacity(backlog=1) == CALLS_IN_FLIGHT == 2
+    finally:
+        pool.close()

@@ -364,6 +364,16 @@ class Config:
         default=8192,
         metadata=_doc("Rows per batch handed to a user function when the UDF sets no batch_size."),
     )
+    udf_keep_warm: bool = field(
+        default=False,
+        metadata=_doc(
+            "Keep the actor pool of a stateful or GPU user function up after a query that "
+            "succeeded, for the next query that runs the same UDF (no actor start, no "
+            "__init__ again); its actors keep their CPUs and GPUs while idle (on Ray only "
+            "as many as leave task_cpus CPUs free). Closed by a query that needs a pool for "
+            "another UDF, and by shoal.shutdown()."
+        ),
+    )
     extensions: Mapping[str, Any] = field(
         default_factory=FrozenDict,
         metadata=_doc(

@@ -350,7 +350,7 @@ class DispatchLoop:
             st = self.states[spec.stage.id]
             self._record(st, spec, res)
             if st.finished and spec.pool is not None:
-                spec.pool.close()  # its stage is done: give the actors' resources back
+                spec.pool.finish()  # its stage is done: give the actors' resources back
             if self.tracer is not None:
                 self.tracer.task_finished(spec, res.stats)
                 self.tracer.counter("bytes held", self.ledger.held)
@@ -404,6 +404,7 @@ class DispatchLoop:
         tracer = self.tracer  # None when tracing is off: each step then tests it only
         root = self.states[-1]
         emitted = 0
+        completed = False
         try:
             while True:
                 self._check_cancel()
@@ -424,6 +425,7 @@ class DispatchLoop:
                 while emitted < root.stage.num_tasks and emitted in root.outputs:
                     yield from self._hand_over(emitted)
                     emitted += 1
+            completed = True
         except BaseException as exc:
             running = list(self.in_flight)
             stopped = running + self._stopped_by_failure  # (the latter already cancelled)
@@ -438,7 +440,7 @@ class DispatchLoop:
                 self._settle(stopped)
             raise
         finally:
-            self.close_pools()
+            self.close_pools(keep_warm=completed)
         while emitted < root.stage.num_tasks:
             yield from self._hand_over(emitted)
             emitted += 1
@@ -484,10 +486,15 @@ class DispatchLoop:
             finished = set(done)
             pending = [h for h in pending if h not in finished]
 
-    def close_pools(self) -> None:
-        """Tear down every actor pool of the query (idempotent)."""
+    def close_pools(self, keep_warm: bool = False) -> None:
+        """Tear down every actor pool of the query (idempotent). ``keep_warm`` (the query
+        succeeded): a pool whose UDF asks to stay warm is parked for the next query instead
+        (``pool.finish()``, see :mod:`shoal.runners.actor_pool`)."""
         for pool in self.pools.values():
-            pool.close()
+            if keep_warm:
+                pool.finish()
+            else:
+                pool.close()
 
     # -- helpers ------------------------------------------------------------------------
 

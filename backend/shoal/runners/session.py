@@ -18,7 +18,7 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.planner.physical import PhysicalPlan, plan_physical
-from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
+from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
@@ -181,7 +181,14 @@ def _start(
     )
     if any(pool_udf(st) for st in physical.stages):
         loop.pools = make_pools(
-            physical, backend, config.runner, new_query_id(), loop.config_handle, loop.config_digest
+            physical,
+            backend,
+            config.runner,
+            new_query_id(),
+            loop.config_handle,
+            loop.config_digest,
+            keep_warm=config.udf_keep_warm,
+            reserve_cpus=config.task_cpus,
         )
     return physical, backend, loop
 
@@ -229,6 +236,7 @@ def shutdown_runner() -> None:
     """Close every backend, stop a Ray instance shoal started, and thaw runner settings."""
     global _owns_ray
     with _lock:
+        close_parked()  # warm actor pools (udf_keep_warm)
         for b in _backends.values():
             b.close()
         _backends.clear()
