@@ -9,6 +9,7 @@ compared with native Polars.
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import os
 import urllib.parse
@@ -234,6 +235,54 @@ def test_full_join_without_coalescing_keeps_both_keys() -> None:
     )
 
 
+def test_join_on_one_column_against_two() -> None:
+    """``left_on=["a", "a"]``: the hash exchange named its struct's fields after the key
+    columns, and a struct cannot have two fields named ``a`` (DuplicateError). And the
+    names of a coalescing right join's columns where the right has one named like a left
+    key."""
+    left = pl.LazyFrame({"a": [1, 2, 3, None, 5], "b": [1, 2, 3, 4, 5]})
+    right = pl.LazyFrame({"a": [0, 2, 3, 5, 5], "b": [1, 2, 3, 5, None], "c": [7, 2, 3, 5, 5]})
+    for how in ("full", "inner", "left", "right", "semi", "anti"):
+        for coalesce in (False, True):
+            lf = left.join(
+                right, how=how, left_on=["a", "a"], right_on=["b", "c"], coalesce=coalesce
+            )
+            check(lf, ordered=False)
+            if how not in ("semi", "anti"):
+                check(lf.select("a", "b"), ordered=False)
+    # A coalescing right join drops the left key "a": the right column "a" takes its name
+    # (shoal gave the left key's values).
+    check(left.join(right, how="right", left_on="a", right_on="c"), ordered=False)
+    check(left.join(right, how="right", left_on=["b", "a"], right_on=["b", "c"]), ordered=False)
+
+
+# ---------------------------------------------------------------- structs
+
+
+def test_with_fields_of_a_nested_struct() -> None:
+    """``pl.field`` in a ``with_fields`` nested in another's evaluation names a field of
+    the inner struct, and the inner struct itself a field of the outer one; the rewrite
+    read the inner struct's fields from the outer struct."""
+    lf = pl.LazyFrame(
+        {
+            "n": [1, 2, 3, 4],
+            "s": [
+                {"a": 1, "b": {"x": 1, "y": 2}},
+                {"a": 2, "b": {"x": None, "y": 3}},
+                {"a": 3, "b": None},
+                None,
+            ],
+        }
+    )
+    inner = pl.field("b").struct.with_fields(
+        (pl.field("x") * pl.field("y") + pl.col("n")).alias("z"), pl.field("y").alias("x")
+    )
+    check(lf.select(pl.col("s").struct.with_fields(inner)))
+    check(lf.select(pl.col("s").struct.with_fields(inner, (pl.field("a") * 10).alias("a10"))))
+    chained = pl.col("s").struct.with_fields(inner).struct.with_fields(pl.field("b").alias("c"))
+    check(lf.select(chained))
+
+
 # ---------------------------------------------------------------- types
 
 
@@ -321,3 +370,39 @@ def test_streaming_engine_panic_in_a_task_runs_in_memory(monkeypatch: pytest.Mon
     for n in PARTITIONS:
         assert_frame_equal(run(query, n), expected)
     assert panics
+
+
+def test_a_schema_polars_cannot_show_falls_back() -> None:
+    """Polars 2.1 panics in ``NodeTraverser.get_schema`` for a ``binary[offset]`` column
+    (``Expr._row_encode``), and the panic poisons the traverser; the panic escaped the
+    fallback. Now: refused, or run by Polars with the fallback."""
+    buf = io.BytesIO()
+    pl.LazyFrame({"a": [1, None, 3]}).select(pl.col("a")._row_encode()).sink_parquet(buf)
+    buf.seek(0)
+    lf = pl.scan_parquet(buf)
+    with pytest.raises(UnsupportedError, match="get_schema panicked"):
+        run(lf)
+    with pytest.warns(ShoalFallbackWarning, match="get_schema panicked"):
+        got = lf.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.collect())
+
+
+def test_a_row_count_given_with_the_scan_is_refused(tmp_path: Path) -> None:
+    """``scan_parquet(_row_count=(rows, deleted))`` (Iceberg's count from table metadata):
+    Polars counts by it without reading, and raises where it exceeds its row index; shoal
+    counted the rows it read."""
+    path = tmp_path / "x.parquet"
+    pl.DataFrame({"x": [1, 2]}).write_parquet(path)
+    buf = io.BytesIO()
+    pl.DataFrame({"x": [1, 2]}).write_parquet(buf)
+    for lf in (
+        pl.scan_parquet(path, _row_count=(10, 3)),
+        pl.scan_parquet([buf.getvalue()], schema={"x": pl.Int64}, _row_count=(10, 3)),
+    ):
+        count = lf.select(pl.len())
+        with pytest.raises(UnsupportedError, match=r"_row_count"):
+            run(count)
+        with pytest.warns(ShoalFallbackWarning, match="_row_count"):
+            got = count.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+        assert_frame_equal(got, count.collect())
+        assert got.item() == 7

@@ -197,7 +197,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "atan2": ("arctan2", ()),
     # Polars' optimiser fuses a*b+c ("fma"), a-b*c ("fsm"), a*b-c ("fms")
     "fused": ("fused", ("op",)),
-    # pl.list(x): each value wrapped in a one-element list (a list value too)
+    # pl.list(x, y, ...): the values of each row as one list, a list value as one element
     "as_list": ("as_list", ()),
     "ArrayFunction.Dot": ("arr.dot", ()),
     # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,

@@ -267,7 +267,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     # Polars' fused arithmetic, written out (Polars fuses it again; the same IEEE
     # operations in the same order, so the same bits)
     "fused": lambda a, o: _FUSED[o["op"]](a[0], a[1], a[2]),
-    "as_list": lambda a, o: pl.list(a[0]),
+    "as_list": lambda a, o: pl.list(*a),
     "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
     "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
     "time_ranges": lambda a, o: pl.time_ranges(

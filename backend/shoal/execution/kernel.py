@@ -295,8 +295,15 @@ def build(
         left = build(node.left, inputs, scan)
         right = build(node.right, inputs, scan)
         if node.how == "cross":
+            # Polars' in-memory engine pairs the rows left-major whatever maintain_order
+            # says; its streaming engine (a task's collect) interleaves morsels unless told
+            # to keep the order (a nested-loop join of SQL's IN subquery came back 4, 3).
+            cross_order = "left_right" if node.maintain_order == "none" else node.maintain_order
             return left.join(
-                right, how="cross", suffix=node.suffix, maintain_order=node.maintain_order
+                right,
+                how="cross",
+                suffix=node.suffix,
+                maintain_order=cross_order,  # type: ignore[arg-type]
             )
         # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
         # in-memory engine does whatever maintain_order says (its streaming engine, which a
@@ -414,7 +421,9 @@ def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _split_hash(df: pl.DataFrame, spec: HashOutput) -> list[pl.DataFrame]:
-    keys = [to_polars(k) for k in spec.keys]
+    # Named by position: a key may repeat a column (a join on a = x and a = y), and a
+    # struct's fields need distinct names.
+    keys = [to_polars(k).alias(f"_k{i}") for i, k in enumerate(spec.keys)]
     bucket = (pl.struct(keys).hash(seed=_HASH_SEED) % spec.n).alias(_BUCKET)
     return _split(df.with_columns(bucket), spec.n)
 
