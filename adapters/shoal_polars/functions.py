@@ -188,7 +188,8 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "TemporalFunction.DatetimeFunction": ("datetime", ("time_unit", "time_zone")),
     # seeded random permutations and samples of the whole column (or group): Polars'
     # draw for a seed depends only on the values in order, so the planner gathers them and
-    # one task draws exactly Polars' permutation (an unseeded draw is refused)
+    # one task draws exactly Polars' permutation (without a seed, a draw of the same
+    # distribution as Polars')
     "shuffle": ("shuffle", ("seed",)),
     "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
     # trigonometry and conversions (row by row)

@@ -467,7 +467,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "diff": lambda a, o: a[0].diff(a[1], null_behavior=o.get("null_behavior", "ignore")),
     "pct_change": lambda a, o: a[0].pct_change(a[1]),
     "rank": lambda a, o: a[0].rank(
-        o.get("method", "average"), descending=o.get("descending", False)
+        o.get("method", "average"), descending=o.get("descending", False), seed=o.get("seed")
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
