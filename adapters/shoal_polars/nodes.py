@@ -43,7 +43,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import BOOL, DataType, Schema
+from shoal.ir.types import BOOL, DataType, Schema, frame_to_arrow
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.rewrite import origin_of
@@ -119,7 +119,7 @@ def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if len(carried) != frame.width:
         frame = frame.select(carried)
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
-    return _scan(t, "DataFrameScan", InMemorySource(frame.to_arrow(), origin), schema, pred)
+    return _scan(t, "DataFrameScan", InMemorySource(frame_to_arrow(frame), origin), schema, pred)
 
 
 def _carried(dtype: Any) -> bool:

@@ -64,7 +64,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import DataType, Schema
+from shoal.ir.types import DataType, Schema, frame_to_arrow, restore_wide
 
 _BUCKET = "__shoal_bucket"
 _HASH_SEED = 0x5EED
@@ -117,7 +117,7 @@ def frame_of(table: pa.Table) -> pl.DataFrame:
     assert isinstance(df, pl.DataFrame)
     if df.columns != table.column_names:
         df.columns = table.column_names
-    return df
+    return restore_wide(df, table.schema)
 
 
 def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
@@ -500,7 +500,7 @@ def choose_boundaries(
     allk = pl.concat(frames, how="vertical_relaxed")
     allk = allk.sort(allk.columns, descending=list(descending), nulls_last=list(nulls_last))
     idx = [min(allk.height - 1, (i * allk.height) // n) for i in range(1, n)]
-    return allk[idx].to_arrow()
+    return frame_to_arrow(allk[idx])
 
 
 def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
@@ -509,7 +509,7 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
     if keys.height > rows:
         step = keys.height / rows
         keys = keys[[int(i * step) for i in range(rows)]]
-    return keys.to_arrow()
+    return frame_to_arrow(keys)
 
 
 #: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
@@ -616,7 +616,7 @@ def _run_fragment(
         parts = _split_hash(df, output)
     else:
         parts = _split_range(df, output)
-    tables = [to_wire(p.to_arrow()) for p in parts]
+    tables = [to_wire(frame_to_arrow(p)) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
     stats = TaskStats(
         pid=os.getpid(),
@@ -672,4 +672,4 @@ def run_single(plan: PlanNode) -> pa.Table:
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
     lookup = _ScanLookup(scans, [whole(s) for s in scans])
     out = collect(build(plan, [], lookup))
-    return out.to_arrow()  # type: ignore[arg-type]
+    return frame_to_arrow(out)
