@@ -444,3 +444,20 @@ def test_pl_list_of_several_columns(exprs: dict[str, pl.Expr]) -> None:
     element); shoal kept the first argument only."""
     lf = _frame().lazy().with_columns(l=pl.concat_list("x"), l2=pl.concat_list("x", "x"))
     check(lf.with_columns(**exprs))
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 7])
+def test_sql_in_subquery_of_expressions(rows: int) -> None:
+    """Polars' SQL makes ``expr IN (SELECT ...)`` a horizontal concatenation of the frame
+    with the subquery's values imploded into one row, broadcast to the frame's height
+    (refused before); a frame of one row and an empty one too."""
+    t = pl.DataFrame(
+        {"a": [3, None, 1, 4, 1, 5, 9][:rows], "b": [2.0, 7.0, None, 1.0, 8.0, -0.0, 2.0][:rows]}
+    )
+    ctx = pl.SQLContext(t=t, u=pl.DataFrame({"c": [4, 2, None, 10]}))
+    for query in (
+        "SELECT a FROM t WHERE a + 1 IN (SELECT c FROM u)",
+        "SELECT a, b FROM t WHERE a * 2 IN (SELECT c FROM u) OR b IN (SELECT a - 1 FROM t)",
+        "SELECT a FROM t WHERE a - 1 NOT IN (SELECT c FROM u WHERE c IS NOT NULL)",
+    ):
+        check(ctx.execute(query), config=CONFIG.replace(default_partitions=3))

@@ -887,12 +887,7 @@ def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # Polars' options: (parallel, strict, broadcast unit-length inputs); heights must match.
     _parallel, strict, broadcast = node.options
     inputs = tuple(t.plan(i) for i in node.inputs)
-    if broadcast:
-        t.error(
-            f"HConcat(options={node.options})", "broadcasting unit-length inputs is not supported"
-        )
-        return t.placeholder(schema)
-    return HConcat(inputs, schema, bool(strict))
+    return HConcat(inputs, schema, bool(strict), bool(broadcast))
 
 
 def _fast_count(t: Translator, args: list[Any], schema: Schema) -> PlanNode:

@@ -342,7 +342,10 @@ def build(
         how: Literal["horizontal", "horizontal_extend"] = (
             "horizontal" if node.strict else "horizontal_extend"
         )
-        return pl.concat([build(i, inputs, scan) for i in node.inputs], how=how)
+        parts = [build(i, inputs, scan) for i in node.inputs]
+        if node.broadcast:
+            parts = _broadcast_unit_length([collect(p) for p in parts])
+        return pl.concat(parts, how=how)
     if isinstance(node, Explode):
         return build(node.input, inputs, scan).explode(
             list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
@@ -398,6 +401,14 @@ def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
             for i, e in enumerate(node.exprs)
         ]
     )
+
+
+def _broadcast_unit_length(frames: list[pl.DataFrame]) -> list[pl.LazyFrame]:
+    """Polars' horizontal concatenation with unit-length inputs as scalars: the height is
+    the largest that is not 1 (1 if every input has one row), and each one-row input is
+    repeated to it (:class:`~shoal.ir.nodes.HConcat` ``broadcast``)."""
+    height = max((f.height for f in frames if f.height != 1), default=1)
+    return [(f[[0] * height] if f.height == 1 else f).lazy() for f in frames]
 
 
 def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
