@@ -449,3 +449,11 @@ def test_a_row_count_given_with_the_scan_is_refused(tmp_path: Path) -> None:
             got = count.collect(engine=DistEngine(runner="local", raise_on_fail=False))
         assert_frame_equal(got, count.collect())
         assert got.item() == 7
+
+
+def test_128_bit_integers_through_ray(ray_runner: None) -> None:
+    """The same bytes through Ray's object store (tables pickled between processes)."""
+    lf = _wide_frame().join(_wide_frame().select("u", y="x"), on="u", how="left").sort("x", "y")
+    config = shoal.Config(runner="ray", default_partitions=3, shuffle_partitions=3)
+    got = lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+    assert_frame_equal(got, lf.collect())
