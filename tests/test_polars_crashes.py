@@ -318,9 +318,12 @@ def _wide_frame() -> pl.LazyFrame:
         lambda lf: lf.select(pl.col("u").cast(pl.Float64), pl.col("a").cast(pl.String)),
         lambda lf: lf.filter(pl.col("a").abs() < 100).select(pl.col("a").sum(), pl.col("u").mean()),
         lambda lf: lf.with_columns(pl.col("a").cum_count(), r=pl.col("u").rank()),
+        lambda lf: lf.select(
+            pl.col("a").cum_sum(), m=pl.col("u").cum_max(), s=pl.col("a").cum_sum().over("k")
+        ),
     ],
     ids=["scan", "arith", "filter", "sort", "sort_u", "group_by", "group_by_key", "join",
-         "full_join", "unique", "literals", "casts", "aggregates", "windows"],
+         "full_join", "unique", "literals", "casts", "aggregates", "windows", "cumulative"],
 )  # fmt: skip
 def test_128_bit_integer_columns_run_exactly(query: Callable[[pl.LazyFrame], pl.LazyFrame]) -> None:
     """pyarrow has no 128-bit integer: shoal carries Int128 and UInt128 columns as the 16
