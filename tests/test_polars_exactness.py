@@ -19,8 +19,8 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.errors import UnsupportedError
-from shoal.execution.task import from_wire, to_wire
 from shoal.ir.nodes import Project
+from shoal.planner.physical import from_wire, to_wire
 from shoal_polars import DistEngine, to_ir
 
 #: Four partitions of about 2 rows for in-memory frames of 7 rows (one has no rows when a

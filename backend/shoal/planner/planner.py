@@ -32,13 +32,6 @@ from typing import Any
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
-from shoal.execution.task import (
-    HashOutput,
-    OutputSpec,
-    RangeOutput,
-    ScanInput,
-    SingleOutput,
-)
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
@@ -64,7 +57,16 @@ from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
 from shoal.planner.partitioning import split_scan
-from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
+from shoal.planner.physical import (
+    HashOutput,
+    OutputSpec,
+    PhysicalPlan,
+    RangeOutput,
+    ScanInput,
+    SingleOutput,
+    Stage,
+    StageInputSpec,
+)
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast

@@ -39,7 +39,6 @@ from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
-from shoal.execution.task import RangeOutput, SingleOutput
 from shoal.ir.expr import (
     Agg,
     BinaryOp,
@@ -54,7 +53,7 @@ from shoal.ir.expr import (
 )
 from shoal.ir.nodes import Aggregate, Filter, Join, PlanNode, Project, RowIndex, StageInput
 from shoal.ir.types import DataType, Schema
-from shoal.planner.physical import StageInputSpec
+from shoal.planner.physical import RangeOutput, SingleOutput, StageInputSpec
 from shoal.planner.windows import PART_TAG
 
 if TYPE_CHECKING:  # the planner imports this module

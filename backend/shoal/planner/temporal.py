@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from shoal.execution.task import HashOutput, SingleOutput
 from shoal.ir.expr import Col
 from shoal.ir.nodes import (
     AsofJoin,
@@ -35,7 +34,7 @@ from shoal.ir.nodes import (
     StageInput,
 )
 from shoal.ir.types import BOOL
-from shoal.planner.physical import StageInputSpec
+from shoal.planner.physical import HashOutput, SingleOutput, StageInputSpec
 
 if TYPE_CHECKING:
     from shoal.planner.planner import _Builder, _Open

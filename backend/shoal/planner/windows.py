@@ -40,7 +40,6 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.expr import (
     Col,
     Expr,
@@ -49,7 +48,7 @@ from shoal.ir.expr import (
 )
 from shoal.ir.nodes import Filter, PlanNode, Project, Sort, StageInput
 from shoal.ir.types import DataType, Schema
-from shoal.planner.physical import Stage, StageInputSpec
+from shoal.planner.physical import HashOutput, RangeOutput, Stage, StageInputSpec
 
 if TYPE_CHECKING:  # the planner imports this module
     from shoal.planner.planner import _Builder, _Open
