@@ -23,7 +23,6 @@ from polars.exceptions import PanicException
 
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
-from shoal.execution.expressions import to_polars
 from shoal.execution.scope import TASK_ENGINE, task_scope
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
 from shoal.ir.expr import Col, Function, NamedExpr
@@ -52,6 +51,7 @@ from shoal.ir.nodes import (
     Unpivot,
 )
 from shoal.ir.types import DataType, Schema
+from shoal.lowering.expressions import to_polars
 from shoal.planner.physical import (
     FilePartition,
     HashOutput,

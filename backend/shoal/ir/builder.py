@@ -320,7 +320,7 @@ class ExprBuilder:
 
     def fn(self, name: str, *args: IntoExpr, **options: Any) -> ExprBuilder:
         """The kernel function ``name`` (a key of
-        ``shoal.execution.expressions.FUNCTIONS``) with this expression as its first
+        ``shoal.lowering.expressions.FUNCTIONS``) with this expression as its first
         argument, ``args`` as further (expression) arguments and ``options`` as its
         options. An unknown name raises ``PlanError`` when the expression is resolved."""
         return ExprBuilder(
@@ -521,7 +521,7 @@ class _Resolver:
 
     def dynamic(self, lit: _ULit, other: Expr) -> Lit:
         """A Python int/float/None literal next to ``other``: Polars' dynamic typing."""
-        from shoal.execution.expressions import to_polars
+        from shoal.lowering.expressions import to_polars
 
         if lit.value is None:
             return Lit(None, other.dtype)
@@ -586,7 +586,7 @@ class _Resolver:
         raise TypeError(f"not an expression: {u!r}")  # pragma: no cover
 
     def function(self, u: _UFn) -> Expr:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         if u.name not in FUNCTIONS:
             raise PlanError(

@@ -11,7 +11,7 @@ Errors name the node and its path in the JSON form of the plan (:mod:`shoal.ir.s
 
 This module also holds the Polars type inference that :mod:`shoal.ir.builder` and
 :mod:`shoal.ir.substrait` use (:func:`infer_dtypes`). It imports the kernel's expression
-translation lazily (``shoal.execution.expressions``): the IR is typed by what runs.
+translation lazily (``shoal.lowering.expressions``): the IR is typed by what runs.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def validate(
     """Check ``plan`` and every node below it; return None when it is valid.
 
     ``functions`` are the function names allowed in :class:`~shoal.ir.expr.Function`
-    expressions (default: the kernel's table, ``shoal.execution.expressions.FUNCTIONS``).
+    expressions (default: the kernel's table, ``shoal.lowering.expressions.FUNCTIONS``).
     With ``check_sources``, Parquet scans read their files' footers to check that the
     columns exist with the scan's dtypes (missing files raise ``FileNotFoundError``);
     in-memory scans are always checked against their table.
@@ -61,7 +61,7 @@ def validate(
     parents), its path (``$.plan.input.left``), the column or expression and the types.
     """
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     if not isinstance(plan, PlanNode):
@@ -217,7 +217,7 @@ def check_expr(
     ``dtype`` is the one Polars infers. Raises :class:`shoal.PlanError` naming ``where``
     (e.g. ``"Filter at $.plan.input"``), the sub-expression's path and the types."""
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     subs = list(_subexprs(expr, path))
@@ -287,7 +287,7 @@ def infer_dtypes(
     Raises :class:`shoal.PlanError` naming ``where``, the path of the smallest failing
     expression (from ``paths``), the input types and Polars' reason.
     """
-    from shoal.execution.expressions import to_polars
+    from shoal.lowering.expressions import to_polars
 
     if not exprs:
         return []
