@@ -65,7 +65,8 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.nodes import Union as UnionNode
 from shoal.ir.types import BOOL, NULL, DataType, Schema
-from shoal.ir.validate import check_expr, empty_frame, infer_dtypes
+from shoal.ir.validate import check_expr
+from shoal.lowering.infer import empty_frame, infer_dtypes
 
 if TYPE_CHECKING:
     from shoal.config import Config, RunnerKind

@@ -78,7 +78,7 @@ from shoal.ir.nodes import (
 from shoal.ir.nodes import Filter as FilterNode
 from shoal.ir.serde import value_from_json, value_to_json
 from shoal.ir.types import BOOL, NULL, DataType, Schema
-from shoal.ir.validate import empty_frame, infer_dtypes
+from shoal.lowering.infer import empty_frame, infer_dtypes
 
 ARITHMETIC = "extension:io.substrait:functions_arithmetic"
 COMPARISON = "extension:io.substrait:functions_comparison"

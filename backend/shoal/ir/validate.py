@@ -9,16 +9,14 @@ Errors name the node and its path in the JSON form of the plan (:mod:`shoal.ir.s
 ``"Filter at $.plan.input: ..."`` points at the document's ``plan.input`` object and
 ``$.plan.input.predicate.left`` at an expression inside it.
 
-This module also holds the Polars type inference that :mod:`shoal.ir.builder` and
-:mod:`shoal.ir.substrait` use (:func:`infer_dtypes`). It imports the kernel's expression
-translation lazily (``shoal.lowering.expressions``): the IR is typed by what runs.
+Expressions are typed by lowering them to Polars (:mod:`shoal.lowering.infer`): the IR is
+typed by what runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import fields, is_dataclass
-from functools import lru_cache
 
 import polars as pl
 
@@ -38,6 +36,7 @@ from shoal.ir.nodes import (
     Union,
 )
 from shoal.ir.types import BOOL, DataType, Schema
+from shoal.lowering.infer import infer_dtypes, input_types
 
 #: Fields of single-input nodes that name input columns (``Distinct.subset``, ...).
 _COLUMN_LIST_FIELDS = frozenset({"columns", "subset", "index", "on", "inputs"})
@@ -253,71 +252,8 @@ def check_expr(
         if got != e.dtype:
             raise PlanError(
                 f"{where}: expression {e} at {p} claims dtype {e.dtype} but Polars gives {got}"
-                + _input_types(e, schema)
+                + input_types(e, schema)
             )
-
-
-def _input_types(expr: Expr, schema: Schema) -> str:
-    cols = sorted(c for c in expr.columns() if c in schema)
-    if not cols:
-        return ""
-    return " (inputs: " + ", ".join(f"{c}: {schema[c]}" for c in cols) + ")"
-
-
-# ---------------------------------------------------------------- Polars type inference
-
-
-@lru_cache(maxsize=256)
-def empty_frame(schema: Schema) -> pl.LazyFrame:
-    """A lazy frame with no rows and the given schema (for type inference)."""
-    return pl.DataFrame(schema=schema.to_polars()).lazy()
-
-
-def infer_dtypes(
-    exprs: list[Expr],
-    schema: Schema,
-    *,
-    where: str = "expression",
-    paths: list[str] | None = None,
-) -> list[DataType]:
-    """The dtype Polars gives each of ``exprs`` (IR expressions, read in a ``select`` over
-    ``schema``). The ``dtype`` fields of the expressions themselves are ignored except where
-    the kernel uses them (literals and casts).
-
-    Raises :class:`shoal.PlanError` naming ``where``, the path of the smallest failing
-    expression (from ``paths``), the input types and Polars' reason.
-    """
-    from shoal.lowering.expressions import to_polars
-
-    if not exprs:
-        return []
-    lf = empty_frame(schema)
-    try:
-        pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
-        got = lf.select(pes).collect_schema()
-        return [DataType.from_polars(got[f"__e{i}"]) for i in range(len(exprs))]
-    except (UnsupportedError, PlanError, pl.exceptions.PolarsError, TypeError, ValueError):
-        pass
-    # Find the first expression (they come children first) that Polars refuses.
-    for i, e in enumerate(exprs):
-        try:
-            pe = to_polars(e).alias("__e")
-            lf.select(pe).collect_schema()
-        except (
-            UnsupportedError,
-            PlanError,
-            pl.exceptions.PolarsError,
-            TypeError,
-            ValueError,
-        ) as exc:
-            at = f" at {paths[i]}" if paths else ""
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PlanError(
-                f"{where}: expression {e}{at} is not valid: {reason}" + _input_types(e, schema)
-            ) from exc
-    raise PlanError(
-        f"{where}: Polars cannot resolve these expressions together"
-    )  # pragma: no cover
 
 
 # ---------------------------------------------------------------- node rules
@@ -331,7 +267,7 @@ def _node_rules(node: PlanNode, path: str) -> None:
             node,
             path,
             f"predicate {pred} (at {path}.predicate) has dtype {pred.dtype}, not Boolean"
-            + _input_types(pred, kids[0].schema if kids else node.schema),
+            + input_types(pred, kids[0].schema if kids else node.schema),
         )
     if isinstance(node, Join):
         if node.how == "cross":
