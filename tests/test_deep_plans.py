@@ -10,7 +10,7 @@ import pytest
 
 import shoal
 from shoal.ir import from_json, to_json
-from shoal.ir.builder import col
+from shoal.plan.builder import col
 from shoal_polars.engine import ShoalFallbackWarning
 
 DEPTH = 1500

@@ -21,6 +21,7 @@ from dataclasses import fields, is_dataclass
 import polars as pl
 
 from shoal.errors import PlanError, UnsupportedError
+from shoal.ir import serde
 from shoal.ir.expr import AGG_FUNCTIONS, BINARY_OPS, Agg, BinaryOp, Col, Expr, Function, NamedExpr
 from shoal.ir.nodes import (
     SINK_SCHEMA,
@@ -439,3 +440,6 @@ def _check_node_schema(node: PlanNode, path: str) -> None:
         f"schema column order {list(claimed.names)} differs from the produced "
         f"order {list(produced.names)}",
     )
+
+
+serde.register_validator(validate)
