@@ -146,3 +146,25 @@ def test_the_checker_sees_imports_inside_functions(tmp_path: Path) -> None:
     assert not _allowed("shoal.execution.kernel", "shoal.planner.planner")
     assert not _allowed("shoal.runners.dispatch", "shoal_polars")
     assert _allowed("shoal", "shoal_polars")
+
+
+def test_planner_strategies_use_the_public_planning_context() -> None:
+    """No module of the planner imports another planner module's private names (the
+    strategies receive a :class:`shoal.planner.context.PlanningContext`), and none but
+    ``physical.plan_physical`` (the entry point) imports the planner itself."""
+    found: list[str] = []
+    for module, path in MODULES.items():
+        if not _inside(module, "shoal.planner"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith(
+                "shoal.planner"
+            ):
+                continue
+            names = [a.name for a in node.names]
+            private = [n for n in names if n.startswith("_")]
+            if private:
+                found.append(f"{module} (line {node.lineno}) imports {private} of {node.module}")
+            if node.module == "shoal.planner.planner" and module != "shoal.planner.physical":
+                found.append(f"{module} (line {node.lineno}) imports the planner {names}")
+    assert not found, "\n".join(found)
