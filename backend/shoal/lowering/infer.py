@@ -15,7 +15,7 @@ import polars as pl
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import Expr
 from shoal.ir.types import DataType, Schema
-from shoal.lowering.expressions import to_polars
+from shoal.lowering.expressions import shared_lowering, to_polars
 
 
 def input_types(expr: Expr, schema: Schema) -> str:
@@ -51,7 +51,8 @@ def infer_dtypes(
         return []
     lf = empty_frame(schema)
     try:
-        pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
+        with shared_lowering():  # sub-expressions overlap: lower each node once
+            pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
         got = lf.select(pes).collect_schema()
         return [DataType.from_polars(got[f"__e{i}"]) for i in range(len(exprs))]
     except (UnsupportedError, PlanError, pl.exceptions.PolarsError, TypeError, ValueError):
