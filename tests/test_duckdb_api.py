@@ -19,6 +19,7 @@ from shoal.runners.session import last_query
 
 CONFIG = shoal.Config(default_partitions=3, shuffle_partitions=3, runner="local")
 
+
 def same(got: Any, want: Any) -> None:
     """Equal rows (NaN equal to NaN: compared by their text)."""
     assert repr(got) == repr(want)

@@ -165,7 +165,9 @@ CSV_OPTIONS: dict[str, Any] = {
     ],
     ids=["csv", "csv-options", "ndjson", "ipc", "ipc-zstd"],
 )
-def test_sink_file_is_byte_for_byte_polars(fmt: str, options: dict[str, Any], tmp_path: Path) -> None:
+def test_sink_file_is_byte_for_byte_polars(
+    fmt: str, options: dict[str, Any], tmp_path: Path
+) -> None:
     lf = _queries()["sort"]
     native, ours = tmp_path / f"native.{fmt}", tmp_path / f"shoal.{fmt}"
     getattr(lf, f"sink_{fmt}")(native, engine="streaming", **options)
@@ -186,7 +188,9 @@ def test_partitioned_sinks_write_polars_layouts(fmt: str, tmp_path: Path) -> Non
     ]:
         native, ours = tmp_path / f"native-{name}", tmp_path / f"shoal-{name}"
         getattr(lf, f"sink_{fmt}")(target(native), engine="streaming")
-        _on_shoal(lambda t=target(ours): getattr(lf, f"sink_{fmt}")(t, engine=ENGINE))  # noqa: B023
+        sink = getattr(lf, f"sink_{fmt}")
+        mine = target(ours)
+        _on_shoal(lambda: sink(mine, engine=ENGINE))  # noqa: B023
 
         def files(root: Path) -> list[str]:
             return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
@@ -200,7 +204,9 @@ def test_partitioned_sinks_write_polars_layouts(fmt: str, tmp_path: Path) -> Non
         # split: each task cuts its own rows into files of at most 4 rows (the boundaries
         # differ from Polars'); in name order the files hold Polars' rows in order.
         ours_files = files(ours)
-        assert ours_files == [f"{i:08x}.{Path(files(native)[0]).suffix[1:]}" for i in range(len(ours_files))]
+        assert ours_files == [
+            f"{i:08x}.{Path(files(native)[0]).suffix[1:]}" for i in range(len(ours_files))
+        ]
         parts = [read(ours / rel).collect() for rel in ours_files]
         assert all(0 < p.height <= 4 for p in parts)
         natives = pl.concat([read(native / rel).collect() for rel in files(native)])
@@ -260,8 +266,8 @@ def test_engine_refuses_unknown_or_bad_settings() -> None:
 
 
 def test_fallback_warning_classes() -> None:
-    from shoal_polars import PolarsFallbackWarning, ShoalFallbackWarning
     from shoal_duckdb import DuckDBFallbackWarning
+    from shoal_polars import PolarsFallbackWarning, ShoalFallbackWarning
 
     assert ShoalFallbackWarning is PolarsFallbackWarning  # the name it had before
     assert issubclass(PolarsFallbackWarning, pl.exceptions.PerformanceWarning)
@@ -300,7 +306,7 @@ def test_record_batch_reader_from_execute_batches_is_read_by_duckdb_and_polars()
     config = shoal.Config(default_partitions=3)
     reader = shoal.execute_batches(plan, runner="local", config=config)
     assert isinstance(reader, pa.RecordBatchReader)
-    native = _data().collect().to_arrow()
+    native = _data().collect().to_arrow()  # noqa: F841 - read by DuckDB by name
     query = "SELECT count(*), count(k), sum(k), count(v), min(v), string_agg(s, '|') FROM {}"
     got = duckdb.sql(query.format("reader")).fetchall()
     assert got == duckdb.sql(query.format("native")).fetchall()

@@ -315,9 +315,7 @@ def sql(
             raise TypeError("sql(con, query): the query is missing")
         if connection is not None:
             raise TypeError("sql(con, query): pass the connection once")
-        rel = _lazy_sql(
-            query, legacy_query, params, runner, raise_on_fail, config, _caller_frame()
-        )
+        rel = _lazy_sql(query, legacy_query, params, runner, raise_on_fail, config, _caller_frame())
         return rel.materialize() if isinstance(rel, _relation().DistRelation) else rel
     if legacy_query is not None:
         raise TypeError("sql(query, ...): the second positional argument is not taken")

@@ -239,7 +239,11 @@ class DistConnection:
     def _result(self) -> Any:
         if self._pending is None:
             return None
-        return self._pending.materialize() if isinstance(self._pending, DistRelation) else self._pending
+        return (
+            self._pending.materialize()
+            if isinstance(self._pending, DistRelation)
+            else self._pending
+        )
 
     def _row_iter(self) -> Iterator[tuple[Any, ...]]:
         if self._rows is None:

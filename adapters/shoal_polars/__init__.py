@@ -14,9 +14,9 @@ if a Polars release moves it, importing this package raises ``ImportError``.
 
 from __future__ import annotations
 
-import polars as pl
-
 from typing import Any
+
+import polars as pl
 
 from shoal_polars.engine import DistEngine, DistQuery, to_ir
 

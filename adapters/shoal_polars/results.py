@@ -10,7 +10,7 @@ on :func:`~shoal_polars.engine.native_engine` after a
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import polars as pl
@@ -58,7 +58,7 @@ class DistBatches:
         self._chunk = chunk_size
         self._frames = self._generate()
 
-    def _generate(self) -> Iterator[pl.DataFrame]:
+    def _generate(self) -> Generator[pl.DataFrame, None, None]:
         pending: list[pl.DataFrame] = []
         rows = 0
         for table in self._tables:

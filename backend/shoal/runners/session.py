@@ -210,9 +210,7 @@ class ResultRefs:
     runner: str
 
 
-def run_plan_refs(
-    plan: PlanNode, config: Config, cancel: CancelToken | None = None
-) -> ResultRefs:
+def run_plan_refs(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> ResultRefs:
     """Like :func:`run_plan`, but leave the result where the tasks put it (nothing is
     fetched to the driver): see :class:`ResultRefs`. Raises as :func:`run_plan` does."""
     tracer = start_query(config)
