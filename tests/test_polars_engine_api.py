@@ -307,8 +307,27 @@ def test_record_batch_reader_from_execute_batches_is_read_by_duckdb_and_polars()
     reader = shoal.execute_batches(plan, runner="local", config=config)
     assert isinstance(reader, pa.RecordBatchReader)
     native = _data().collect().to_arrow()  # noqa: F841 - read by DuckDB by name
-    query = "SELECT count(*), count(k), sum(k), count(v), min(v), string_agg(s, '|') FROM {}"
+    query = (
+        "SELECT count(*), count(k), sum(k), count(v), min(v), string_agg(s, '|' ORDER BY s) FROM {}"
+    )
     got = duckdb.sql(query.format("reader")).fetchall()
     assert got == duckdb.sql(query.format("native")).fetchall()
     frame = pl.DataFrame(shoal.execute_batches(plan, runner="local", config=config))
     assert_frame_equal(frame, _data().collect())
+
+
+def test_engine_affinity_sends_the_whole_engine_api_to_shoal(tmp_path: Path) -> None:
+    """Under ``pl.Config.set_engine_affinity(DistEngine(...))`` the calls without an
+    engine run on shoal too."""
+    lf = _queries()["sort"]
+    expected = lf.collect(engine="in-memory")
+    pl.Config.set_engine_affinity(ENGINE)
+    try:
+        assert_frame_equal(_on_shoal(lambda: pl.concat(list(lf.collect_batches()))), expected)
+        assert_frame_equal(_on_shoal(lambda: lf.execute().lazy().collect()), expected)
+        assert_frame_equal(_on_shoal(lambda: pl.collect_all([lf])[0]), expected)
+        _on_shoal(lambda: lf.sink_ndjson(tmp_path / "a.jsonl"))
+    finally:
+        pl.Config.set_engine_affinity(None)
+    lf.sink_ndjson(tmp_path / "native.jsonl", engine="streaming")
+    assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "native.jsonl").read_bytes()

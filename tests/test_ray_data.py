@@ -91,7 +91,9 @@ def test_execute_batches_is_a_reader_for_duckdb_and_polars(ray_runner: None) -> 
     reader = shoal.execute_batches(plan, runner="ray", config=CONFIG)
     assert isinstance(reader, pa.RecordBatchReader)
     native = _frame().to_arrow()  # noqa: F841 - read by DuckDB by name
-    query = "SELECT count(*), count(k), sum(k), count(v), min(v), string_agg(s, '|') FROM {}"
+    query = (
+        "SELECT count(*), count(k), sum(k), count(v), min(v), string_agg(s, '|' ORDER BY s) FROM {}"
+    )
     assert (
         duckdb.sql(query.format("reader")).fetchall()
         == duckdb.sql(query.format("native")).fetchall()

@@ -215,32 +215,14 @@ class DistQueryResult:
         return to_polars_frame(self.result.to_arrow(), self.schema)
 
     def lazy(self) -> pl.LazyFrame:
-        """A ``LazyFrame`` over the result that reads it piece by piece when collected."""
+        """A ``LazyFrame`` over the result that reads it piece by piece when collected
+        (a :class:`ResultSource`; collected on shoal, the result is read on the driver and
+        distributed again)."""
         from polars.io.plugins import register_io_source
 
-        result, schema = self.result, self.schema
-
-        def source(
-            with_columns: list[str] | None,
-            predicate: pl.Expr | None,
-            n_rows: int | None,
-            batch_size: int | None,
-        ) -> Iterator[pl.DataFrame]:
-            left = n_rows
-            for piece in result.pieces():
-                if left is not None and left <= 0:
-                    return
-                df = to_polars_frame(piece, schema)
-                if predicate is not None:
-                    df = df.filter(predicate)
-                if with_columns is not None:
-                    df = df.select(with_columns)
-                if left is not None:
-                    df = df.head(left)
-                    left -= df.height
-                yield df
-
-        return register_io_source(source, schema=schema, explain_name="shoal result")
+        return register_io_source(
+            ResultSource(self.result, self.schema), schema=self.schema, explain_name="shoal result"
+        )
 
     def to_ray_dataset(self) -> Any:
         """The result as a ``ray.data.Dataset``: see
@@ -253,6 +235,44 @@ class DistQueryResult:
     def __repr__(self) -> str:
         with pl.Config(tbl_hide_dataframe_shape=True):
             return f"QueryResult (shoal, {self.n_rows_total} rows); head:\n{self.head}"
+
+
+class ResultSource:
+    """The Polars IO source of :meth:`DistQueryResult.lazy`: yields the result's pieces
+    as frames, applying the columns, filter and row limit Polars pushes into the scan.
+    shoal's translator recognises it (``shoal_polars.udf.translate_python_scan``)."""
+
+    def __init__(self, result: QueryResult, schema: pl.Schema) -> None:
+        self.result = result
+        self.schema = schema
+
+    def __repr__(self) -> str:
+        return f"ResultSource({self.result!r})"
+
+    def __call__(
+        self,
+        with_columns: list[str] | None,
+        predicate: pl.Expr | None,
+        n_rows: int | None,
+        batch_size: int | None,
+    ) -> Iterator[pl.DataFrame]:
+        left = n_rows
+        for piece in self.result.pieces():
+            if left is not None and left <= 0:
+                return
+            df = to_polars_frame(piece, self.schema)
+            if predicate is not None:
+                df = df.filter(predicate)
+            if with_columns is not None:
+                df = df.select(with_columns)
+            if left is not None:
+                df = df.head(left)
+                left -= df.height
+            yield df
+
+    def table(self) -> pa.Table:
+        """The whole result with Polars' schema, as Arrow (read on the driver)."""
+        return to_polars_frame(self.result.to_arrow(), self.schema).to_arrow()
 
 
 def execute(engine: DistEngine, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> Any:
