@@ -89,8 +89,9 @@ def execute_batches(
     stream that DuckDB, Polars and pyarrow read directly), with the schema of
     :func:`execute`'s table. Batches come in partition order, each partition's as soon as
     it and the partitions before it have finished; the query starts when the first batch
-    is read. Closing the reader (``reader.close()``) before the end cancels the rest of
-    the query. Raises as :func:`execute` does, when the batches are read, and at once
+    is read. Dropping the reader (its last reference) before the end cancels the rest of
+    the query (``reader.close()`` alone does not: pyarrow keeps the batch source until
+    the reader is freed). Raises as :func:`execute` does, when the batches are read, and at once
     ``PlanError`` for a :class:`~shoal.ir.nodes.Sink` plan (run it with :func:`execute`,
     which finishes the files)."""
     from shoal.result import result_schema
