@@ -331,3 +331,53 @@ def test_engine_affinity_sends_the_whole_engine_api_to_shoal(tmp_path: Path) -> 
         pl.Config.set_engine_affinity(None)
     lf.sink_ndjson(tmp_path / "native.jsonl", engine="streaming")
     assert (tmp_path / "a.jsonl").read_bytes() == (tmp_path / "native.jsonl").read_bytes()
+
+
+def test_collect_batches_starts_at_once_unless_lazy_and_stops_when_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``lazy=False`` (Polars' default) starts the query in the background at once;
+    ``lazy=True`` waits for the first request; closing or dropping the iterator early
+    stops the query (its dispatch loop closes) and reports nothing."""
+    import gc
+    import threading
+
+    from shoal.runners.dispatch import DispatchLoop
+
+    lf = _queries()["sort"]
+    expected = lf.collect(engine="in-memory")
+    started = threading.Event()
+    real_stream = DispatchLoop.stream
+
+    def stream(self: DispatchLoop) -> Any:
+        started.set()
+        return (yield from real_stream(self))
+
+    monkeypatch.setattr(DispatchLoop, "stream", stream)
+    lazy = lf.collect_batches(engine=ENGINE, lazy=True)
+    assert not started.is_set()
+    assert_frame_equal(pl.concat(list(lazy)), expected)
+    started.clear()
+    eager = lf.collect_batches(engine=ENGINE)
+    assert started.wait(60), "the query did not start before the first request"
+    assert_frame_equal(pl.concat(list(eager)), expected)
+
+    stopped: list[bool] = []
+    real_close = DispatchLoop.close_pools
+
+    def close_pools(self: DispatchLoop) -> None:
+        stopped.append(True)
+        real_close(self)
+
+    monkeypatch.setattr(DispatchLoop, "close_pools", close_pools)
+    before = last_query()
+    eager = lf.collect_batches(engine=ENGINE)
+    next(eager)
+    eager.close()
+    assert stopped and last_query() is before
+    stopped.clear()
+    dropped = lf.collect_batches(engine=ENGINE, lazy=True)
+    next(dropped)
+    del dropped
+    gc.collect()
+    assert stopped and last_query() is before

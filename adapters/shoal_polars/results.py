@@ -46,9 +46,8 @@ class DistBatches:
     """The batches of ``collect_batches`` on shoal: an iterator of ``polars.DataFrame``,
     the result's partitions in order, each as soon as it and those before it have finished
     (with ``chunk_size``, cut into frames of that many rows, the last one shorter). Also an
-    Arrow C stream (``__arrow_c_stream__``), as Polars' own batches are. The query starts
-    when the first batch is asked for; :meth:`close` (or dropping the iterator) before the
-    end cancels the rest."""
+    Arrow C stream (``__arrow_c_stream__``), as Polars' own batches are. :meth:`close`
+    (or dropping the iterator) before the end cancels the rest."""
 
     def __init__(
         self, tables: Iterator[pa.Table], schema: pl.Schema, chunk_size: int | None
@@ -111,10 +110,11 @@ def collect_batches(
 ) -> Any:
     """``lf.collect_batches(engine=DistEngine())``: a :class:`DistBatches` of the result,
     streamed partition by partition in the result's order (``maintain_order=False``
-    changes nothing: shoal's order costs nothing here). The query starts when the first
-    batch is asked for (with ``lazy=False`` too: the iterator does not run in the
-    background). Falls back to :func:`native_engine`'s batches for a query shoal cannot
-    translate."""
+    changes nothing: shoal's order costs nothing here). With ``lazy=False`` (Polars'
+    default) the query starts now and runs on in a background thread, keeping up to two
+    partitions ready (:class:`Prefetch`); with ``lazy=True`` it starts when the first batch
+    is asked for and advances only while the caller asks. Falls back to
+    :func:`native_engine`'s batches for a query shoal cannot translate."""
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"collect_batches chunk_size={chunk_size!r}: expected a positive int")
     found = _translate(engine, lf, optimizations, "collect_batches")
@@ -130,8 +130,94 @@ def collect_batches(
     from shoal.api import _resolve
     from shoal.runners.session import stream_plan
 
-    tables = stream_plan(plan, _resolve(engine.runner, engine._config()))
+    tables: Iterator[pa.Table] = stream_plan(plan, _resolve(engine.runner, engine._config()))
+    if not lazy:
+        tables = Prefetch(tables)
     return DistBatches(tables, schema, chunk_size)
+
+
+class Prefetch:
+    """Drives ``tables`` (a query's partition stream) in a background thread from now on,
+    keeping up to ``depth`` partitions ready: ``collect_batches(lazy=False)`` starts the
+    query at once, as Polars does, and the query goes on while the caller works on a batch.
+    Errors of the query are raised by ``next``; :meth:`close`, or dropping this object,
+    stops the query (at the latest when the partition being awaited arrives)."""
+
+    def __init__(self, tables: Iterator[pa.Table], depth: int = 2) -> None:
+        import queue
+
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._done = False
+        # The thread holds the queue and the event, not this object, so that dropping the
+        # iterator stops it (``__del__``).
+        self._thread = threading.Thread(
+            target=_prefetch,
+            args=(tables, self._queue, self._stop),
+            name="shoal-collect-batches",
+            daemon=True,
+        )
+        self._thread.start()
+
+    def __iter__(self) -> Prefetch:
+        return self
+
+    def __next__(self) -> pa.Table:
+        if self._done:
+            raise StopIteration
+        item = self._queue.get()
+        if item is _END:
+            self._done = True
+            raise StopIteration
+        if isinstance(item, _Failure):
+            self._done = True
+            raise item.exc
+        return item  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Stop the query; returns when the background thread has ended."""
+        self._done = True
+        self._stop.set()
+        self._thread.join()
+
+    def __del__(self) -> None:
+        self._stop.set()
+
+
+_END = object()
+
+
+def _prefetch(tables: Iterator[pa.Table], out: Any, stop: threading.Event) -> None:
+    """:class:`Prefetch`'s thread: move ``tables`` into ``out`` until the end, an error or
+    ``stop``; then close ``tables`` (which cancels the rest of a stopped query)."""
+    import queue
+
+    def put(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                out.put(item, timeout=0.05)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    try:
+        for table in tables:
+            if not put(table):
+                break
+        else:
+            put(_END)
+    except BaseException as exc:  # handed to the consumer
+        put(_Failure(exc))
+    finally:
+        close = getattr(tables, "close", None)
+        if close is not None:
+            close()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
 
 
 def collect_async(
