@@ -5,7 +5,7 @@ tuple whose first element names the function (an enum such as
 ``StringFunction.StartsWith``, or a plain string such as ``"abs"``) and whose other elements
 are the function's parameters. :data:`SCALAR_FUNCTIONS` maps that name to the IR function
 name and names the parameters, which become the IR ``Function.options`` in order. Every IR
-name emitted here has an implementation in :data:`shoal.execution.expressions.FUNCTIONS`.
+name emitted here has an implementation in :data:`shoal.lowering.expressions.FUNCTIONS`.
 Functions whose value on a row depends on other rows (``cum_sum``, ``shift``, ``rank``, ...)
 become IR functions listed in :data:`shoal.ir.expr.ORDER_DEPENDENT_FUNCTIONS`, which the
 planner evaluates after gathering their input in order, as Polars defines them.
@@ -188,7 +188,8 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "TemporalFunction.DatetimeFunction": ("datetime", ("time_unit", "time_zone")),
     # seeded random permutations and samples of the whole column (or group): Polars'
     # draw for a seed depends only on the values in order, so the planner gathers them and
-    # one task draws exactly Polars' permutation (an unseeded draw is refused)
+    # one task draws exactly Polars' permutation (without a seed, a draw of the same
+    # distribution as Polars')
     "shuffle": ("shuffle", ("seed",)),
     "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
     # trigonometry and conversions (row by row)
@@ -197,7 +198,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "atan2": ("arctan2", ()),
     # Polars' optimiser fuses a*b+c ("fma"), a-b*c ("fsm"), a*b-c ("fms")
     "fused": ("fused", ("op",)),
-    # pl.list(x): each value wrapped in a one-element list (a list value too)
+    # pl.list(x, y, ...): the values of each row as one list, a list value as one element
     "as_list": ("as_list", ()),
     "ArrayFunction.Dot": ("arr.dot", ()),
     # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,

@@ -6,10 +6,12 @@ in the table raises :class:`shoal.UnsupportedError` naming the function.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import io
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import polars as pl
@@ -267,7 +269,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     # Polars' fused arithmetic, written out (Polars fuses it again; the same IEEE
     # operations in the same order, so the same bits)
     "fused": lambda a, o: _FUSED[o["op"]](a[0], a[1], a[2]),
-    "as_list": lambda a, o: pl.list(a[0]),
+    "as_list": lambda a, o: pl.list(*a),
     "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
     "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
     "time_ranges": lambda a, o: pl.time_ranges(
@@ -467,7 +469,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "diff": lambda a, o: a[0].diff(a[1], null_behavior=o.get("null_behavior", "ignore")),
     "pct_change": lambda a, o: a[0].pct_change(a[1]),
     "rank": lambda a, o: a[0].rank(
-        o.get("method", "average"), descending=o.get("descending", False)
+        o.get("method", "average"), descending=o.get("descending", False), seed=o.get("seed")
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),
@@ -739,11 +741,41 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
     raise UnsupportedError(f"aggregate function {name!r} is not supported by the kernel")
 
 
+#: While :func:`shared_lowering` is open: each IR expression node's Polars expression, by
+#: ``id`` of the node, so that lowering many overlapping sub-expressions (the validator
+#: types every sub-expression of a tree) costs one lowering per node, not one per subtree.
+_MEMO: contextvars.ContextVar[dict[int, pl.Expr] | None] = contextvars.ContextVar(
+    "shoal_lowering_memo", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_lowering() -> Iterator[None]:
+    """Within the block, :func:`to_polars` lowers each IR node once and reuses the result
+    for every tree that contains it. The caller keeps the IR nodes alive for the block
+    (the memo is keyed by ``id``)."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
 def to_polars(expr: Expr) -> pl.Expr:
     """Translate an IR expression into an equivalent Polars expression.
 
     Raises :class:`shoal.UnsupportedError` for a function the kernel does not know.
     """
+    memo = _MEMO.get()
+    if memo is None:
+        return _to_polars(expr)
+    got = memo.get(id(expr))
+    if got is None:
+        got = memo[id(expr)] = _to_polars(expr)
+    return got
+
+
+def _to_polars(expr: Expr) -> pl.Expr:
     if isinstance(expr, Col):
         return pl.col(expr.name)
     if isinstance(expr, Lit):
