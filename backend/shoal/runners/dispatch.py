@@ -239,6 +239,8 @@ class DispatchLoop:
         #: Expected output bytes of each task in flight (backpressure counts them as held).
         self._reserved: dict[Any, int] = {}
         self.cancel = cancel
+        #: Set once :meth:`stream` has run every task: pools may then be parked.
+        self._completed = False
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -439,7 +441,8 @@ class DispatchLoop:
                 self._settle(stopped)
             raise
         finally:
-            self.close_pools(keep_warm=completed)
+            self._completed = completed
+            self.close_pools()
         while emitted < root.stage.num_tasks:
             yield from self._hand_over(emitted)
             emitted += 1
@@ -485,12 +488,12 @@ class DispatchLoop:
             finished = set(done)
             pending = [h for h in pending if h not in finished]
 
-    def close_pools(self, keep_warm: bool = False) -> None:
-        """Tear down every actor pool of the query (idempotent). ``keep_warm`` (the query
-        succeeded): a pool whose UDF asks to stay warm is parked for the next query instead
+    def close_pools(self) -> None:
+        """Tear down every actor pool of the query (idempotent). Once the run has completed,
+        a pool whose UDF asks to stay warm is parked for the next query instead
         (``pool.finish()``, see :mod:`shoal.runners.actor_pool`)."""
         for pool in self.pools.values():
-            if keep_warm:
+            if self._completed:
                 pool.finish()
             else:
                 pool.close()
