@@ -59,6 +59,7 @@ from shoal_duckdb.types import (
 )
 
 if TYPE_CHECKING:
+    from shoal_duckdb.fragment import ForeignColumns
     from shoal_duckdb.reasons import SourceText
 
 INT8 = DataType(pa.int8())
@@ -623,8 +624,12 @@ class ExprTranslator:
         error_on_division_by_zero: bool = True,
         source: SourceText | None = None,
         ieee_floating_point_ops: bool = True,
+        foreign: ForeignColumns | None = None,
     ) -> None:
         self.cols = cols
+        #: Where an expression over ``cols`` cannot be translated, DuckDB may compute it
+        #: in the tasks instead (:mod:`shoal_duckdb.fragment`): None when it may not.
+        self.foreign = foreign
         #: DuckDB's setting of that name: when false, floating-point division by zero,
         #: logarithms of zero or negative numbers, square roots of negative numbers and
         #: zero to a negative power raise instead of giving inf or NaN.
@@ -638,7 +643,12 @@ class ExprTranslator:
     # -- entry points ------------------------------------------------------------------
 
     def expr(self, e: dict[str, Any]) -> Expr:
-        """Translate a scalar expression (raises :class:`Unsupported`)."""
+        """Translate a scalar expression (raises :class:`Unsupported`).
+
+        With :attr:`foreign` set, an expression that cannot be translated becomes a column
+        that DuckDB computes in the tasks where it can (the innermost such expression
+        whose type the IR carries; see :mod:`shoal_duckdb.fragment`)."""
+        mark = self.foreign.mark() if self.foreign is not None else 0
         try:
             cls = e.get("expression_class")
             handler = _CLASSES.get(str(cls))
@@ -649,6 +659,11 @@ class ExprTranslator:
                 raise Unsupported("an INTERVAL value outside date arithmetic")
             return out
         except Unsupported as exc:
+            if self.foreign is not None:
+                self.foreign.reset(mark)  # computed whole, if at all
+                computed = self.foreign.compute(e)
+                if computed is not None:
+                    return computed
             self.locate(exc, e)
             raise
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,7 @@ from shoal_duckdb.exprs import (
     raise_where,
     struct_field,
 )
+from shoal_duckdb.fragment import ForeignColumns, session_settings
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
 from shoal_duckdb.types import Interval, RawTemporal, dtype_of, time_zone, value_of
@@ -149,6 +150,10 @@ class Translator:
         except Exception:  # a DuckDB release without the setting: IEEE semantics
             ieee = []
         self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
+        #: The operator input whose untranslatable expressions DuckDB computes in the
+        #: tasks (:meth:`foreign`), if any.
+        self._foreign: ForeignColumns | None = None
+        self._settings: tuple[tuple[str, str], ...] | None = None
 
     # -- errors -------------------------------------------------------------------------
 
@@ -200,9 +205,43 @@ class Translator:
             return Lit(None, BOOL)
 
     def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
+        foreign = self._foreign
         return ExprTranslator(
-            cols, self.error_on_division_by_zero, self.source, self.ieee_floating_point_ops
+            cols,
+            self.error_on_division_by_zero,
+            self.source,
+            self.ieee_floating_point_ops,
+            foreign if foreign is not None and cols is foreign.cols else None,
         )
+
+    @contextlib.contextmanager
+    def foreign(self, rel: Rel | None) -> Iterator[ForeignColumns | None]:
+        """While the block runs, expressions over ``rel``'s columns that cannot be
+        translated are computed by DuckDB in the tasks where they can be
+        (:mod:`shoal_duckdb.fragment`); :meth:`with_foreign` then gives ``rel`` with
+        those columns. Yields None (nothing computed) when ``rel`` failed."""
+        if rel is None:
+            yield None
+            return
+        names = [None if c.name.lower() in self.virtual else c.name for c in rel.cols]
+        scope = ForeignColumns(rel.node, rel.cols, names, self.session_settings, self.fresh)
+        previous, self._foreign = self._foreign, scope
+        try:
+            yield scope
+        finally:
+            self._foreign = previous
+
+    def with_foreign(self, rel: Rel, scope: ForeignColumns | None) -> Rel:
+        """``rel`` with the columns that DuckDB computes in the tasks for ``scope``."""
+        if scope is None or not scope.pending:
+            return rel
+        return Rel(scope.node_with_columns(), rel.cols)
+
+    def session_settings(self) -> tuple[tuple[str, str], ...]:
+        """The user's DuckDB settings a task's DuckDB session gets (read once)."""
+        if self._settings is None:
+            self._settings = session_settings(self.con)
+        return self._settings
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
@@ -801,8 +840,15 @@ def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_PROJECTION")
 def _projection(t: Translator, op: dict[str, Any]) -> Rel:
     child, cols = t.single_child(op)
+    if child is not None and not any(_registered_udf(e) for e in op["expressions"]):
+        with t.foreign(child) as scope:
+            exprs = [
+                (str(e.get("alias") or "c"), t.expr(e, cols, "LOGICAL_PROJECTION"))
+                for e in op["expressions"]
+            ]
+        return t.project(t.with_foreign(child, scope), exprs)
     rel = child
-    exprs: list[tuple[str, Expr]] = []
+    exprs = []
     for e in op["expressions"]:
         hint = str(e.get("alias") or "c")
         udf = _registered_udf(e)
@@ -869,8 +915,9 @@ def _registered_udf(e: dict[str, Any]) -> Any:
 @_register("LOGICAL_FILTER")
 def _filter(t: Translator, op: dict[str, Any]) -> Rel:
     child, cols = t.single_child(op)
-    preds = [t.expr(e, cols, "LOGICAL_FILTER") for e in op["expressions"]]
-    rel = t.filter(_done(child), and_all(preds))
+    with t.foreign(child) as scope:
+        preds = [t.expr(e, cols, "LOGICAL_FILTER") for e in op["expressions"]]
+    rel = t.filter(t.with_foreign(_done(child), scope), and_all(preds))
     return t.select(rel, [int(i) for i in op.get("projection_map") or []])
 
 
@@ -881,9 +928,10 @@ def _filter(t: Translator, op: dict[str, Any]) -> Rel:
 def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     maybe, cols = t.single_child(op)
     where = "LOGICAL_AGGREGATE_AND_GROUP_BY"
-    groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
-    aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
-    child = _done(maybe)
+    with t.foreign(maybe) as scope:
+        groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
+        aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
+    child = t.with_foreign(_done(maybe), scope)
     child, aggs = _per_row_constants(t, child, aggs)
     # DuckDB groups by a constant key once per row: over no rows there is no group (it
     # plans count(DISTINCT <constant>) so); in the IR a literal key makes one group even

@@ -54,6 +54,7 @@ from shoal.ir.nodes import (
     Sink,
     Slice,
     Sort,
+    SqlMap,
     StageInput,
     UdfProject,
     Union,
@@ -209,7 +210,8 @@ class _Builder:
             return self._combine_single(
                 ops, lambda kids: node.with_children(tuple(kids)), "hconcat"
             )
-        if isinstance(node, Explode | Unnest):
+        if isinstance(node, Explode | Unnest | SqlMap):
+            # Row-wise (a SqlMap's SQL is, by its contract): in the input's stage.
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
         if isinstance(node, RowIndex):
