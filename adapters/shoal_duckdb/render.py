@@ -243,16 +243,16 @@ def sql_constant(v: dict[str, Any]) -> str:
         key_type, value_type = (c["second"] for c in entry["type_info"]["child_types"])
         entries = _children(v, entry)
         keys: list[str] = []
-        items: list[str] = []
+        vals: list[str] = []
         for en in entries:
             if en.get("is_null"):
                 raise CannotRender("a NULL MAP entry")
             k, x = _children_of_struct(en, entry["type_info"]["child_types"])
             keys.append(sql_constant(k))
-            items.append(sql_constant(x))
+            vals.append(sql_constant(x))
         return (
             f"CAST(MAP(CAST([{', '.join(keys)}] AS {sql_type(key_type)}[]), "
-            f"CAST([{', '.join(items)}] AS {sql_type(value_type)}[])) AS {name})"
+            f"CAST([{', '.join(vals)}] AS {sql_type(value_type)}[])) AS {name})"
         )
     if tid == "ENUM":
         labels = info.get("values") or []
