@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import polars as pl
+import pyarrow as pa
 
 from shoal.errors import ShoalError, UnsupportedError
 from shoal.execution.foreign import connection, quote_literal, run_sql_map
@@ -140,6 +141,8 @@ class ForeignColumns:
             text = renderer.render(e)
         except (CannotRender, KeyError, TypeError, ValueError, IndexError):
             return None
+        if renderer.infinite and _has_temporal(dtype.arrow):
+            return None  # the kernel cannot carry DuckDB's infinite dates (nor Polars')
         name = self.fresh(str(e.get("alias") or "duckdb"))
         used = tuple(renderer.used)
         if not self._check(name, text, dtype, used, renderer.constants):
@@ -245,3 +248,14 @@ def _same_value(a: Any, b: Any) -> bool:
 
 def _empty(v: Any) -> bool:
     return v is None or v == "" or v == [] or v == {}
+
+
+def _has_temporal(t: pa.DataType) -> bool:
+    """Whether ``t`` is or holds a DATE or TIMESTAMP type."""
+    if pa.types.is_date(t) or pa.types.is_timestamp(t):
+        return True
+    if pa.types.is_large_list(t) or pa.types.is_list(t):
+        return _has_temporal(t.value_type)
+    if pa.types.is_struct(t):
+        return any(_has_temporal(f.type) for f in t)
+    return False

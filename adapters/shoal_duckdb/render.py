@@ -290,6 +290,8 @@ class Renderer:
         self.builtins = builtins
         self.used: list[str] = []
         self.constants: list[tuple[str, dict[str, Any]]] = []
+        #: Whether a DATE or TIMESTAMP constant written is DuckDB's infinity.
+        self.infinite = False
         self._scopes: list[_Scope] = []
         self._lambdas = 0
 
@@ -322,6 +324,7 @@ class Renderer:
 
     def _constant(self, e: dict[str, Any]) -> str:
         text = sql_constant(e["value"])
+        self.infinite = self.infinite or "infinity'" in text
         self.constants.append((text, e["value"]))
         return text
 

@@ -410,6 +410,16 @@ def _out_of_calendar(arrow: pa.Table) -> str | None:
     return None
 
 
+def _end_of_day(arrow: pa.Table) -> str | None:
+    """The first TIME column of ``arrow`` that holds DuckDB's ``24:00:00``, or None."""
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if pa.types.is_time(column.type) and column.null_count < len(column):
+            per_day = 86_400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[column.type.unit]
+            if pc.max(column.cast(pa.int64())).as_py() >= per_day:
+                return name
+    return None
+
+
 def _zone_settings(con: Any) -> tuple[str, str]:
     """The connection's ``TimeZone`` and ``Calendar`` settings (``UTC`` and ``gregorian``
     when DuckDB has no ICU extension loaded, as it then knows only UTC)."""
@@ -517,6 +527,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 where,
                 f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
                 " beyond the years -262000..262000",
+            )
+            raise _Failed()
+        midnight = _end_of_day(arrow)
+        if midnight:
+            t.error(
+                where,
+                f"column {midnight}: TIME '24:00:00' (the kernel's TIME ends at 23:59:59.999999 "
+                "and reads it as NULL)",
             )
             raise _Failed()
         try:

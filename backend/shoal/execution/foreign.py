@@ -21,6 +21,7 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from shoal.config import get_config
 from shoal.errors import PlanError, UnsupportedError
@@ -98,6 +99,49 @@ def run_sql_map(node: SqlMap, frame: pl.DataFrame) -> pl.DataFrame:
     return frame.hstack(_checked(node, result, frame.height).get_columns())
 
 
+#: Days from 1970-01-01 to the year 262000: the kernel's calendar (Polars) ends near there.
+_CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
+_UNITS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400 * 10**9}
+
+
+def _uncarried(column: pa.ChunkedArray | pa.Array) -> str | None:
+    """What in ``column`` (DuckDB's result) the kernel cannot hold, or None: DuckDB's
+    infinite DATE and TIMESTAMP values and values beyond the years -262000..262000 (the
+    kernel would read them as other instants or panic), TIME ``24:00:00`` (the kernel
+    reads it as NULL); inside lists and structs too."""
+    if isinstance(column, pa.ChunkedArray):
+        for chunk in column.chunks:
+            found = _uncarried(chunk)
+            if found:
+                return found
+        return None
+    t = column.type
+    if column.null_count == len(column):
+        return None
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _uncarried(column.flatten())
+    if pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            found = _uncarried(column.field(i))
+            if found:
+                return found
+        return None
+    if pa.types.is_date32(t):
+        raw, limit = column.cast(pa.int32()), _CALENDAR_DAYS
+    elif pa.types.is_timestamp(t):
+        per_day = _UNITS_PER_DAY[t.unit]
+        raw, limit = column.cast(pa.int64()), min(_CALENDAR_DAYS * per_day, 2**63 - 2)
+    elif pa.types.is_time(t):
+        if pc.max(column.cast(pa.int64())).as_py() >= _UNITS_PER_DAY[t.unit]:
+            return "TIME '24:00:00', which the kernel's TIME type cannot hold"
+        return None
+    else:
+        return None
+    if pc.max(raw).as_py() > limit or pc.min(raw).as_py() < -limit:
+        return "infinite DATE or TIMESTAMP values or values beyond the years -262000..262000"
+    return None
+
+
 def _checked(node: SqlMap, result: pa.Table, height: int) -> pl.DataFrame:
     """DuckDB's result as a Polars frame of the declared output columns and types."""
     where = f"SqlMap ({node.dialect}) computing {list(node.outputs)}"
@@ -118,6 +162,9 @@ def _checked(node: SqlMap, result: pa.Table, height: int) -> pl.DataFrame:
                 f"{where}: column {name!r} comes back from {node.dialect} as {column.type}, "
                 f"but the plan declares {declared.arrow}"
             )
+        problem = _uncarried(column)
+        if problem:
+            raise UnsupportedError(f"{where}: column {name!r} holds {problem}")
         fields.append(pa.field(name, declared.arrow))
     want = pa.schema(fields)
     if result.schema != want:
