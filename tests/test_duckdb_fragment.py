@@ -136,6 +136,16 @@ def test_queries_without_a_table(con: duckdb.DuckDBPyConnection) -> None:
     check(con, "SELECT row(1, 'a') = row(1, 'a') AS eq, [{'a': 1}] AS s")
 
 
+def test_values_lists_of_constants_the_ir_cannot_carry(con: duckdb.DuckDBPyConnection) -> None:
+    """A VALUES list with STRUCT constants is evaluated by DuckDB on the driver: an
+    in-memory scan of DuckDB's own values, then distributed as usual."""
+    query = (
+        "SELECT v.k, v.s, v.s.a + t.id AS x FROM (VALUES ({'a': 1.5, 'b': [1, NULL]}, 1), "
+        "({'a': NULL, 'b': []}, 2), (NULL, 3)) v(s, k) JOIN t ON t.id % 4 = v.k"
+    )
+    check(con, query, sql_maps=0)
+
+
 def test_constants_keep_type_and_value(con: duckdb.DuckDBPyConnection) -> None:
     """Constants that the IR cannot carry are written back as DuckDB SQL exactly (checked
     against DuckDB's own folding before use)."""

@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from shoal.errors import ShoalError, UnsupportedError
-from shoal.execution.foreign import connection, quote_literal, run_sql_map
+from shoal.execution.foreign import connection, quote_literal, run_sql_map, uncarried
 from shoal.ir.expr import Col
 from shoal.ir.nodes import SQL_MAP_RELATION, PlanNode, SqlMap
 from shoal.ir.types import DataType, Schema
@@ -259,3 +259,45 @@ def _has_temporal(t: pa.DataType) -> bool:
     if pa.types.is_struct(t):
         return any(_has_temporal(f.type) for f in t)
     return False
+
+
+def constant_rows(
+    rows: Sequence[Sequence[dict[str, Any]]],
+    types: Sequence[DataType],
+    settings: tuple[tuple[str, str], ...],
+) -> pa.Table | None:
+    """The rows of a ``VALUES`` list of constant expressions (bound expressions that read
+    no column) evaluated by DuckDB here, as an Arrow table of ``types`` (columns ``c0``,
+    ``c1``, ...), or None when they cannot be (an expression that cannot be written as
+    SQL, a constant that does not come back unchanged, another result type, a value the
+    kernel cannot hold, or DuckDB raising: the caller refuses the query as before)."""
+    renderer = Renderer([], builtin_functions())
+    selects = []
+    try:
+        for i, row in enumerate(rows):
+            items = [f"{i} AS {quote_ident('__shoal_row')}"]
+            items += [f"{renderer.render(e)} AS {quote_ident(f'c{j}')}" for j, e in enumerate(row)]
+            selects.append("SELECT " + ", ".join(items))
+    except (CannotRender, KeyError, TypeError, ValueError, IndexError):
+        return None
+    if not selects or renderer.infinite:
+        return None
+    if renderer.constants and not _same_constants(renderer.constants, settings):
+        return None
+    query = f"SELECT * EXCLUDE ({quote_ident('__shoal_row')}) FROM ({' UNION ALL '.join(selects)}) ORDER BY {quote_ident('__shoal_row')}"
+    cur = connection().cursor()
+    try:
+        for key, value in settings:
+            cur.execute(f"SET SESSION {key} = {quote_literal(value)}")
+        table = cur.sql(query).to_arrow_table()
+    except Exception:
+        return None
+    finally:
+        with contextlib.suppress(Exception):
+            cur.close()
+    if table.num_columns != len(types):
+        return None
+    for column, dtype in zip(table.columns, types, strict=True):
+        if DataType(column.type).arrow != dtype.arrow or uncarried(column):
+            return None
+    return table.cast(Schema.of([(f"c{j}", d) for j, d in enumerate(types)]).to_arrow())

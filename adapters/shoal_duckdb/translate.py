@@ -64,7 +64,7 @@ from shoal_duckdb.exprs import (
     raise_where,
     struct_field,
 )
-from shoal_duckdb.fragment import ForeignColumns, session_settings
+from shoal_duckdb.fragment import ForeignColumns, constant_rows, session_settings
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
 from shoal_duckdb.types import Interval, RawTemporal, dtype_of, time_zone, value_of
@@ -831,9 +831,34 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
         for row in op["expressions"]:
             rows.append([python_value(ExprTranslator([], source=t.source).expr(e)) for e in row])
     except Unsupported as exc:
+        # Constants the IR cannot carry (STRUCT, MAP, ...): DuckDB evaluates the rows here.
+        rel = _values_on_duckdb(t, op)
+        if rel is not None:
+            return rel
         t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
+
+
+def _values_on_duckdb(t: Translator, op: dict[str, Any]) -> Rel | None:
+    """A VALUES list of constant rows evaluated by DuckDB on the driver
+    (:func:`shoal_duckdb.fragment.constant_rows`), or None when it cannot be."""
+    kids = op.get("children") or []
+    if any(k.get("type") != "LOGICAL_DUMMY_SCAN" for k in kids):
+        return None  # a lateral VALUES reads other columns
+    try:
+        types = [dtype_of(x) for x in op["expr_types"]]
+    except UnsupportedError:
+        return None
+    table = constant_rows(op["expressions"], types, t.session_settings())
+    if table is None:
+        return None
+    names = [t.fresh("col") for _ in types]
+    table = table.rename_columns(names)
+    return Rel(
+        Scan(InMemorySource(table), Schema.from_arrow(table.schema)),
+        tuple(Col(n, d) for n, d in zip(names, types, strict=True)),
+    )
 
 
 @_register("LOGICAL_CHUNK_GET")

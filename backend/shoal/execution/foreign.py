@@ -104,14 +104,14 @@ _CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
 _UNITS_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400 * 10**9}
 
 
-def _uncarried(column: pa.ChunkedArray | pa.Array) -> str | None:
+def uncarried(column: pa.ChunkedArray | pa.Array) -> str | None:
     """What in ``column`` (DuckDB's result) the kernel cannot hold, or None: DuckDB's
     infinite DATE and TIMESTAMP values and values beyond the years -262000..262000 (the
     kernel would read them as other instants or panic), TIME ``24:00:00`` (the kernel
     reads it as NULL); inside lists and structs too."""
     if isinstance(column, pa.ChunkedArray):
         for chunk in column.chunks:
-            found = _uncarried(chunk)
+            found = uncarried(chunk)
             if found:
                 return found
         return None
@@ -119,10 +119,10 @@ def _uncarried(column: pa.ChunkedArray | pa.Array) -> str | None:
     if column.null_count == len(column):
         return None
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _uncarried(column.flatten())
+        return uncarried(column.flatten())
     if pa.types.is_struct(t):
         for i in range(t.num_fields):
-            found = _uncarried(column.field(i))
+            found = uncarried(column.field(i))
             if found:
                 return found
         return None
@@ -162,7 +162,7 @@ def _checked(node: SqlMap, result: pa.Table, height: int) -> pl.DataFrame:
                 f"{where}: column {name!r} comes back from {node.dialect} as {column.type}, "
                 f"but the plan declares {declared.arrow}"
             )
-        problem = _uncarried(column)
+        problem = uncarried(column)
         if problem:
             raise UnsupportedError(f"{where}: column {name!r} holds {problem}")
         fields.append(pa.field(name, declared.arrow))
