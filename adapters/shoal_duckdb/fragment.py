@@ -27,7 +27,7 @@ import polars as pl
 import pyarrow as pa
 
 from shoal.errors import ShoalError, UnsupportedError
-from shoal.execution.foreign import connection, quote_literal, run_sql_map, uncarried
+from shoal.execution.foreign import cursor, quote_literal, run_sql_map, uncarried
 from shoal.ir.expr import Col
 from shoal.ir.nodes import SQL_MAP_RELATION, PlanNode, SqlMap
 from shoal.ir.types import DataType, Schema
@@ -206,7 +206,7 @@ def _same_constants(
     """Whether DuckDB's optimizer folds each constant's SQL into exactly the serialised
     value it was written from (type and value)."""
     select = "SELECT " + ", ".join(text for text, _ in constants)
-    con = connection().cursor()
+    con = cursor()
     try:
         for key, value in settings:
             con.execute(f"SET SESSION {key} = {quote_literal(value)}")
@@ -285,7 +285,7 @@ def constant_rows(
     if renderer.constants and not _same_constants(renderer.constants, settings):
         return None
     query = f"SELECT * EXCLUDE ({quote_ident('__shoal_row')}) FROM ({' UNION ALL '.join(selects)}) ORDER BY {quote_ident('__shoal_row')}"
-    cur = connection().cursor()
+    cur = cursor()
     try:
         for key, value in settings:
             cur.execute(f"SET SESSION {key} = {quote_literal(value)}")

@@ -48,15 +48,17 @@ def connection() -> Any:
         return con
 
 
-def _set_threads(con: Any, threads: int) -> None:
-    """DuckDB's ``threads`` for this database, set when it changes (it is global: tasks
-    of one process share the database)."""
+def cursor(threads: int | None = None) -> Any:
+    """A new cursor (a connection of its own) on this process's database; with
+    ``threads``, DuckDB's ``threads`` setting first becomes that (it is global: the tasks
+    of one process share the database). Close it after use."""
+    con = connection()
     pid = os.getpid()
     with _LOCK:
-        if _THREADS.get(pid) == threads:
-            return
-        con.execute(f"SET GLOBAL threads = {int(threads)}")
-        _THREADS[pid] = threads
+        if threads is not None and _THREADS.get(pid) != threads:
+            con.execute(f"SET GLOBAL threads = {int(threads)}")
+            _THREADS[pid] = threads
+        return con.cursor()
 
 
 def quote_literal(text: str) -> str:
@@ -86,9 +88,7 @@ def run_sql_map(node: SqlMap, frame: pl.DataFrame) -> pl.DataFrame:
     """
     if node.dialect != "duckdb":
         raise UnsupportedError(f"SqlMap: SQL dialect {node.dialect!r} (only 'duckdb' runs)")
-    con = connection()
-    _set_threads(con, max(1, int(get_config().task_cpus)))
-    cur = con.cursor()
+    cur = cursor(max(1, int(get_config().task_cpus)))
     try:
         for name, value in node.settings:
             cur.execute(f"SET SESSION {name} = {quote_literal(value)}")
