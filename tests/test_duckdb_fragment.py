@@ -181,6 +181,40 @@ def test_errors_keep_duckdb_classes(con: duckdb.DuckDBPyConnection) -> None:
     assert isinstance(info.value, shoal.TaskError)
 
 
+#: Expressions the adapter refuses to re-express (its rule would differ from DuckDB's)
+#: that DuckDB computes in the tasks: DuckDB raises there as natively, with its class.
+RAISED_IN_TASKS = [
+    "SELECT time_bucket('-1 month'::INTERVAL, ts::DATE) a FROM tb",
+    "SELECT regexp_replace(s, '(b)', '\\3Y', 'g') a FROM tb",
+    "SELECT time_bucket('3 months'::INTERVAL, ts::DATE, '2000000000 months'::INTERVAL) a FROM tb",
+    "SELECT ts::DATE::BIGINT a FROM tb",
+]
+
+
+@pytest.mark.parametrize("query", RAISED_IN_TASKS)
+def test_duckdb_raises_in_the_tasks_as_natively(query: str) -> None:
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE tb AS SELECT 'ab' || i AS s, TIMESTAMP '2024-01-01' + i * INTERVAL 5 HOUR "
+        "AS ts FROM range(20) r(i)"
+    )
+    with pytest.raises(duckdb.Error) as native:
+        c.sql(query).fetchall()
+    with pytest.raises(type(native.value)) as got:
+        shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG).fetchall()
+    assert isinstance(got.value, shoal.TaskError)
+
+
+def test_list_ordering_comparison_across_a_join() -> None:
+    """``<`` of two LIST values (the kernel cannot order lists) over a cross join."""
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE lt AS SELECT i, CASE i % 4 WHEN 0 THEN NULL WHEN 1 THEN [] "
+        "ELSE [i % 3, NULL, i] END AS l FROM range(12) r(i)"
+    )
+    check(c, "SELECT a.i, b.i AS j, a.l < b.l AS lt, a.l >= b.l AS ge FROM lt a, lt b")
+
+
 def test_what_cannot_run_in_tasks_still_falls_back(con: duckdb.DuckDBPyConnection) -> None:
     """Volatile functions, the user's Python functions and results the IR cannot carry
     are refused with the reason, as before."""
