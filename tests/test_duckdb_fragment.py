@@ -215,6 +215,16 @@ def test_list_ordering_comparison_across_a_join() -> None:
     check(c, "SELECT a.i, b.i AS j, a.l < b.l AS lt, a.l >= b.l AS ge FROM lt a, lt b")
 
 
+def test_sum_of_booleans(con: duckdb.DuckDBPyConnection) -> None:
+    """``SUM(<Boolean>)`` counts the trues (the kernel failed to cast a Boolean to the
+    DECIMAL(38, 0) of DuckDB's sum)."""
+    check(
+        con,
+        "SELECT g, SUM(i > 2) AS a, SUM(i IS NULL) AS b, SUM(d > 0) AS c FROM t GROUP BY g",
+        sql_maps=0,
+    )
+
+
 def test_what_cannot_run_in_tasks_still_falls_back(con: duckdb.DuckDBPyConnection) -> None:
     """Volatile functions, the user's Python functions and results the IR cannot carry
     are refused with the reason, as before."""

@@ -2732,6 +2732,8 @@ def _count(x: Expr) -> Expr:
 
 def _sum(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     (x,) = args
+    if pa.types.is_boolean(x.dtype.arrow):  # DuckDB counts the trues (the kernel cannot
+        x = cast(x, INT64)  # cast a Boolean to a DECIMAL directly)
     if dtype.is_decimal:
         total: Expr = Agg("sum", cast(x, _decimal(38, _scale(dtype))), _decimal(38, _scale(dtype)))
         total = cast(total, dtype)

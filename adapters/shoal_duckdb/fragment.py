@@ -32,7 +32,7 @@ from shoal.ir.expr import Col
 from shoal.ir.nodes import SQL_MAP_RELATION, PlanNode, SqlMap
 from shoal.ir.types import DataType, Schema
 from shoal_duckdb.prepare import quote_ident
-from shoal_duckdb.render import CannotRender, Renderer, builtin_functions
+from shoal_duckdb.render import CannotRender, Renderer, builtin_functions, sql_type
 from shoal_duckdb.types import dtype_of, loads_plan_json
 
 #: Settings of the user's DuckDB session that change what an expression computes; a task's
@@ -133,8 +133,10 @@ class ForeignColumns:
         the input, or None when ``e`` cannot run on DuckDB in the tasks (its type is not
         one the IR carries, it cannot be written as SQL, or the check fails)."""
         try:
-            dtype = dtype_of(e.get("return_type") or e["value"]["type"])
-        except (UnsupportedError, KeyError, TypeError):
+            duck_type = e.get("return_type") or e["value"]["type"]
+            dtype = dtype_of(duck_type)
+            sql_type(duck_type)  # a type a fresh session names (no user type, collation)
+        except (UnsupportedError, CannotRender, KeyError, TypeError):
             return None
         renderer = Renderer(self.names, builtin_functions())
         try:

@@ -35,7 +35,9 @@ class CannotRender(Exception):
 
 #: Functions whose answer depends on something other than their arguments: the moment
 #: (the task runs later than the query was bound), the session or catalog (the task's
-#: DuckDB is a fresh in-memory database), chance, or the binder's view of the query.
+#: DuckDB is a fresh in-memory database), chance, or the binder's view of the query; and
+#: ``error()``, which raises only where DuckDB evaluates it (a LIMIT stops DuckDB early,
+#: while the tasks evaluate every row).
 NOT_IN_TASKS = frozenset(
     {
         "random", "setseed", "gen_random_uuid", "uuid", "uuidv4", "uuidv7", "nextval",
@@ -46,7 +48,7 @@ NOT_IN_TASKS = frozenset(
         "current_localtimestamp", "current_time", "current_timestamp", "get_current_time",
         "get_current_timestamp", "now", "today", "transaction_timestamp", "txid_current",
         "getvariable", "in_search_path", "current_user", "current_role", "user",
-        "session_user", "version", "pragma_version", "platform", "duckdb_api",
+        "session_user", "version", "pragma_version", "platform", "duckdb_api", "error",
     }
 )  # fmt: skip
 
