@@ -258,6 +258,10 @@ def test_time_24_00_is_refused_not_read_as_null() -> None:
         warnings.simplefilter("ignore")
         got = shoal.duckdb.sql(c, query, raise_on_fail=False, config=CONFIG).fetchall()
     assert sorted(map(str, got)) == sorted(map(str, c.sql(query).fetchall()))
+    # The constant (DuckDB folds make_time(24, 0, 0) into one) read as 00:00:00 before.
+    for query in ("SELECT x, TIME '24:00:00' AS y FROM tm", "SELECT make_time(24, 0, 0) FROM tm"):
+        with pytest.raises(UnsupportedError, match="24:00:00"):
+            shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
 
 
 # ---------------------------------------------------------------- the node itself

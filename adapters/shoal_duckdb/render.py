@@ -218,6 +218,8 @@ def sql_constant(v: dict[str, Any]) -> str:
         if tid == "TIMESTAMP WITH TIME ZONE":
             return f"timezone('UTC', make_timestamp(CAST({n} AS BIGINT)))"
     if tid == "TIME":
+        if int(raw) >= 86_400_000_000:
+            raise CannotRender("TIME '24:00:00' (the kernel's TIME cannot hold it)")
         return f"CAST({quote_literal(_time_text(int(raw)))} AS TIME)"
     if tid == "INTERVAL":
         return (
