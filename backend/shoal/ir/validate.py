@@ -23,7 +23,17 @@ from functools import lru_cache
 import polars as pl
 
 from shoal.errors import PlanError, UnsupportedError
-from shoal.ir.expr import AGG_FUNCTIONS, BINARY_OPS, Agg, BinaryOp, Col, Expr, Function, NamedExpr
+from shoal.ir.expr import (
+    AGG_FUNCTIONS,
+    BINARY_OPS,
+    Agg,
+    BinaryOp,
+    Col,
+    Expr,
+    Function,
+    Lit,
+    NamedExpr,
+)
 from shoal.ir.nodes import (
     SINK_SCHEMA,
     AsofJoin,
@@ -249,13 +259,61 @@ def check_expr(
                     f"{where}: aggregate {e.name!r} at {p} "
                     + ("takes no argument" if e.name == "len" else "needs an argument")
                 )
-    inferred = infer_dtypes([e for _, e in subs], schema, where=where, paths=[p for p, _ in subs])
+    if len(subs) > LEVEL_TYPING_ABOVE:
+        inferred = _infer_by_levels(subs, schema, where)
+    else:
+        inferred = infer_dtypes(
+            [e for _, e in subs], schema, where=where, paths=[p for p, _ in subs]
+        )
     for (p, e), got in zip(subs, inferred, strict=True):
         if got != e.dtype:
             raise PlanError(
                 f"{where}: expression {e} at {p} claims dtype {e.dtype} but Polars gives {got}"
                 + _input_types(e, schema)
             )
+
+
+#: Expressions with more sub-expressions than this are typed level by level
+#: (:func:`_infer_by_levels`): typing every sub-expression in one ``select`` costs Polars
+#: time cubic in the depth (a 300-level sum took 5 s to read back from JSON).
+LEVEL_TYPING_ABOVE = 64
+
+
+def _infer_by_levels(subs: list[tuple[str, Expr]], schema: Schema, where: str) -> list[DataType]:
+    """The Polars dtypes of ``subs`` (an expression's sub-expressions, children first),
+    computed one height at a time: each node is typed with its non-literal children
+    replaced by placeholder columns of the children's (already inferred) dtypes, so every
+    node is lowered and typed once and the cost grows with the number of nodes. Literal
+    and column children stay as they are (a literal's dtype rules differ from a column's).
+    Raises :class:`shoal.PlanError` like :func:`infer_dtypes`, naming the failing path."""
+    height: dict[int, int] = {}
+    typed: dict[int, DataType] = {}
+    levels: dict[int, list[tuple[str, Expr]]] = {}
+    for p, e in subs:
+        if id(e) in height:
+            continue
+        h = max(
+            (height[id(c)] + 1 for c in e.children() if not isinstance(c, (Lit, Col))),
+            default=0,
+        )
+        height[id(e)] = h
+        levels.setdefault(h, []).append((p, e))
+    for h in sorted(levels):
+        extra: dict[str, DataType] = {}
+
+        def placeholder(c: Expr, extra: dict[str, DataType] = extra) -> Expr:
+            if isinstance(c, (Lit, Col)):
+                return c
+            name = f"__shoal_t{id(c)}"
+            extra[name] = typed[id(c)]
+            return Col(name, typed[id(c)])
+
+        shallow = [e.map_children(placeholder) for _, e in levels[h]]
+        level_schema = Schema.of([*schema.items(), *extra.items()])
+        got = infer_dtypes(shallow, level_schema, where=where, paths=[p for p, _ in levels[h]])
+        for (_, e), dtype in zip(levels[h], got, strict=True):
+            typed[id(e)] = dtype
+    return [typed[id(e)] for _, e in subs]
 
 
 def _input_types(expr: Expr, schema: Schema) -> str:
@@ -288,13 +346,14 @@ def infer_dtypes(
     Raises :class:`shoal.PlanError` naming ``where``, the path of the smallest failing
     expression (from ``paths``), the input types and Polars' reason.
     """
-    from shoal.execution.expressions import to_polars
+    from shoal.execution.expressions import shared_lowering, to_polars
 
     if not exprs:
         return []
     lf = empty_frame(schema)
     try:
-        pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
+        with shared_lowering():  # sub-expressions overlap: lower each node once
+            pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
         got = lf.select(pes).collect_schema()
         return [DataType.from_polars(got[f"__e{i}"]) for i in range(len(exprs))]
     except (UnsupportedError, PlanError, pl.exceptions.PolarsError, TypeError, ValueError):
