@@ -171,6 +171,18 @@ def test_settings_follow_the_session() -> None:
     )
 
 
+def test_no_computing_in_tasks_under_a_default_collation() -> None:
+    """Under ``default_collation`` DuckDB's plan already holds the collation as functions,
+    and ``list_sort`` applies it by itself: refused (it sorted case-sensitively)."""
+    c = duckdb.connect()
+    c.execute("SET default_collation = 'nocase'")
+    c.execute(
+        "CREATE TABLE cl AS SELECT 'Ab' || r AS s, ['B', 'a', 'C' || r] AS l FROM range(6) t(r)"
+    )
+    with pytest.raises(UnsupportedError, match="list_sort"):
+        shoal.duckdb.sql(c, "SELECT s, list_sort(l) FROM cl", raise_on_fail=True, config=CONFIG)
+
+
 def test_errors_keep_duckdb_classes(con: duckdb.DuckDBPyConnection) -> None:
     """Where DuckDB raises inside a task, the query raises DuckDB's class."""
     query = "SELECT printf('%d', s) FROM t"

@@ -36,7 +36,10 @@ from shoal_duckdb.render import CannotRender, Renderer, builtin_functions, sql_t
 from shoal_duckdb.types import dtype_of, loads_plan_json
 
 #: Settings of the user's DuckDB session that change what an expression computes; a task's
-#: DuckDB session gets the same values (``SqlMap.settings``).
+#: DuckDB session gets the same values (``SqlMap.settings``). Under a ``default_collation``
+#: nothing is computed in the tasks: DuckDB's binder has written the collation into the
+#: plan as functions (``lower(s) = ...``, ``icu_sort_key``) that binding again under it
+#: would apply twice, while some functions (``list_sort``) apply it themselves.
 SESSION_SETTINGS = (
     "TimeZone",
     "Calendar",
@@ -132,6 +135,8 @@ class ForeignColumns:
         """A column holding DuckDB's value of the bound expression ``e`` for each row of
         the input, or None when ``e`` cannot run on DuckDB in the tasks (its type is not
         one the IR carries, it cannot be written as SQL, or the check fails)."""
+        if _collated(self._settings()):
+            return None
         try:
             duck_type = e.get("return_type") or e["value"]["type"]
             dtype = dtype_of(duck_type)
@@ -273,6 +278,8 @@ def constant_rows(
     ``c1``, ...), or None when they cannot be (an expression that cannot be written as
     SQL, a constant that does not come back unchanged, another result type, a value the
     kernel cannot hold, or DuckDB raising: the caller refuses the query as before)."""
+    if _collated(settings):
+        return None
     renderer = Renderer([], builtin_functions())
     selects = []
     try:
@@ -303,3 +310,8 @@ def constant_rows(
         if DataType(column.type).arrow != dtype.arrow or uncarried(column):
             return None
     return table.cast(Schema.of([(f"c{j}", d) for j, d in enumerate(types)]).to_arrow())
+
+
+def _collated(settings: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the session has a ``default_collation`` (see :data:`SESSION_SETTINGS`)."""
+    return bool(dict(settings).get("default_collation"))
