@@ -237,6 +237,19 @@ def test_sum_of_booleans(con: duckdb.DuckDBPyConnection) -> None:
     )
 
 
+def test_exported_aggregate_states_are_refused() -> None:
+    """``agg(...) EXPORT_STATE`` is DuckDB's internal state: it was read as the aggregate's
+    value (a wrong answer once VALUES of STRUCTs ran distributed)."""
+    c = duckdb.connect()
+    for query in (
+        'SELECT (arg_min(a, b) EXPORT_STATE)::STRUCT(arg STRUCT(x INTEGER), "by" INTEGER) '
+        "FROM (VALUES ({'x': 1}, 10), ({'x': 2}, 5)) t(a, b)",
+        "SELECT (first(NULL::INTEGER) EXPORT_STATE)::STRUCT(value INTEGER)",
+    ):
+        with pytest.raises(UnsupportedError, match="EXPORT_STATE"):
+            shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
+
+
 def test_what_cannot_run_in_tasks_still_falls_back(con: duckdb.DuckDBPyConnection) -> None:
     """Volatile functions, the user's Python functions and results the IR cannot carry
     are refused with the reason, as before."""

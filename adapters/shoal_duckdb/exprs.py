@@ -2417,6 +2417,10 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     """Translate a ``BOUND_AGGREGATE`` into an IR expression over aggregates (raises
     :class:`Unsupported`)."""
     name = str(e["qname"]["path"][-1]).lower()
+    if str(e.get("state_export") or "NONE") != "NONE":
+        # DuckDB's internal state, not the aggregate's value (cast to a STRUCT, it was
+        # read as the value).
+        raise Unsupported(f"{name}(...) EXPORT_STATE (DuckDB's aggregate state)")
     dtype = rtype(e)
     distinct = e.get("aggregate_type") == "DISTINCT"
     order: list[tuple[Expr, bool, bool]] = []
