@@ -10,7 +10,7 @@ import pytest
 
 import shoal
 from shoal.ir import from_json, to_json
-from shoal.ir.builder import col
+from shoal.plan.builder import col
 from shoal_polars.engine import ShoalFallbackWarning
 
 DEPTH = 1500
@@ -60,7 +60,7 @@ def test_reading_a_deep_expression_lowers_each_node_once(monkeypatch: pytest.Mon
     """Issue 19 (linear-time IR reading): the validator types every sub-expression; it
     lowered each subtree to Polars separately (n^2/2 lowerings for an n-level chain, 7.9 s
     to read a 300-level sum back from JSON). Counted, not timed."""
-    from shoal.execution import expressions
+    from shoal.lowering import expressions
 
     calls = 0
     lower = expressions._to_polars

@@ -24,7 +24,7 @@ from shoal.errors import PlanError, UnsupportedError
 from shoal.execution.foreign import run_sql_map
 from shoal.ir import InMemorySource, Scan, Schema, SqlMap, explain, from_json, to_json
 from shoal.ir.types import DataType
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 
 CONFIG = shoal.Config(
     runner="local", default_partitions=3, shuffle_partitions=3, target_partition_bytes=256

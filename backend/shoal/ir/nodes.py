@@ -576,6 +576,8 @@ class RestoreGroupOrder(PlanNode):
 
 
 SinkLayout = Literal["file", "split", "hive"]
+#: The file formats a :class:`Sink` writes (Polars' writers of the same names).
+SinkFormat = Literal["parquet", "csv", "ipc", "ndjson"]
 
 #: The rows a :class:`Sink` produces: one per file written (path, rows, bytes).
 SINK_SCHEMA = Schema.of([("path", STRING), ("rows", INT64), ("bytes", INT64)])
@@ -583,7 +585,8 @@ SINK_SCHEMA = Schema.of([("path", STRING), ("rows", INT64), ("bytes", INT64)])
 
 @dataclass(frozen=True)
 class Sink(PlanNode):
-    """Write the rows of ``input`` to ``format`` files (only ``"parquet"`` so far) and
+    """Write the rows of ``input`` to ``format`` files (``"parquet"``, ``"csv"``, ``"ipc"``
+    (Arrow IPC) or ``"ndjson"``, each with Polars' writer of that format) and
     produce one row per file written: its ``path``, ``rows`` and ``bytes`` (the node's
     ``schema`` is always :data:`SINK_SCHEMA`).
 
@@ -610,7 +613,7 @@ class Sink(PlanNode):
     """
 
     input: PlanNode
-    format: Literal["parquet"]
+    format: SinkFormat
     path: str
     layout: SinkLayout
     schema: Schema

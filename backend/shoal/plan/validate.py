@@ -9,20 +9,19 @@ Errors name the node and its path in the JSON form of the plan (:mod:`shoal.ir.s
 ``"Filter at $.plan.input: ..."`` points at the document's ``plan.input`` object and
 ``$.plan.input.predicate.left`` at an expression inside it.
 
-This module also holds the Polars type inference that :mod:`shoal.ir.builder` and
-:mod:`shoal.ir.substrait` use (:func:`infer_dtypes`). It imports the kernel's expression
-translation lazily (``shoal.execution.expressions``): the IR is typed by what runs.
+Expressions are typed by lowering them to Polars (:mod:`shoal.lowering.infer`): the IR is
+typed by what runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import fields, is_dataclass
-from functools import lru_cache
 
 import polars as pl
 
 from shoal.errors import PlanError, UnsupportedError
+from shoal.ir import serde
 from shoal.ir.expr import (
     AGG_FUNCTIONS,
     BINARY_OPS,
@@ -49,6 +48,7 @@ from shoal.ir.nodes import (
     Union,
 )
 from shoal.ir.types import BOOL, DataType, Schema
+from shoal.lowering.infer import infer_dtypes, input_types
 
 #: Fields of single-input nodes that name input columns (``Distinct.subset``, ...).
 _COLUMN_LIST_FIELDS = frozenset({"columns", "subset", "index", "on", "inputs"})
@@ -63,7 +63,7 @@ def validate(
     """Check ``plan`` and every node below it; return None when it is valid.
 
     ``functions`` are the function names allowed in :class:`~shoal.ir.expr.Function`
-    expressions (default: the kernel's table, ``shoal.execution.expressions.FUNCTIONS``).
+    expressions (default: the kernel's table, ``shoal.lowering.expressions.FUNCTIONS``).
     With ``check_sources``, Parquet scans read their files' footers to check that the
     columns exist with the scan's dtypes (missing files raise ``FileNotFoundError``);
     in-memory scans are always checked against their table.
@@ -72,7 +72,7 @@ def validate(
     parents), its path (``$.plan.input.left``), the column or expression and the types.
     """
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     if not isinstance(plan, PlanNode):
@@ -112,11 +112,13 @@ def _validate_node(
 
 def _check_sink(node: Sink, path: str) -> None:
     """A sink's schema is :data:`SINK_SCHEMA`; a hive layout names key columns of its
-    input; the format is Parquet."""
+    input; the format is one Polars writes (:data:`~shoal.ir.nodes.SinkFormat`)."""
     if node.schema != SINK_SCHEMA:
         raise _fail(node, path, f"schema {node.schema} should be {SINK_SCHEMA}")
-    if node.format != "parquet":
-        raise _fail(node, path, f"format {node.format!r} is not supported (parquet is)")
+    if node.format not in ("parquet", "csv", "ipc", "ndjson"):
+        raise _fail(
+            node, path, f"format {node.format!r} is not supported (parquet, csv, ipc, ndjson)"
+        )
     if node.layout == "hive" and not node.partition_by:
         raise _fail(node, path, "a hive layout needs at least one key column (partition_by)")
     for i, name in enumerate(node.partition_by):
@@ -228,7 +230,7 @@ def check_expr(
     ``dtype`` is the one Polars infers. Raises :class:`shoal.PlanError` naming ``where``
     (e.g. ``"Filter at $.plan.input"``), the sub-expression's path and the types."""
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     subs = list(_subexprs(expr, path))
@@ -269,7 +271,7 @@ def check_expr(
         if got != e.dtype:
             raise PlanError(
                 f"{where}: expression {e} at {p} claims dtype {e.dtype} but Polars gives {got}"
-                + _input_types(e, schema)
+                + input_types(e, schema)
             )
 
 
@@ -316,70 +318,6 @@ def _infer_by_levels(subs: list[tuple[str, Expr]], schema: Schema, where: str) -
     return [typed[id(e)] for _, e in subs]
 
 
-def _input_types(expr: Expr, schema: Schema) -> str:
-    cols = sorted(c for c in expr.columns() if c in schema)
-    if not cols:
-        return ""
-    return " (inputs: " + ", ".join(f"{c}: {schema[c]}" for c in cols) + ")"
-
-
-# ---------------------------------------------------------------- Polars type inference
-
-
-@lru_cache(maxsize=256)
-def empty_frame(schema: Schema) -> pl.LazyFrame:
-    """A lazy frame with no rows and the given schema (for type inference)."""
-    return pl.DataFrame(schema=schema.to_polars()).lazy()
-
-
-def infer_dtypes(
-    exprs: list[Expr],
-    schema: Schema,
-    *,
-    where: str = "expression",
-    paths: list[str] | None = None,
-) -> list[DataType]:
-    """The dtype Polars gives each of ``exprs`` (IR expressions, read in a ``select`` over
-    ``schema``). The ``dtype`` fields of the expressions themselves are ignored except where
-    the kernel uses them (literals and casts).
-
-    Raises :class:`shoal.PlanError` naming ``where``, the path of the smallest failing
-    expression (from ``paths``), the input types and Polars' reason.
-    """
-    from shoal.execution.expressions import shared_lowering, to_polars
-
-    if not exprs:
-        return []
-    lf = empty_frame(schema)
-    try:
-        with shared_lowering():  # sub-expressions overlap: lower each node once
-            pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
-        got = lf.select(pes).collect_schema()
-        return [DataType.from_polars(got[f"__e{i}"]) for i in range(len(exprs))]
-    except (UnsupportedError, PlanError, pl.exceptions.PolarsError, TypeError, ValueError):
-        pass
-    # Find the first expression (they come children first) that Polars refuses.
-    for i, e in enumerate(exprs):
-        try:
-            pe = to_polars(e).alias("__e")
-            lf.select(pe).collect_schema()
-        except (
-            UnsupportedError,
-            PlanError,
-            pl.exceptions.PolarsError,
-            TypeError,
-            ValueError,
-        ) as exc:
-            at = f" at {paths[i]}" if paths else ""
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PlanError(
-                f"{where}: expression {e}{at} is not valid: {reason}" + _input_types(e, schema)
-            ) from exc
-    raise PlanError(
-        f"{where}: Polars cannot resolve these expressions together"
-    )  # pragma: no cover
-
-
 # ---------------------------------------------------------------- node rules
 
 
@@ -391,7 +329,7 @@ def _node_rules(node: PlanNode, path: str) -> None:
             node,
             path,
             f"predicate {pred} (at {path}.predicate) has dtype {pred.dtype}, not Boolean"
-            + _input_types(pred, kids[0].schema if kids else node.schema),
+            + input_types(pred, kids[0].schema if kids else node.schema),
         )
     if isinstance(node, Join):
         if node.how == "cross":
@@ -583,3 +521,6 @@ def _check_node_schema(node: PlanNode, path: str) -> None:
         f"schema column order {list(claimed.names)} differs from the produced "
         f"order {list(produced.names)}",
     )
+
+
+serde.register_validator(validate)
