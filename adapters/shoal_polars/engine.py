@@ -403,10 +403,26 @@ class DistEngine(InMemoryEngine):
         state: dict[str, Any] = {}
 
         def first(nt: Any, *args: Any) -> None:
-            needed_schema.append(nt.get_schema())
+            schema = _schema_or_none(nt)
+            if schema is None:
+                # The panic poisoned the NodeTraverser: touch it no more (Polars then
+                # panics too, below).
+                state["schema_panic"] = True
+                return
+            needed_schema.append(schema)
             self._translate_or_fall_back(nt, state, _plan_text(lf, optimizations), deferred=needed)
 
-        out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        try:
+            out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        except _PanicException:
+            if not state.get("schema_panic"):
+                raise
+            why = UnsupportedError(
+                "the plan's schema has a type that Polars cannot show to engines "
+                "(NodeTraverser.get_schema panicked, e.g. the binary[offset] of _row_encode)"
+            )
+            self._fallback(why, "falling back")
+            return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         if state.get("fallback"):
             return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         if not needed:
@@ -556,6 +572,17 @@ def native_engine() -> Engine:
     if name == "gpu":
         return pl.GPUEngine()
     return StreamingEngine()
+
+
+def _schema_or_none(nt: Any) -> Any:
+    """``nt.get_schema()``, or None where Polars panics turning a type of the plan's schema
+    into Python (Polars 2.1: the ``binary[offset]`` of ``Expr._row_encode``, "not
+    implemented"): such a plan is not shoal's to run, and the panic leaves ``nt`` unusable
+    (its lock is poisoned)."""
+    try:
+        return nt.get_schema()
+    except _PanicException:
+        return None
 
 
 def _unpanicked(exc: BaseException) -> Exception:

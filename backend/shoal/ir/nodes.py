@@ -334,11 +334,15 @@ class Union(PlanNode):
 class HConcat(PlanNode):
     """Columns of every input side by side (Polars ``concat(how="horizontal")``); with
     ``strict`` the inputs must have the same number of rows (Polars raises ``ShapeError``
-    otherwise), without it shorter inputs are padded with nulls."""
+    otherwise), without it shorter inputs are padded with nulls. With ``broadcast`` (what
+    Polars' SQL makes of a scalar subquery) the output has the largest height of an input
+    whose height is not 1 (1 if none), and each input of one row is repeated to it (to no
+    row for a height of 0) before padding."""
 
     inputs: tuple[PlanNode, ...]
     schema: Schema
     strict: bool = True
+    broadcast: bool = False
 
 
 @dataclass(frozen=True)

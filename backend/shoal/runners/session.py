@@ -17,6 +17,7 @@ from shoal.config import Config
 from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
+from shoal.ir.types import frame_to_arrow
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
@@ -249,14 +250,14 @@ def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     schema = plan.schema.to_polars()
     frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
-        return pl.DataFrame(schema=schema).to_arrow()
+        return frame_to_arrow(pl.DataFrame(schema=schema))
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
     if schema:
         df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
     else:
         df = df.drop(cs.all())
-    return df.to_arrow()
+    return frame_to_arrow(df)
 
 
 def shutdown_runner() -> None:
