@@ -2402,6 +2402,8 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     """Translate a ``BOUND_AGGREGATE`` into an IR expression over aggregates (raises
     :class:`Unsupported`)."""
     name = str(e["qname"]["path"][-1]).lower()
+    if e.get("state_export", "NONE") not in ("NONE", None):
+        raise Unsupported(f"{name}(...) EXPORT_STATE: aggregate state export is not supported")
     dtype = rtype(e)
     distinct = e.get("aggregate_type") == "DISTINCT"
     order: list[tuple[Expr, bool, bool]] = []

@@ -131,6 +131,12 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
     """
     tid = t.get("id")
     info = t.get("type_info") or {}
+    if info.get("alias") == "AGGREGATE_STATE":
+        # DuckDB's internal state of an aggregate (EXPORT_STATE): its layout is DuckDB's
+        # own (a STRUCT or a value whose NULL means something else), not a plain value.
+        raise UnsupportedError(
+            "aggregate state export (EXPORT_STATE, AGGREGATE_STATE values) is not supported"
+        )
     if info.get("collation"):
         raise UnsupportedError(
             f"type VARCHAR COLLATE {info['collation']}: collations change comparisons"
