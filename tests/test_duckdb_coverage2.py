@@ -88,3 +88,98 @@ def test_export_state_is_refused(con: duckdb.DuckDBPyConnection, query: str) -> 
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
     rel = shoal.duckdb.sql(con, query, config=CONFIG)  # falls back: DuckDB's own answer
     assert rel.fetchall() == con.sql(query).fetchall()
+
+
+# ---------------------------------------------------------------- window frames
+
+
+@pytest.mark.parametrize(
+    "window",
+    [
+        "ROWS BETWEEN 1 FOLLOWING AND 2 FOLLOWING",
+        "ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING",
+        "ROWS BETWEEN 3 FOLLOWING AND 1 FOLLOWING",
+        "ROWS BETWEEN 2 PRECEDING AND 1 PRECEDING",
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND 1 FOLLOWING",
+        "ROWS BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+        "RANGE BETWEEN CURRENT ROW AND UNBOUNDED FOLLOWING",
+    ],
+)
+def test_bounded_frames(con: duckdb.DuckDBPyConnection, window: str) -> None:
+    """Aggregates over frames that end after the current row, or before it, or are
+    empty: each row gets the aggregate of its frame's rows (count 0 and NULL for empty
+    frames)."""
+    check(
+        con,
+        f"""SELECT i, g,
+               count(*) OVER w AS c, count(n) OVER w AS cn, sum(n) OVER w AS s,
+               min(x) OVER w AS lo, max(s) OVER w AS hi, avg(n) OVER w AS a,
+               median(n) OVER w AS m, list(n) OVER w AS l,
+               first_value(x) OVER w AS f, last_value(n) OVER w AS la,
+               nth_value(s, 2) OVER w AS nth
+        FROM t WINDOW w AS (PARTITION BY g ORDER BY n DESC NULLS FIRST, i {window})
+        ORDER BY i""",
+    )
+
+
+def test_frames_without_partition(con: duckdb.DuckDBPyConnection) -> None:
+    check(
+        con,
+        """SELECT i, sum(n) OVER (ORDER BY i ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS s,
+               count(*) OVER (ORDER BY i ROWS BETWEEN 5 FOLLOWING AND 10 FOLLOWING) AS c,
+               first_value(n) OVER (ORDER BY n, i) AS f,
+               median(n) OVER (ORDER BY g) AS m,
+               list(n ORDER BY i) OVER (ORDER BY g DESC) AS l
+        FROM t ORDER BY i""",
+    )
+
+
+def test_value_functions_ignore_nulls_distinct_order(con: duckdb.DuckDBPyConnection) -> None:
+    """IGNORE NULLS, DISTINCT and ORDER BY inside a window function's arguments."""
+    check(
+        con,
+        """SELECT i,
+               first_value(n IGNORE NULLS) OVER w AS f, last_value(n IGNORE NULLS) OVER w AS l,
+               nth_value(n, 2 IGNORE NULLS) OVER w AS n2,
+               last(n IGNORE NULLS) OVER w AS last_agg,
+               count(DISTINCT n) OVER w AS d, max(DISTINCT s) OVER w AS md,
+               list(n ORDER BY s DESC, i) OVER w AS ordered,
+               first_value(s ORDER BY x DESC NULLS LAST, i) OVER w AS fo
+        FROM t WINDOW w AS (PARTITION BY g ORDER BY i ROWS BETWEEN 3 PRECEDING AND 1 FOLLOWING)
+        ORDER BY i""",
+    )
+
+
+def test_partition_ranks(con: duckdb.DuckDBPyConnection) -> None:
+    """percent_rank, cume_dist and ntile (peers by the ORDER BY keys, n above and below the
+    partition size, frames ignored as DuckDB ignores them)."""
+    check(
+        con,
+        """SELECT i, percent_rank() OVER (PARTITION BY g ORDER BY n) AS pr,
+               cume_dist() OVER (PARTITION BY g ORDER BY n) AS cd,
+               ntile(4) OVER (PARTITION BY g ORDER BY n, i) AS q4,
+               ntile(100) OVER (PARTITION BY g ORDER BY i) AS q100,
+               ntile(7) OVER (ORDER BY i ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING) AS q7,
+               percent_rank() OVER () AS pr_all, cume_dist() OVER (ORDER BY g) AS cd_all
+        FROM t ORDER BY i""",
+    )
+
+
+def test_whole_partition_distinct_and_filter(con: duckdb.DuckDBPyConnection) -> None:
+    check(
+        con,
+        """SELECT i, count(DISTINCT n) OVER (PARTITION BY g) AS d,
+               count(DISTINCT s) OVER () AS ds,
+               sum(n) FILTER (WHERE x > 1) OVER (PARTITION BY g) AS f
+        FROM t ORDER BY i""",
+    )
+
+
+def test_order_of_a_join_is_refused(con: duckdb.DuckDBPyConnection) -> None:
+    """row_number() OVER () over a join's rows numbers them in DuckDB's join order, which
+    shoal does not reproduce: refused rather than answered in another order."""
+    query = """SELECT row_number() OVER () AS r, count(DISTINCT a.s) OVER () AS d, a.i
+        FROM t a JOIN t b ON a.i = b.n"""
+    con.sql(query).fetchall()
+    with pytest.raises(shoal.UnsupportedError, match="order of rows"):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)

@@ -2410,7 +2410,7 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
         if name not in _ORDERED:
             raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
-        order = [_agg_order_key(t, o) for o in e["order_bys"]["orders"]]
+        order = [agg_order_key(t, o) for o in e["order_bys"]["orders"]]
     args = [t.expr(c) for c in e.get("children", [])]
     if e.get("order_bys") and name in _FLOAT_ORDER and any(a.dtype.is_float for a in args):
         # The order of a floating-point sum changes its rounding: DuckDB sums in the order
@@ -2458,14 +2458,14 @@ _REFUSED_AGGREGATES = {
 }
 
 
-def _agg_order_key(t: ExprTranslator, o: dict[str, Any]) -> tuple[Expr, bool, bool]:
+def agg_order_key(t: ExprTranslator, o: dict[str, Any]) -> tuple[Expr, bool, bool]:
     """One ``ORDER BY`` key inside an aggregate: (expression, descending, nulls last)."""
     descending = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
     nulls = str(o.get("null_order", "NULLS LAST"))
     return t.expr(o["expression"]), descending, "LAST" in nulls or nulls == "ORDER_DEFAULT"
 
 
-def _ordered_values(
+def ordered_values(
     x: Expr, order: list[tuple[Expr, bool, bool]], keep: Expr | None, dtype: DataType
 ) -> Expr:
     """The group's values of ``x`` (only the rows ``keep`` holds for), sorted by the
@@ -2509,7 +2509,7 @@ def _string_agg(
     if sep is None:
         return lit(None, dtype)
     values = Agg(
-        "implode", _ordered_values(x, order, keep, STRING), DataType(pa.large_list(STRING.arrow))
+        "implode", ordered_values(x, order, keep, STRING), DataType(pa.large_list(STRING.arrow))
     )
     joined = fn("list.join", [values, lit(str(sep), STRING)], STRING, ignore_nulls=True)
     empty = compare("eq", _kept_count(x, keep), lit(0, IDX))
@@ -2523,7 +2523,7 @@ def _list_agg(
     NULL for no rows."""
     (x,) = args
     values = Agg(
-        "implode", _ordered_values(x, order, keep, x.dtype), DataType(pa.large_list(x.dtype.arrow))
+        "implode", ordered_values(x, order, keep, x.dtype), DataType(pa.large_list(x.dtype.arrow))
     )
     empty = compare("eq", _kept_count(None, keep), lit(0, IDX))
     return cast(Ternary(empty, lit(None, values.dtype), values, values.dtype), dtype)
@@ -2534,7 +2534,7 @@ def _first_last(which: str) -> Callable[..., Expr]:
         args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
     ) -> Expr:
         (x,) = args
-        return cast(Agg(which, _ordered_values(x, order, keep, x.dtype), x.dtype), dtype)
+        return cast(Agg(which, ordered_values(x, order, keep, x.dtype), x.dtype), dtype)
 
     return handler
 
