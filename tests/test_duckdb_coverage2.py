@@ -183,3 +183,35 @@ def test_order_of_a_join_is_refused(con: duckdb.DuckDBPyConnection) -> None:
     con.sql(query).fetchall()
     with pytest.raises(shoal.UnsupportedError, match="order of rows"):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
+
+
+# ---------------------------------------------------------------- set operations
+
+
+@pytest.mark.parametrize("setop", ["EXCEPT ALL", "INTERSECT ALL"])
+def test_bag_set_operations(con: duckdb.DuckDBPyConnection, setop: str) -> None:
+    """EXCEPT ALL / INTERSECT ALL keep copies: the k-th copy of a row stays when the right
+    side has fewer than (at least) k of it; NULLs and NaN equal themselves."""
+    check(
+        con,
+        f"""SELECT g, x FROM t {setop} SELECT g, x FROM t WHERE i % 3 = 0
+        ORDER BY ALL""",
+    )
+    check(con, f"SELECT n FROM t {setop} SELECT n % 4 FROM t WHERE i < 30 ORDER BY ALL")
+
+
+# ---------------------------------------------------------------- aggregates
+
+
+def test_quantile_lists_and_product(con: duckdb.DuckDBPyConnection) -> None:
+    """quantile_cont/quantile_disc of a list of quantiles (NULL for a group without
+    values), and product (DOUBLE; NULL for no values)."""
+    check(
+        con,
+        """SELECT g, quantile_cont(n, [0.5, 0.25, 0.9]) AS qc,
+               quantile_disc(x, [0.1, 0.5, 1.0]) AS qd,
+               quantile_cont(x, [0.75]) AS one,
+               product(CASE WHEN i % 6 = 0 THEN n END) AS p, product(n % 3 + 1) AS p2
+        FROM t GROUP BY g ORDER BY g""",
+    )
+    check(con, "SELECT quantile_disc(n, [0.5, 0.2]), product(n) FROM t WHERE i < 0")

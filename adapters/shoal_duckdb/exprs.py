@@ -2599,15 +2599,28 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         q = 0.5
     else:
         quantiles = data.get("quantiles") or []
-        if len(quantiles) != 1 or len(args) < 2 or _is_list(args[1]):
-            raise Unsupported(f"{name}() of a list of quantiles")
-        q = float(value_of(quantiles[0]))
-        if q < 0 or data.get("desc"):
+        if len(args) < 2 or not quantiles:
+            raise Unsupported(f"{name}() without quantiles")
+        qs = [float(value_of(v)) for v in quantiles]
+        if any(v < 0 for v in qs) or data.get("desc"):
             # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which
             # its binder turns into one) as a position in the descending order.
             raise Unsupported(
                 f"{name}() with a negative quantile or WITHIN GROUP (ORDER BY ... DESC)"
             )
+        if _is_list(args[1]):
+            # A list of quantiles: the list of their values (NULL for no values).
+            if not (x.dtype.is_float or x.dtype.is_integer) or not x.columns():
+                raise Unsupported(f"{name}() of a list of quantiles of {x.dtype}")
+            inner = DataType(dtype.arrow.value_type)
+            one = "quantile_disc" if name in ("quantile_disc", "quantile") else "quantile_cont"
+            each = [_quantile_of(one, x, v, inner) for v in qs]
+            values = fn("concat_list", each, dtype)
+            none = compare("eq", Agg("count", x, IDX), lit(0, IDX))
+            return Ternary(none, lit(None, dtype), values, dtype)
+        if len(qs) != 1:
+            raise Unsupported(f"{name}() of a list of quantiles")
+        q = qs[0]
     if not (x.dtype.is_float or x.dtype.is_integer):
         raise Unsupported(f"{name}() of {x.dtype}")
     if not x.columns():
@@ -2616,9 +2629,25 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         # every value is the constant: it, or NULL for no rows (or a NULL constant)
         rows = cast(Agg("len", None, IDX), INT64)
         return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
+    return _quantile_of(name, x, q, dtype)
+
+
+def _quantile_of(name: str, x: Expr, q: float, dtype: DataType) -> Expr:
+    """One quantile ``q`` of the column ``x`` as ``dtype``: continuous for
+    ``quantile_cont`` and ``median``, else discrete."""
     if name in ("quantile_cont", "median"):
         return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
     return cast(_discrete_quantile(x, q), dtype)
+
+
+def _product(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    """``product(x)``: the product of the non-NULL values as DOUBLE; NULL for none."""
+    (x,) = args
+    if not (x.dtype.is_float or x.dtype.is_integer or x.dtype.is_decimal):
+        raise Unsupported(f"product() of {x.dtype}")
+    total = Agg("product", cast(fn("drop_nulls", [x], x.dtype), FLOAT64), FLOAT64)
+    none = compare("eq", _count(x), lit(0, IDX))
+    return cast(Ternary(none, lit(None, FLOAT64), total, FLOAT64), dtype)
 
 
 def _continuous_quantile(x: Expr, q: float) -> Expr:
@@ -2816,6 +2845,7 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "variance": _moment("var", 1),
     "var_pop": _moment("var", 0),
     "median": _median,
+    "product": _product,
     "quantile_cont": _median,
     "quantile_disc": _median,
     "quantile": _median,

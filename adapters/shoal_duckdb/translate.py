@@ -1883,15 +1883,35 @@ def _union(t: Translator, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_EXCEPT", "LOGICAL_INTERSECT")
 def _except_intersect(t: Translator, op: dict[str, Any]) -> Rel:
     kind = op["type"]
-    if op.get("setop_all"):
-        t.error(kind, "EXCEPT ALL / INTERSECT ALL are not supported")
-        raise _Failed()
     left, right = _aligned(t, t.children(op), kind)
+    right = t.renamed(right)
+    how: JoinHow = "semi" if kind == "LOGICAL_INTERSECT" else "anti"
+    if op.get("setop_all"):
+        # Bag semantics: the k-th copy of a row stays when the right side has at least
+        # (INTERSECT ALL) or fewer than (EXCEPT ALL) k copies of it. Copies are numbered
+        # within each group of equal rows (NULLs equal) on both sides and the copy
+        # number joins with the row.
+        def numbered(rel: Rel) -> Rel:
+            rel = t.exact(rel)
+            copy = _over(fn("int_range", [], INT64, start=1), list(rel.cols), INT64)
+            return t.project(rel, [*((c.name, c) for c in rel.cols), ("copy", copy)])
+
+        nleft, nright = numbered(left), numbered(right)
+        node: PlanNode = Join(
+            nleft.node,
+            nright.node,
+            tuple(nleft.cols),
+            tuple(nright.cols),
+            how,
+            "_r",
+            True,
+            False,
+            nleft.node.schema,
+        )
+        return t.project(Rel(node, nleft.cols), [(c.name, c) for c in nleft.cols[:-1]])
     # Set semantics: distinct left rows with (INTERSECT) or without (EXCEPT) an equal
     # right row, NULLs comparing equal.
-    right = t.renamed(right)
     dleft = Distinct(left.node, None, "any", False, left.node.schema)
-    how: JoinHow = "semi" if kind == "LOGICAL_INTERSECT" else "anti"
     node = Join(
         dleft,
         right.node,
