@@ -215,3 +215,20 @@ def test_quantile_lists_and_product(con: duckdb.DuckDBPyConnection) -> None:
         FROM t GROUP BY g ORDER BY g""",
     )
     check(con, "SELECT quantile_disc(n, [0.5, 0.2]), product(n) FROM t WHERE i < 0")
+
+
+# ---------------------------------------------------------------- constant tables
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT column_name, column_type FROM (DESCRIBE SELECT 42 AS a, 1.5 AS b)",
+        "SELECT * FROM (DESCRIBE SELECT 1 a, 2 b, 3 c, 4 d, 5 e, 'x' f)",
+        "SELECT column_type, count(*) FROM (DESCRIBE t) GROUP BY ALL",
+    ],
+)
+def test_describe_subquery(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """DESCRIBE's constant table comes serialised column by column: it crashed
+    (IndexError) or, with as many rows as columns, came out transposed."""
+    check(con, query, ordered=False)

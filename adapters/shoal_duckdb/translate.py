@@ -787,7 +787,12 @@ def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
     coll = op.get("collection") or {}
     types = coll.get("types") or op.get("chunk_types", [])
     try:
-        rows = [[value_of(v) for v in row] for row in coll.get("values", [])]
+        # DuckDB serialises the collection column by column (values[j] holds column j).
+        columns = [[value_of(v) for v in column] for column in coll.get("values", [])]
+        if len(columns) != len(types) or len({len(c) for c in columns}) > 1:
+            t.error("LOGICAL_CHUNK_GET", "a constant table of an unexpected shape")
+            raise _Failed()
+        rows = [list(r) for r in zip(*columns, strict=True)]
     except UnsupportedError as exc:
         t.error("LOGICAL_CHUNK_GET", str(exc))
         raise _Failed() from None
