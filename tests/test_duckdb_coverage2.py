@@ -232,3 +232,25 @@ def test_describe_subquery(con: duckdb.DuckDBPyConnection, query: str) -> None:
     """DESCRIBE's constant table comes serialised column by column: it crashed
     (IndexError) or, with as many rows as columns, came out transposed."""
     check(con, query, ordered=False)
+
+
+# ---------------------------------------------------------------- LIMIT p %
+
+
+@pytest.mark.parametrize(
+    "limit", ["LIMIT 20 %", "LIMIT 35 PERCENT", "LIMIT 79.9 % OFFSET 7", "LIMIT 100 %", "LIMIT 0 %"]
+)
+def test_limit_percent(con: duckdb.DuckDBPyConnection, limit: str) -> None:
+    """LIMIT p %: the first floor(p / 100 * rows) rows after the offset."""
+    check(con, f"SELECT i, n FROM t WHERE i % 11 <> 4 ORDER BY n DESC, i {limit}")
+
+
+def test_sum_avg_distinct(con: duckdb.DuckDBPyConnection) -> None:
+    """sum(DISTINCT x) / avg(DISTINCT x): each value once (NaN once), NULL for none."""
+    check(
+        con,
+        """SELECT g, sum(DISTINCT n) AS s, avg(DISTINCT n) AS a, sum(DISTINCT x) AS sx,
+               avg(DISTINCT x) AS ax, sum(DISTINCT n) FILTER (WHERE i > 50) AS f
+        FROM t GROUP BY g ORDER BY g""",
+    )
+    check(con, "SELECT sum(DISTINCT n), avg(DISTINCT n::DECIMAL(10,2)) FROM t")

@@ -2434,6 +2434,10 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     handler = _AGGREGATES.get(name)
     if handler is None:
         raise Unsupported(f"aggregate function {name}() is not supported")
+    if distinct and name in ("sum", "sum_no_overflow", "avg", "mean") and len(args) == 1:
+        # Each distinct value once (NULL stays one NULL, which the sum skips).
+        args = [fn("unique", [args[0]], args[0].dtype)]
+        distinct = False
     if distinct and name not in (
         "count",
         "min",

@@ -1136,11 +1136,31 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
         raise _Failed()
 
-    limit = bound(op.get("limit_val"), "a LIMIT")
+    limit_val = op.get("limit_val") or {}
+    percent = None
+    if limit_val.get("type") == "CONSTANT_PERCENTAGE":
+        percent = float(limit_val["constant_percentage"])
+        limit = None
+    else:
+        limit = bound(op.get("limit_val"), "a LIMIT")
     offset = bound(op.get("offset_val"), "an OFFSET")
     zero = lit(0, INT64)
     start = fn("coalesce", [offset, zero], INT64) if offset is not None else zero
     keep: list[Expr] = [compare("ge", n, start)]
+    if percent is not None:
+        # LIMIT p %: after the offset, floor(p / 100 * rows) rows, ``rows`` counting the
+        # skipped ones too (DuckDB's arithmetic, in DOUBLE).
+        numbered = t.project(
+            numbered,
+            [
+                *((c.name, c) for c in numbered.cols),
+                ("rows", cast(Agg("len", None, IDX), INT64)),
+            ],
+        )
+        rows = numbered.cols[-1]
+        share = binop("mul", lit(percent / 100, FLOAT64), cast(rows, FLOAT64), FLOAT64)
+        count = cast(fn("floor", [share], FLOAT64), INT64)
+        keep.append(compare("lt", binop("sub", n, start, INT64), count))
     if limit is not None:
         end = binop("add", start, limit, INT64)
         keep.append(or_all([is_null(limit), compare("lt", n, end)]))
@@ -1156,7 +1176,12 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_LIMIT")
 def _limit(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
-    if _is_expression_bound(op.get("limit_val")) or _is_expression_bound(op.get("offset_val")):
+    percent = (op.get("limit_val") or {}).get("type") == "CONSTANT_PERCENTAGE"
+    if (
+        percent
+        or _is_expression_bound(op.get("limit_val"))
+        or _is_expression_bound(op.get("offset_val"))
+    ):
         return _limit_by_row_numbers(t, child, op)
     limit = _limit_value(t, op.get("limit_val"), "a LIMIT")
     offset = _limit_value(t, op.get("offset_val"), "an OFFSET") or 0
