@@ -254,3 +254,20 @@ def test_sum_avg_distinct(con: duckdb.DuckDBPyConnection) -> None:
         FROM t GROUP BY g ORDER BY g""",
     )
     check(con, "SELECT sum(DISTINCT n), avg(DISTINCT n::DECIMAL(10,2)) FROM t")
+
+
+def test_mad(con: duckdb.DuckDBPyConnection) -> None:
+    """mad(): the median of the absolute deviations from the median (NaN largest), in
+    GROUP BY, over a whole table, of a constant, and over window frames."""
+    check(
+        con,
+        """SELECT g, mad(n) AS a, mad(x) AS b, mad(i::TINYINT) AS c,
+               mad(CASE WHEN i > 50 THEN n END) AS d
+        FROM t GROUP BY g ORDER BY g""",
+    )
+    check(con, "SELECT mad(NULL), mad(1), mad(n) FROM t")
+    check(
+        con,
+        """SELECT i, mad(x) OVER (ORDER BY i ROWS BETWEEN 2 PRECEDING AND 3 FOLLOWING) AS f
+        FROM t ORDER BY i""",
+    )

@@ -2644,6 +2644,46 @@ def _quantile_of(name: str, x: Expr, q: float, dtype: DataType) -> Expr:
     return cast(_discrete_quantile(x, q), dtype)
 
 
+def _mad(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    """``mad(x)`` of integers or DOUBLE: the median (``quantile_cont(0.5)``, DuckDB's
+    interpolation) of the absolute deviations from the median, as DOUBLE; NULL for no
+    values. Other input types (DECIMAL, FLOAT, temporal) are refused: DuckDB keeps their
+    type through the computation."""
+    (x,) = args
+    if not (x.dtype.is_integer or x.dtype == FLOAT64) or dtype != FLOAT64:
+        raise Unsupported(f"mad() of {type_name_of(x.dtype)}")
+    if not x.columns():
+        if not isinstance(x, Lit):
+            raise Unsupported("mad() of a constant expression")
+        rows = cast(Agg("len", None, IDX), INT64)
+        value = lit(None if x.value is None else 0.0, FLOAT64)
+        return Ternary(compare("gt", rows, lit(0, INT64)), value, lit(None, FLOAT64), FLOAT64)
+    v = cast(x, FLOAT64)
+    deviation = fn("abs", [binop("sub", v, _median_of(v), FLOAT64)], FLOAT64)
+    return _median_of(deviation)
+
+
+def _median_of(x: Expr) -> Expr:
+    """``quantile_cont(x, 0.5)`` of DOUBLE ``x`` (see :func:`_continuous_quantile`) in a
+    smaller expression: with ``d`` 0 or 0.5, DuckDB's ``fma(lo, 1 - d, hi * d)`` is
+    ``lo * 0.5 + hi * 0.5`` rounded once, which the halvings (exact) leave to the sum."""
+    n = cast(Agg("count", x, IDX), INT64)
+    rn = binop(
+        "mul", cast(binop("sub", n, lit(1, INT64), INT64), FLOAT64), lit(0.5, FLOAT64), FLOAT64
+    )
+    none = compare("eq", n, lit(0, INT64))
+    lo_at = Ternary(none, lit(None, INT64), cast(fn("floor", [rn], FLOAT64), INT64), INT64)
+    hi_at = Ternary(none, lit(None, INT64), cast(fn("ceil", [rn], FLOAT64), INT64), INT64)
+    ordered = fn(
+        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=False, nulls_last=True
+    )
+    lo = fn("gather", [ordered, lo_at], FLOAT64, scalar=True)
+    hi = fn("gather", [ordered, hi_at], FLOAT64, scalar=True)
+    half = lit(0.5, FLOAT64)
+    mixed = binop("add", binop("mul", lo, half, FLOAT64), binop("mul", hi, half, FLOAT64), FLOAT64)
+    return Ternary(compare("eq", lo_at, hi_at), lo, mixed, FLOAT64)
+
+
 def _product(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     """``product(x)``: the product of the non-NULL values as DOUBLE; NULL for none."""
     (x,) = args
@@ -2850,6 +2890,7 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "var_pop": _moment("var", 0),
     "median": _median,
     "product": _product,
+    "mad": _mad,
     "quantile_cont": _median,
     "quantile_disc": _median,
     "quantile": _median,
