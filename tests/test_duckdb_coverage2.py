@@ -271,3 +271,52 @@ def test_mad(con: duckdb.DuckDBPyConnection) -> None:
         """SELECT i, mad(x) OVER (ORDER BY i ROWS BETWEEN 2 PRECEDING AND 3 FOLLOWING) AS f
         FROM t ORDER BY i""",
     )
+
+
+# ---------------------------------------------------------------- ENUM
+
+
+@pytest.fixture(scope="module")
+def moods() -> duckdb.DuckDBPyConnection:
+    """Table m: an ENUM column e whose category order ('sad' < 'ok' < 'happy') is not the
+    alphabetical one, with NULLs and duplicates; s holds names, some of no category."""
+    c = duckdb.connect()
+    c.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+    c.execute("CREATE TABLE m (e mood, i INTEGER, s VARCHAR)")
+    c.execute(
+        """INSERT INTO m SELECT CASE WHEN i % 7 = 3 THEN NULL
+                                 ELSE ['happy', 'sad', 'ok'][i % 3 + 1] END,
+               i, ['ok', 'meh', 'happy'][i % 3 + 1]
+        FROM range(40) r(i)"""
+    )
+    return c
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT e, i FROM m ORDER BY e, i",
+        "SELECT e FROM m WHERE e < 'ok' ORDER BY ALL",  # compared as text
+        "SELECT i FROM m WHERE e > 'ok'::mood ORDER BY i",  # compared by category
+        "SELECT e, count(*), min(i) FROM m GROUP BY e ORDER BY e",
+        "SELECT min(e), max(e), count(DISTINCT e) FROM m",
+        "SELECT e::VARCHAR || '!' AS t, 'ok'::mood AS k, TRY_CAST(s AS mood) AS c FROM m",
+        "SELECT i FROM m WHERE e IN ('ok', 'happy') ORDER BY i",
+        "SELECT a.i, b.i FROM m a JOIN m b ON a.e = b.e WHERE a.i < 5 ORDER BY ALL",
+        "SELECT e, lag(e) OVER (ORDER BY i) FROM m ORDER BY i",
+    ],
+)
+def test_enum(moods: duckdb.DuckDBPyConnection, query: str) -> None:
+    """DuckDB's ENUM: ordered by category position, compared with text as text, cast to
+    and from VARCHAR, grouped, joined, in windows."""
+    check(moods, query, ordered="ORDER BY" in query)
+
+
+def test_enum_cast_error(moods: duckdb.DuckDBPyConnection) -> None:
+    """A name that is no category: DuckDB's ConversionException, with its message."""
+    query = "SELECT s::mood FROM m"
+    with pytest.raises(duckdb.ConversionException) as want:
+        moods.sql(query).fetchall()
+    with pytest.raises(duckdb.ConversionException) as got:
+        shoal.duckdb.sql(moods, query, raise_on_fail=True, config=CONFIG).fetchall()
+    assert str(want.value).split("\n")[0] in str(got.value)

@@ -201,6 +201,8 @@ def duck_cast(
     src = e.dtype
     if src == target:
         return e
+    if src.is_enum or target.is_enum:
+        return _enum_cast(e, target, try_cast, source_column)
     if is_tstz(src) or is_tstz(target):
         return _tstz_cast(e, target, not try_cast)
     if target.is_string and src.is_float:
@@ -238,6 +240,39 @@ def duck_cast(
         return out
     failed = and_all([is_null(out), is_not_null(e)])
     parts = ["Conversion Error: ", *_cast_message(src, target, value)]
+    if source_column:
+        parts.append(f" when casting from source column {source_column}")
+    return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _enum_name(dtype: DataType) -> str:
+    """DuckDB's name of an ENUM type: ``ENUM('a', 'b')``."""
+    quoted = ", ".join("'" + c.replace("'", "''") + "'" for c in dtype.categories or ())
+    return f"ENUM({quoted})"
+
+
+def _enum_cast(e: Expr, target: DataType, try_cast: bool, source_column: str | None) -> Expr:
+    """Casts to and from ENUM: to VARCHAR its category; from VARCHAR (or another ENUM,
+    through its text) the category of that name, a ``ConversionException`` with DuckDB's
+    message when there is none (NULL for ``TRY_CAST``). Other casts are refused."""
+    src = e.dtype
+    if src.is_enum and target.is_string:
+        return cast(e, target)
+    if src.is_enum and target.is_enum:
+        e, src = cast(e, STRING), STRING
+    if pa.types.is_null(src.arrow) and target.is_enum:
+        return lit(None, target)
+    if not (src.is_string and target.is_enum):
+        raise Unsupported(f"cast of {type_name_of(src)} to {type_name_of(target)} (ENUM)")
+    out = cast(e, target, False)  # a name that is no category becomes NULL
+    if try_cast:
+        return out
+    failed = and_all([is_null(out), is_not_null(e)])
+    parts: list[Expr | str] = [
+        "Conversion Error: Could not convert string '",
+        e,
+        f"' to {_enum_name(target)}",
+    ]
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
@@ -951,6 +986,10 @@ def _operator(t: ExprTranslator, e: dict[str, Any]) -> Expr:
 def _in(t: ExprTranslator, kids: list[dict[str, Any]]) -> Expr:
     x = t.expr(kids[0])
     items = [t.expr(k) for k in kids[1:]]
+    if x.dtype.is_enum and all(isinstance(i, Lit) and i.dtype == x.dtype for i in items):
+        # the categories by name (the kernel's list of Enum values is no Enum list)
+        x = cast(x, STRING)
+        items = [lit(i.value, STRING) if isinstance(i, Lit) else i for i in items]
     if all(isinstance(i, Lit) for i in items):
         values = [_value_as(i, x.dtype) for i in items if isinstance(i, Lit)]
         has_null = any(v is None for v in values)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -347,6 +348,21 @@ _CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
 _PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
 
 
+def _with_enums(arrow: pa.Table, dtypes: dict[str, DataType]) -> pa.Table:
+    """``arrow`` with each ENUM column (DuckDB gives a dictionary of its categories) in
+    the IR's Enum form: Polars' dictionary with the categories in the field's metadata,
+    so that the kernel reads it as an Enum (ordered by category)."""
+    for name, dtype in dtypes.items():
+        if not dtype.is_enum or name not in arrow.column_names:
+            continue
+        as_enum = pl.from_arrow(arrow.select([name]).cast(pa.schema([(name, pa.large_string())])))
+        assert isinstance(as_enum, pl.DataFrame)
+        column = as_enum.cast({name: dtype.to_polars()}).to_arrow()
+        i = arrow.column_names.index(name)
+        arrow = arrow.set_column(i, column.schema.field(0), column.column(0))
+    return arrow
+
+
 def _out_of_calendar(arrow: pa.Table) -> str | None:
     """The first DATE or TIMESTAMP column of ``arrow`` that holds DuckDB's ``infinity`` or
     ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit) or
@@ -475,6 +491,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+        arrow = _with_enums(arrow, dict(scanned))
         beyond = _out_of_calendar(arrow)
         if beyond:
             t.error(
