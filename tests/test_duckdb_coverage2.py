@@ -181,7 +181,7 @@ def test_order_of_a_join_is_refused(con: duckdb.DuckDBPyConnection) -> None:
     query = """SELECT row_number() OVER () AS r, count(DISTINCT a.s) OVER () AS d, a.i
         FROM t a JOIN t b ON a.i = b.n"""
     con.sql(query).fetchall()
-    with pytest.raises(shoal.UnsupportedError, match="order of rows"):
+    with pytest.raises(shoal.UnsupportedError, match="order of the rows a join produced"):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
 
 

@@ -1252,8 +1252,8 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
         reason = _window_problem(w)
         if reason is None and _input_order_dependent(w) and _unordered(op["children"][0]):
             reason = (
-                "without ORDER BY it depends on the order of rows that a join or an "
-                "aggregation produced (DuckDB's own order)"
+                "without ORDER BY it depends on the order of the rows a join produced "
+                "(DuckDB's own order)"
             )
         if reason:
             t.error(window_words(w), reason)
@@ -1287,19 +1287,16 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
     return t.project(rel, [(c.name, c) for c in (*base, *(outputs[i] for i in range(len(plans))))])
 
 
-#: Operators whose output order is DuckDB's own (hash tables, join order).
+#: Operators whose output order is DuckDB's join order.
 _UNORDERED_OPERATORS = frozenset(
-    {
-        "LOGICAL_COMPARISON_JOIN",
-        "LOGICAL_ANY_JOIN",
-        "LOGICAL_CROSS_PRODUCT",
-        "LOGICAL_AGGREGATE_AND_GROUP_BY",
-        "LOGICAL_DISTINCT",
-        "LOGICAL_DELIM_JOIN",
-        "LOGICAL_SET_OPERATION",
-        "LOGICAL_EXCEPT",
-        "LOGICAL_INTERSECT",
-    }
+    {"LOGICAL_COMPARISON_JOIN", "LOGICAL_ANY_JOIN", "LOGICAL_CROSS_PRODUCT", "LOGICAL_DELIM_JOIN"}
+)
+
+#: Operators below which the order does not matter: they make an order of their own
+#: (DuckDB numbers the groups of a decorrelated subquery with ``row_number() OVER ()``
+#: over an aggregation, as join keys, where any numbering gives the same answer).
+_REORDERING_OPERATORS = frozenset(
+    {"LOGICAL_ORDER_BY", "LOGICAL_TOP_N", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_DISTINCT"}
 )
 
 #: Aggregates whose value depends on the order of their input rows.
@@ -1309,9 +1306,11 @@ _ORDER_SENSITIVE_AGGREGATES = frozenset(
 
 
 def _input_order_dependent(w: dict[str, Any]) -> bool:
-    """Whether window ``w`` has no ORDER BY but its value depends on the order of the
-    partition's rows."""
-    if w.get("orders"):
+    """Whether window ``w`` has neither PARTITION BY nor ORDER BY but its value depends on
+    the order of the rows. (With PARTITION BY it is left alone: DuckDB decorrelates a
+    subquery's LIMIT into ``row_number() OVER (PARTITION BY <correlated columns>)``, where
+    every order of a partition's rows gives the same answer.)"""
+    if w.get("orders") or w.get("partitions"):
         return False
     kind = w["type"]
     if kind in ("WINDOW_ROW_NUMBER", "WINDOW_NTILE") or kind in _SHIFTS:
@@ -1327,12 +1326,12 @@ def _input_order_dependent(w: dict[str, Any]) -> bool:
 
 
 def _unordered(op: dict[str, Any]) -> bool:
-    """Whether the rows of ``op`` come in an order of DuckDB's own making (a join or an
-    aggregation below, without an ORDER BY above it)."""
+    """Whether the rows of ``op`` come in DuckDB's join order (a join below, without an
+    ORDER BY or aggregation between)."""
     kind = str(op.get("type"))
     if kind in _UNORDERED_OPERATORS:
         return True
-    if kind in ("LOGICAL_ORDER_BY", "LOGICAL_TOP_N"):
+    if kind in _REORDERING_OPERATORS:
         return False
     return any(_unordered(c) for c in op.get("children", []))
 
