@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
@@ -84,4 +85,43 @@ def test_unreachable_cluster_address_fails_within_the_timeout() -> None:
     with pytest.raises(shoal.ShoalError, match=f"127.0.0.1:{port}.*unreachable"):
         shoal.execute(plan, config=cfg)
     assert time.monotonic() - start < 5
+    assert not ray.is_initialized()
+
+
+def test_a_port_that_is_not_ray_fails_within_the_timeout() -> None:
+    """Issue 19: a port that accepts TCP but is not Ray passed the reachability check and
+    ray.init then retried for more than ten minutes."""
+    import socket
+    import threading
+
+    import ray
+
+    if ray.is_initialized():  # pragma: no cover - another module left Ray running
+        pytest.skip("a Ray instance is already connected in this process")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    port = server.getsockname()[1]
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(server.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    cfg = shoal.Config(runner="ray", ray_address=f"127.0.0.1:{port}", ray_connect_timeout_s=2)
+    plan = shoal.ir.Scan(
+        shoal.ir.InMemorySource(pl.DataFrame({"a": [1]}).to_arrow()),
+        shoal.ir.Schema.from_polars({"a": pl.Int64}),
+    )
+    start = time.monotonic()
+    try:
+        with pytest.raises(shoal.ShoalError, match=f"127.0.0.1:{port}.*as a Ray cluster"):
+            shoal.execute(plan, config=cfg)
+    finally:
+        server.close()
+        for conn in accepted:
+            conn.close()
+    assert time.monotonic() - start < 60  # the timeout is honoured (Ray alone: > 600 s)
     assert not ray.is_initialized()

@@ -26,7 +26,7 @@ import pytest
 import shoal
 from shoal.errors import UnsupportedError
 from shoal.ir.nodes import AsofJoin
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal_duckdb import DuckDBFallbackWarning

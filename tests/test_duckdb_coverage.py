@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import shoal
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 
 #: Tiny partitions: every in-memory table is split into 3 partitions.
 CONFIG = shoal.Config(

@@ -17,7 +17,7 @@ import pytest
 
 import shoal
 import shoal_duckdb.api
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal_duckdb import DuckDBFallbackWarning

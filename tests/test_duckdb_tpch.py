@@ -14,7 +14,7 @@ import pytest
 import shoal
 from shoal.config import RunnerKind
 from shoal.ir.nodes import ParquetSource, Scan
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, scan_tables

@@ -5,7 +5,7 @@ from __future__ import annotations
 import polars as pl
 
 import shoal
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 from shoal_polars import to_ir
 
 

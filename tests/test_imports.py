@@ -20,7 +20,10 @@ FIRST_IMPORTS = {
     "print(pl.LazyFrame({'k': [1]}).collect(engine='dist').height)",
     "shoal_duckdb.to_ir": "import duckdb\nfrom shoal_duckdb import to_ir\n"
     "print(type(to_ir(duckdb.connect(), 'SELECT 1 AS x')).__name__)",
-    "shoal.ir": "from shoal.ir import builder\nprint('ok')",
+    "shoal.ir": "from shoal.ir import Frame, col, validate\n"
+    "print(type(Frame).__name__, type(col('a')).__name__, validate.__name__)",
+    "shoal.plan": "from shoal.plan import builder\nprint('ok')",
+    "shoal.lowering": "from shoal.lowering import expressions\nprint('ok')",
     "import shoal.duckdb": "import duckdb\nimport shoal.duckdb\n"
     "print(shoal.duckdb.sql(duckdb.connect(), 'SELECT 41 + 1 AS x').fetchall()[0][0])",
     "from shoal.duckdb import sql": "from shoal.duckdb import sql\nprint(sql.__module__)",
@@ -34,7 +37,9 @@ EXPECTED = {
     "shoal_polars.translate": "ok",
     "engine dist": "1",
     "shoal_duckdb.to_ir": "Project",
-    "shoal.ir": "ok",
+    "shoal.ir": "type ExprBuilder validate",
+    "shoal.plan": "ok",
+    "shoal.lowering": "ok",
     "import shoal.duckdb": "42",
     "from shoal.duckdb import sql": "shoal_duckdb.api",
     "shoal leaves duckdb unimported": "False False",

@@ -1,4 +1,4 @@
-"""The IR builder (shoal.ir.builder) and validation (shoal.ir.validate).
+"""The IR builder (shoal.plan.builder) and validation (shoal.plan.validate).
 
 Also home of the random plan generator that the serde and Substrait tests share:
 :func:`random_plan` builds the same random query with the builder and with Polars itself,
@@ -27,7 +27,7 @@ from shoal.errors import PlanError
 from shoal.ir.expr import Agg, BinaryOp, Col, Function, Lit, NamedExpr
 from shoal.ir.nodes import Aggregate, Filter, Join, Project, Scan, Slice, Sort
 from shoal.ir.types import BOOL, INT64, DataType, Schema
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 
 CONFIG = shoal.Config(default_partitions=3)
 

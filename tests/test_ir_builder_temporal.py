@@ -1,5 +1,5 @@
 """The builder's temporal operators (Frame.join_asof, group_by_dynamic, rolling,
-merge_sorted; shoal/ir/builder_temporal.py): each plan, run with shoal.execute on several
+merge_sorted; shoal/plan/builder_temporal.py): each plan, run with shoal.execute on several
 partitions (Parquet parts with an empty one), equals native Polars, row order included;
 bad input raises PlanError naming the column and type before anything runs."""
 
@@ -18,7 +18,7 @@ import shoal
 from shoal import ir
 from shoal.errors import PlanError
 from shoal.ir.nodes import AsofJoin, DynamicGroupBy, MergeSorted, RollingGroupBy
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 
 CONFIG = shoal.Config(default_partitions=3)
 #: Polars warns that it cannot check sortedness with by-columns (the data is sorted).

@@ -1,4 +1,4 @@
-"""Substrait exchange (shoal.ir.substrait): round trips, foreign plans, unsupported parts."""
+"""Substrait exchange (shoal.plan.substrait): round trips, foreign plans, unsupported parts."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from substrait.extensions import extensions_pb2 as ste  # noqa: E402
 from shoal import ir  # noqa: E402
 from shoal.errors import PlanError, UnsupportedError  # noqa: E402
 from shoal.ir.nodes import Aggregate, PlanNode, Project  # noqa: E402
-from shoal.ir.substrait import (  # noqa: E402
+from shoal.plan.substrait import (  # noqa: E402
     ARITHMETIC,
     SHOAL_AGGREGATES,
     SHOAL_FUNCTIONS,

@@ -10,7 +10,7 @@ import polars as pl
 
 import shoal
 from shoal import ir
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 from shoal_duckdb import to_ir as duckdb_to_ir
 from shoal_polars import to_ir as polars_to_ir
 

@@ -110,3 +110,26 @@ def test_plans_are_sized_by_the_cluster_as_it_is_now(cluster: object) -> None:
     assert report is not None
     assert report.physical.cpus == before + 6
     assert f"Sized for {before + 6} CPUs (cluster)" in shoal.explain(plan, runner="ray")
+
+
+def test_udf_larger_than_any_node_fails_before_running(cluster: object) -> None:
+    """Issue 19: an actor must fit on one node. The pool counted the cluster's totals, so a
+    UDF asking for more CPUs than any node has (but fewer than all nodes together) waited
+    forever for its actor."""
+    import ray
+
+    eng = shoal.DistEngine(runner="ray", raise_on_fail=True)
+    assert pl.LazyFrame({"a": [1]}).select(pl.len()).collect(engine=eng).item() == 1  # connect
+    nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
+    largest = max(r.get("CPU", 0) for r in nodes)
+    need = largest + 1
+    assert sum(r.get("CPU", 0) for r in nodes) >= need  # the totals would have let it through
+
+    @shoal.udf(return_dtype=pl.Int64, num_cpus=need, concurrency=1)
+    class Wide:
+        def __call__(self, a: pl.Series) -> pl.Series:
+            return a + 1
+
+    lf = pl.LazyFrame({"a": [1, 2, 3]}).shoal.with_udf(Wide, inputs="a", output="b")
+    with pytest.raises(shoal.ShoalError, match=r"Wide.*the largest has"):
+        lf.collect(engine=eng)

@@ -20,8 +20,8 @@ from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
-from shoal.execution.task import SingleOutput
 from shoal.ir.nodes import Join
+from shoal.planner.physical import SingleOutput
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine, to_ir
 

@@ -19,8 +19,8 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.errors import UnsupportedError
-from shoal.execution.task import from_wire, to_wire
 from shoal.ir.nodes import Project
+from shoal.planner.physical import from_wire, to_wire
 from shoal_polars import DistEngine, to_ir
 
 #: Four partitions of about 2 rows for in-memory frames of 7 rows (one has no rows when a
@@ -386,7 +386,7 @@ def test_substrait_keeps_the_height_rule_of_a_projection() -> None:
     """A Substrait ProjectRel is row by row: a ``with_columns`` of literals round-trips
     with the input's height; a ``select`` of scalars alone (one row) is refused."""
     from shoal import ir
-    from shoal.ir.substrait import from_substrait, to_substrait
+    from shoal.plan.substrait import from_substrait, to_substrait
 
     table = pa.table({"a": [1.0, 2.0, 3.0]})
     kept = ir.from_arrow(table).with_columns(a=ir.lit(2.0)).plan

@@ -18,11 +18,11 @@ from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import TaskError, UnsupportedError
-from shoal.execution.task import HashOutput
 from shoal.ir import serde
 from shoal.ir.expr import AGGREGATING_FUNCTIONS, ORDER_DEPENDENT_FUNCTIONS
 from shoal.ir.nodes import Aggregate, InMemorySource, PlanNode, Scan
-from shoal.ir.substrait import to_substrait
+from shoal.plan.substrait import to_substrait
+from shoal.planner.physical import HashOutput
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine, to_ir
 from tests.test_polars_coverage import check, run_dist

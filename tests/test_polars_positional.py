@@ -10,8 +10,8 @@ import pytest
 from polars.exceptions import OutOfBoundsError
 
 from shoal.errors import UnsupportedError
-from shoal.execution.task import SingleOutput
 from shoal.ir.expr import ORDER_DEPENDENT_FUNCTIONS
+from shoal.planner.physical import SingleOutput
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine, ShoalFallbackWarning
 from tests.test_polars_coverage import _left, check, run_dist

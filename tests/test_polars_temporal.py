@@ -22,10 +22,10 @@ from polars.testing import assert_frame_equal
 
 from shoal.config import Config
 from shoal.errors import ShoalError, TaskError
-from shoal.execution.task import HashOutput
 from shoal.ir import serde
 from shoal.ir.nodes import AsofJoin, DynamicGroupBy, MergeSorted, RollingGroupBy
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
+from shoal.planner.physical import HashOutput
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine, to_ir
 

@@ -24,9 +24,8 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.config import Config, RunnerKind
-from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.nodes import StageInput
-from shoal.planner.physical import PhysicalPlan
+from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput
 from shoal.planner.windows import PART_TAG
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match

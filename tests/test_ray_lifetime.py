@@ -9,8 +9,10 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -154,3 +156,28 @@ def test_query_does_not_attach_to_a_foreign_local_instance() -> None:
             foreign.wait(timeout=60)
         except subprocess.TimeoutExpired:
             os.killpg(foreign.pid, signal.SIGKILL)
+
+
+def test_local_instance_files_are_private_to_the_user() -> None:
+    """Issue 19: Ray makes its session, socket, log and spill directories 0777 (and makes
+    them so again while it runs); with no ray_temp_dir shoal keeps them under
+    <tmp>/shoal-<uid>, a directory of mode 0700 no other user can enter."""
+    out = _run(
+        """
+        import polars as pl
+        import ray
+        import shoal
+        print("SUM", pl.LazyFrame({"a": [1, 2]}).select(pl.col("a").sum())
+              .collect(engine="dist").item())
+        print("SESSION", ray._private.worker._global_node.get_session_dir_path())
+        shoal.shutdown()
+        """,
+        None,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "SUM 3" in out.stdout
+    session = Path(out.stdout.split("SESSION ", 1)[1].split()[0])
+    base = Path(tempfile.gettempdir()) / f"shoal-{os.getuid()}"
+    assert base in session.parents, session
+    assert base.stat().st_uid == os.getuid()
+    assert stat.S_IMODE(base.stat().st_mode) == 0o700

@@ -14,8 +14,8 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.config import RunnerKind
-from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.nodes import Aggregate, Join, Scan, StageInput
+from shoal.planner.physical import HashOutput, RangeOutput
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables

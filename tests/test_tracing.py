@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import stat
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -470,3 +471,31 @@ def test_an_unwritable_config_trace_never_breaks_the_query(tmp_path, caplog):
         got = shoal.execute(plan, runner="ray", config=config)
     assert _frame(got).equals(expected)
     assert any("writing the trace" in r.getMessage() for r in caplog.records)
+
+
+def test_trace_files_are_private_and_no_parent_directory_is_created(tmp_path):
+    """Issue 19: trace files are 0600 and SHOAL_TRACE creates only the directory it names."""
+    plan, expected = agg_sort_plan(frame())
+    out = tmp_path / "traces"
+    config = shoal.Config(trace=str(out) + "/", default_partitions=2)
+    got = shoal.execute(plan, runner="local", config=config)
+    assert _frame(got).equals(expected)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o700
+    files = list(out.glob("*.json"))
+    assert files and all(stat.S_IMODE(f.stat().st_mode) == 0o600 for f in files)
+    # an existing world-readable file is made private when shoal rewrites it
+    single = tmp_path / "one.json"
+    single.write_text("")
+    single.chmod(0o644)
+    with shoal.trace(single):
+        shoal.execute(plan, runner="local", config=shoal.Config(default_partitions=2))
+    assert stat.S_IMODE(single.stat().st_mode) == 0o600
+    # a directory target two levels below an existing one is not created, nor its parent
+    deep = tmp_path / "missing" / "traces"
+    with pytest.raises(FileNotFoundError, match="missing"), shoal.trace(str(deep) + "/"):
+        pass
+    assert not (tmp_path / "missing").exists()
+    config = shoal.Config(trace=str(deep) + "/", default_partitions=2)
+    got = shoal.execute(plan, runner="local", config=config)  # the trace is lost, not the query
+    assert _frame(got).equals(expected)
+    assert not (tmp_path / "missing").exists()

@@ -122,7 +122,7 @@ def cast(e: Expr, dtype: DataType, strict: bool = True) -> Expr:
 
 
 def fn(name: str, args: Sequence[Expr], dtype: DataType, **options: Any) -> Function:
-    """Kernel function ``name`` (see ``shoal.execution.expressions.FUNCTIONS``)."""
+    """Kernel function ``name`` (see ``shoal.lowering.expressions.FUNCTIONS``)."""
     return Function(name, tuple(args), tuple(sorted(options.items())), dtype)
 
 

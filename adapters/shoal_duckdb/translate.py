@@ -23,7 +23,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import UnsupportedError
-from shoal.execution.expressions import nested_nulls_last_type
 from shoal.ir.expr import Agg, Cast, Col, Expr, Function, Lit, NamedExpr, Ternary
 from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
@@ -45,6 +44,7 @@ from shoal.ir.nodes import (
     Union,
 )
 from shoal.ir.types import BOOL, FLOAT64, INT64, STRING, DataType, Schema
+from shoal.lowering.expressions import nested_nulls_last_type
 from shoal_duckdb.exprs import (
     IDX,
     ExprTranslator,

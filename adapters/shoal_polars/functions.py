@@ -5,7 +5,7 @@ tuple whose first element names the function (an enum such as
 ``StringFunction.StartsWith``, or a plain string such as ``"abs"``) and whose other elements
 are the function's parameters. :data:`SCALAR_FUNCTIONS` maps that name to the IR function
 name and names the parameters, which become the IR ``Function.options`` in order. Every IR
-name emitted here has an implementation in :data:`shoal.execution.expressions.FUNCTIONS`.
+name emitted here has an implementation in :data:`shoal.lowering.expressions.FUNCTIONS`.
 Functions whose value on a row depends on other rows (``cum_sum``, ``shift``, ``rank``, ...)
 become IR functions listed in :data:`shoal.ir.expr.ORDER_DEPENDENT_FUNCTIONS`, which the
 planner evaluates after gathering their input in order, as Polars defines them.

@@ -22,6 +22,7 @@ import sys
 from typing import Any, Literal
 
 from shoal import ir
+from shoal import plan as _plan  # noqa: F401  (adds the builder and validate to shoal.ir)
 from shoal.api import execute, execute_batches, shutdown
 from shoal.api import explain as _explain
 from shoal.config import Config, execution_config, get_config, set_config

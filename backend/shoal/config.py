@@ -216,7 +216,8 @@ class Config:
         default=None,
         metadata=_doc(
             "Session directory of a local Ray instance (keep it short: Unix socket paths are "
-            "limited to 107 bytes); unset: Ray's default."
+            "limited to 107 bytes); unset: <tmp>/shoal-<uid>/ray under a directory of mode "
+            "0700, so the instance's sockets, logs and spilled objects are the user's alone."
         ),
     )
     object_store_bytes: int | None = field(

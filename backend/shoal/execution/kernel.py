@@ -3,7 +3,7 @@
 A fragment is an IR tree whose leaves are :class:`~shoal.ir.nodes.Scan` (this task's
 partition of it) or :class:`~shoal.ir.nodes.StageInput` (tables from upstream stages).
 The fragment becomes one Polars lazy query over Arrow input, collected once; the result is
-split as the task's :data:`~shoal.execution.task.OutputSpec` says.
+split as the task's :data:`~shoal.planner.physical.OutputSpec` says.
 """
 
 from __future__ import annotations
@@ -23,21 +23,7 @@ from polars.exceptions import PanicException
 
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
-from shoal.execution.expressions import to_polars
 from shoal.execution.scope import TASK_ENGINE, task_scope
-from shoal.execution.task import (
-    FilePartition,
-    HashOutput,
-    MemoryPiece,
-    OutputSpec,
-    ParquetPiece,
-    RangeOutput,
-    ScanInput,
-    ScanPartition,
-    SingleOutput,
-    from_wire,
-    to_wire,
-)
 from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
 from shoal.ir.expr import Col, Function, NamedExpr
 from shoal.ir.nodes import (
@@ -65,6 +51,20 @@ from shoal.ir.nodes import (
     Unpivot,
 )
 from shoal.ir.types import DataType, Schema
+from shoal.lowering.expressions import to_polars
+from shoal.planner.physical import (
+    FilePartition,
+    HashOutput,
+    MemoryPiece,
+    OutputSpec,
+    ParquetPiece,
+    RangeOutput,
+    ScanInput,
+    ScanPartition,
+    SingleOutput,
+    from_wire,
+    to_wire,
+)
 
 _BUCKET = "__shoal_bucket"
 _HASH_SEED = 0x5EED
@@ -98,7 +98,7 @@ def _empty(schema: Schema) -> pl.DataFrame:
 
 
 def frame_of(table: pa.Table) -> pl.DataFrame:
-    """An Arrow table (as it travels between tasks: :func:`~shoal.execution.task.to_wire`)
+    """An Arrow table (as it travels between tasks: :func:`~shoal.planner.physical.to_wire`)
     as a Polars DataFrame, zero-copy where Arrow's layout allows; a table of no columns
     keeps its height, and every column its name (``pl.from_arrow`` renames a column named
     ``""`` to ``column_0``, which Polars itself allows as a name).

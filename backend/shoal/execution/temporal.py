@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from shoal.execution.expressions import to_polars
 from shoal.execution.scope import TASK_ENGINE
 from shoal.ir.nodes import (
     AsofJoin,
@@ -16,6 +15,7 @@ from shoal.ir.nodes import (
     RestoreGroupOrder,
     RollingGroupBy,
 )
+from shoal.lowering.expressions import to_polars
 
 #: The plan nodes this module builds.
 TEMPORAL_NODES = (AsofJoin, DynamicGroupBy, RollingGroupBy, MergeSorted, RestoreGroupOrder)

@@ -1,4 +1,8 @@
-"""The shoal IR: data types, expressions and plan nodes shared by every frontend."""
+"""The shoal IR: data types, expressions and plan nodes shared by every frontend.
+
+The bottom floor of the engine: it imports nothing of shoal but ``errors``
+(tests/test_layers.py).
+"""
 
 from shoal.ir.explain import explain
 from shoal.ir.expr import (
@@ -85,37 +89,11 @@ __all__ = [
     "transform",
 ]
 
-# The public interface for library authors: the builder, validation and the JSON form
-# (docs/ir.md). Substrait exchange lives in shoal.ir.substrait (imported on demand).
-from shoal.ir.builder import (  # noqa: E402
-    ExprBuilder,
-    Frame,
-    GroupBy,
-    col,
-    from_arrow,
-    from_polars,
-    lit,
-    scan_parquet,
-    when,
-)
-from shoal.ir.builder import len_ as len  # noqa: E402
+# The JSON form (docs/ir.md). The rest of the public interface for library authors, the
+# builder (col, lit, when, Frame, ...) and validate, types expressions by lowering them to
+# Polars, a floor above the IR: it lives in shoal.plan, which adds those names to this
+# namespace when it is imported (``import shoal`` does; the IR itself imports nothing of
+# shoal but errors). Substrait exchange lives in shoal.plan.substrait (imported on demand).
 from shoal.ir.serde import IR_VERSION, from_json, json_schema, to_json  # noqa: E402
-from shoal.ir.validate import validate  # noqa: E402
 
-__all__ += [
-    "IR_VERSION",
-    "ExprBuilder",
-    "Frame",
-    "GroupBy",
-    "col",
-    "from_arrow",
-    "from_json",
-    "from_polars",
-    "json_schema",
-    "len",
-    "lit",
-    "scan_parquet",
-    "to_json",
-    "validate",
-    "when",
-]
+__all__ += ["IR_VERSION", "from_json", "json_schema", "to_json"]

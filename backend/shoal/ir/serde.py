@@ -41,7 +41,7 @@ below.
 Reading is strict: an unknown version, an unknown ``kind``, an unknown or missing field or a
 value of the wrong type raises :class:`shoal.PlanError` with the JSON path of the fault
 (``$.plan.input.predicate.left``). Reading also validates the plan
-(:func:`shoal.ir.validate.validate`) unless ``validate=False``.
+(:func:`shoal.plan.validate.validate`) unless ``validate=False``.
 
 ``docs/ir-schema.json`` is :func:`json_schema`'s output; regenerate it with
 ``python -m shoal.ir.serde > docs/ir-schema.json``.
@@ -59,7 +59,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from typing import Any, Literal
 
@@ -361,9 +361,9 @@ def _udf_class() -> type | None:
 
 
 def _lookup_udf(name: str, path: str) -> Any:
-    from shoal.udf import lookup
-
-    found = lookup(name)
+    module = sys.modules.get("shoal.udf")  # no UDF is registered before shoal.udf is loaded
+    lookup = getattr(module, "lookup", None)
+    found = lookup(name) if lookup is not None else None
     if found is None:
         raise PlanError(
             f"{path}: no UDF is registered under the name {name!r} in this process (import "
@@ -689,6 +689,19 @@ def _describe(hint: Any) -> str:
     return getattr(hint, "__name__", str(hint))
 
 
+#: The check :func:`from_dict` runs unless ``validate=False``:
+#: :func:`shoal.plan.validate.validate`, registered by that module (validation types
+#: expressions by lowering them to Polars, a floor above the IR); ``import shoal`` loads it.
+_validator: Callable[[PlanNode], None] | None = None
+
+
+def register_validator(check: Callable[[PlanNode], None]) -> None:
+    """Make ``check`` the validation :func:`from_json` and :func:`from_dict` run (called
+    once by :mod:`shoal.plan.validate` when it is imported)."""
+    global _validator
+    _validator = check
+
+
 _TOO_DEEP = (
     "$.plan: the plan or an expression in it is nested too deeply to read (over about "
     "half of Python's recursion limit in levels)"
@@ -719,9 +732,9 @@ def from_dict(
     try:
         plan = _Decoder(tables).obj(doc["plan"], PlanNode, "$.plan")
         if validate:
-            from shoal.ir.validate import validate as check
-
-            check(plan)
+            if _validator is None:  # pragma: no cover - ``import shoal`` registers it
+                raise PlanError("$.plan: no validator registered (import shoal.plan first)")
+            _validator(plan)
     except RecursionError:
         raise PlanError(_TOO_DEEP) from None
     return plan
@@ -733,7 +746,7 @@ def from_json(
     """Read a plan from JSON text written by :func:`to_json`.
 
     ``tables`` binds the names of in-memory tables. With ``validate`` (the default) the
-    plan is also checked with :func:`shoal.ir.validate.validate`. Raises
+    plan is also checked with :func:`shoal.plan.validate.validate`. Raises
     :class:`shoal.PlanError` with the JSON path of the fault for text that is not JSON,
     an unknown ``shoal_ir_version``, an unknown kind or field, a value of the wrong type,
     an unbound table name, or a plan that does not validate.

@@ -18,7 +18,10 @@ import pyarrow.parquet as pq
 
 from shoal import storage
 from shoal.errors import PlanError
-from shoal.execution.task import (
+from shoal.ir.expr import BinaryOp, Col, Expr, Lit
+from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
+from shoal.ir.types import DataType
+from shoal.planner.physical import (
     FilePartition,
     MemoryPiece,
     ParquetPiece,
@@ -26,9 +29,6 @@ from shoal.execution.task import (
     ScanPartition,
     to_wire,
 )
-from shoal.ir.expr import BinaryOp, Col, Expr, Lit
-from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
-from shoal.ir.types import DataType
 
 
 @dataclass(frozen=True)

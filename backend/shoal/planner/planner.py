@@ -27,18 +27,11 @@ A fragment that already has a single partition takes every operator in place.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from shoal.config import Config
 from shoal.errors import UnsupportedError
-from shoal.execution.task import (
-    HashOutput,
-    OutputSpec,
-    RangeOutput,
-    ScanInput,
-    SingleOutput,
-)
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
@@ -63,29 +56,22 @@ from shoal.ir.nodes import (
 from shoal.ir.types import Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
+from shoal.planner.context import OpenFragment as _Open
 from shoal.planner.partitioning import split_scan
-from shoal.planner.physical import PhysicalPlan, Stage, StageInputSpec
+from shoal.planner.physical import (
+    HashOutput,
+    OutputSpec,
+    PhysicalPlan,
+    RangeOutput,
+    SingleOutput,
+    Stage,
+    StageInputSpec,
+)
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
 #: decision (no column statistics yet; DuckDB's optimizer uses the same default).
 FILTER_SELECTIVITY = 0.2
-
-
-@dataclass
-class _Open:
-    """A fragment still growing: not yet cut into a stage."""
-
-    node: PlanNode
-    num_tasks: int
-    inputs: list[StageInputSpec] = field(default_factory=list)
-    scan_partitions: tuple[ScanInput, ...] | None = None
-    est_bytes: int = 0
-    name: str = "scan"
-
-    def wrap(self, node: PlanNode) -> _Open:
-        self.node = node
-        return self
 
 
 class _Builder:
@@ -206,9 +192,7 @@ class _Builder:
             return self.union(node)
         if isinstance(node, HConcat):
             ops = [self.gather(self.visit(i), "gather") for i in node.inputs]
-            return self._combine_single(
-                ops, lambda kids: node.with_children(tuple(kids)), "hconcat"
-            )
+            return self.combine_single(ops, lambda kids: node.with_children(tuple(kids)), "hconcat")
         if isinstance(node, Explode | Unnest):
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
@@ -437,7 +421,7 @@ class _Builder:
     def union(self, node: Union) -> _Open:
         ops = [self.visit(i) for i in node.inputs]
         if all(o.num_tasks == 1 for o in ops):
-            return self._combine_single(ops, lambda kids: Union(kids, node.schema), "union")
+            return self.combine_single(ops, lambda kids: Union(kids, node.schema), "union")
         stages = [self.cut(o, SingleOutput(), name=f"{o.name}+union") for o in ops]
         spec = StageInputSpec(stages[0].id, "concat", node.schema, tuple(s.id for s in stages[1:]))
         return _Open(
@@ -448,7 +432,7 @@ class _Builder:
             name="union",
         )
 
-    def _combine_single(self, ops: list[_Open], make: Any, name: str) -> _Open:
+    def combine_single(self, ops: list[_Open], make: Any, name: str) -> _Open:
         """Single-partition inputs combined by one node (union, hconcat) in one task."""
         first = ops[0]
         kids: list[PlanNode] = [first.node]

@@ -35,11 +35,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 import pyarrow as pa
 
-from shoal.execution.task import RangeOutput, SingleOutput
 from shoal.ir.expr import (
     Agg,
     BinaryOp,
@@ -54,11 +53,9 @@ from shoal.ir.expr import (
 )
 from shoal.ir.nodes import Aggregate, Filter, Join, PlanNode, Project, RowIndex, StageInput
 from shoal.ir.types import DataType, Schema
-from shoal.planner.physical import StageInputSpec
+from shoal.planner.context import OpenFragment, PlanningContext
+from shoal.planner.physical import RangeOutput, SingleOutput, StageInputSpec
 from shoal.planner.windows import PART_TAG
-
-if TYPE_CHECKING:  # the planner imports this module
-    from shoal.planner.planner import _Builder, _Open
 
 _INT64 = DataType(pa.int64())
 _UINT32 = DataType(pa.uint32())
@@ -81,7 +78,7 @@ class Carry:
     dtype: DataType
 
 
-def plan_row_index(b: _Builder, op: _Open, node: RowIndex) -> _Open:
+def plan_row_index(b: PlanningContext, op: OpenFragment, node: RowIndex) -> OpenFragment:
     """``with_row_index`` over the planned input ``op`` (several partitions)."""
     offset = Carry("__shoal_offset", Cast(Agg("len", None, _UINT32), _INT64), "sum", _INT64)
     numbers = Function("int_range", (), (("start", node.offset),), _INT64)
@@ -94,7 +91,9 @@ def plan_row_index(b: _Builder, op: _Open, node: RowIndex) -> _Open:
     return plan_carries(b, op, (offset,), apply, "row-index")
 
 
-def plan_cumulative(b: _Builder, op: _Open, node: Project | Filter) -> _Open | None:
+def plan_cumulative(
+    b: PlanningContext, op: OpenFragment, node: Project | Filter
+) -> OpenFragment | None:
     """``node`` over the planned input ``op`` (several partitions) by carries, when its
     only order-dependent parts are cumulative functions that carries make exact (see the
     module docstring); None otherwise, and nothing is planned."""
@@ -169,17 +168,15 @@ def _exclusive(carry: Carry) -> Expr:
 
 
 def plan_carries(
-    b: _Builder,
-    op: _Open,
+    b: PlanningContext,
+    op: OpenFragment,
     carries: tuple[Carry, ...],
     apply: Callable[[PlanNode, Schema], PlanNode],
     name: str,
-) -> _Open:
+) -> OpenFragment:
     """The four stages of the module docstring: ``apply(joined, data_schema)`` builds the
     final fragment over ``joined``, the partition's rows (``data_schema``) with one column
     per carry appended. Returns the open fragment, with ``op``'s partitions in order."""
-    from shoal.planner.planner import _Open
-
     parts = op.num_tasks
     data = b.cut(op, SingleOutput())
     data_schema = data.fragment.schema
@@ -199,7 +196,9 @@ def plan_carries(
     bounds = pa.table({"__k0": pa.array(range(1, parts), pa.uint32())})
     route = RangeOutput((_PART,), (False,), (False,), parts, bounds)
     spec = StageInputSpec(summed.id, "all", tagged)
-    routed = b.cut(_Open(prefix, 1, [spec], name=f"{name}-carry"), route, name=f"{name}-carry")
+    routed = b.cut(
+        OpenFragment(prefix, 1, [spec], name=f"{name}-carry"), route, name=f"{name}-carry"
+    )
     # 4. the node, with this partition's carries joined to every row.
     out = b.read(data, "pointwise", parts, name)
     out.inputs.append(StageInputSpec(routed.id, "bucket", prefix.schema))

@@ -21,9 +21,6 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-from shoal.execution.task import HashOutput, SingleOutput
 from shoal.ir.expr import Col
 from shoal.ir.nodes import (
     AsofJoin,
@@ -35,17 +32,15 @@ from shoal.ir.nodes import (
     StageInput,
 )
 from shoal.ir.types import BOOL
-from shoal.planner.physical import StageInputSpec
-
-if TYPE_CHECKING:
-    from shoal.planner.planner import _Builder, _Open
+from shoal.planner.context import OpenFragment, PlanningContext
+from shoal.planner.physical import HashOutput, SingleOutput, StageInputSpec
 
 #: The plan nodes this module places.
 TEMPORAL_NODES = (AsofJoin, DynamicGroupBy, RollingGroupBy, MergeSorted)
 
 
-def plan_temporal(b: _Builder, node: PlanNode) -> _Open:
-    """Place ``node`` (one of :data:`TEMPORAL_NODES`); ``b`` is the planner's builder."""
+def plan_temporal(b: PlanningContext, node: PlanNode) -> OpenFragment:
+    """Place ``node`` (one of :data:`TEMPORAL_NODES`); ``b`` is the planning context."""
     if isinstance(node, AsofJoin):
         return _asof_join(b, node)
     if isinstance(node, DynamicGroupBy | RollingGroupBy):
@@ -54,12 +49,12 @@ def plan_temporal(b: _Builder, node: PlanNode) -> _Open:
     # The right side is cut into a stage of its own and read whole by the one task.
     left = b.gather(b.visit(node.left), "gather")
     right = b.visit(node.right)
-    return b._combine_single(
+    return b.combine_single(
         [left, right], lambda kids: MergeSorted(kids[0], kids[1], node.key, node.schema), "merge"
     )
 
 
-def _asof_join(b: _Builder, node: AsofJoin) -> _Open:
+def _asof_join(b: PlanningContext, node: AsofJoin) -> OpenFragment:
     left = b.visit(node.left)
     right = b.visit(node.right)
     threshold = b.config.broadcast_join_threshold_bytes
@@ -88,7 +83,7 @@ def _simple_key(node: DynamicGroupBy | RollingGroupBy) -> bool:
     return True
 
 
-def _window_group_by(b: _Builder, node: DynamicGroupBy | RollingGroupBy) -> _Open:
+def _window_group_by(b: PlanningContext, node: DynamicGroupBy | RollingGroupBy) -> OpenFragment:
     op = b.visit(node.input)
     if op.num_tasks == 1 or not node.keys or not _simple_key(node):
         op = b.gather(op, "gather")

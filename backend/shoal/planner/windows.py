@@ -36,11 +36,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from shoal.execution.task import HashOutput, RangeOutput
 from shoal.ir.expr import (
     Col,
     Expr,
@@ -49,10 +47,8 @@ from shoal.ir.expr import (
 )
 from shoal.ir.nodes import Filter, PlanNode, Project, Sort, StageInput
 from shoal.ir.types import DataType, Schema
-from shoal.planner.physical import Stage, StageInputSpec
-
-if TYPE_CHECKING:  # the planner imports this module
-    from shoal.planner.planner import _Builder, _Open
+from shoal.planner.context import OpenFragment, PlanningContext
+from shoal.planner.physical import HashOutput, RangeOutput, Stage, StageInputSpec
 
 #: Row number within the input partition (Int64), added before the hash exchange.
 ROW_TAG = "__shoal_row"
@@ -122,7 +118,9 @@ class HashWindow:
     keys: tuple[Expr, ...]
 
 
-def plan_hash_window(b: _Builder, op: _Open, node: Project | Filter) -> _Open | None:
+def plan_hash_window(
+    b: PlanningContext, op: OpenFragment, node: Project | Filter
+) -> OpenFragment | None:
     """Plan ``node`` (over the planned input ``op``, several partitions) as a hash-window
     plan when its windows allow it (:func:`hash_window_keys`); None otherwise, and nothing
     is planned. The returned fragment has ``op``'s partitions, in input order. A node right
@@ -169,8 +167,8 @@ def plan_hash_window(b: _Builder, op: _Open, node: Project | Filter) -> _Open | 
 
 
 def _join_previous(
-    b: _Builder, op: _Open, node: Project | Filter, keys: tuple[Expr, ...]
-) -> _Open | None:
+    b: PlanningContext, op: OpenFragment, node: Project | Filter, keys: tuple[Expr, ...]
+) -> OpenFragment | None:
     """``node`` added to the evaluate stage of the hash-window plan below it, when there is
     one with only row-wise projections and filters in between (they move into the evaluate
     stage too: a row-wise step gives the same rows in any order) and its keys, unchanged
@@ -220,13 +218,13 @@ def _evaluate(node: Project | Filter, child: PlanNode) -> Project | Filter:
 
 
 def _restore(
-    b: _Builder,
+    b: PlanningContext,
     window: Stage,
     evaluated: Project | Filter,
     node: Project | Filter,
     parts: int,
     keys: tuple[Expr, ...],
-) -> _Open:
+) -> OpenFragment:
     """3. each input partition's rows back in input order, without the tags: the fragment
     that reads bucket ``p`` of the evaluate stage ``window`` (whose fragment becomes
     ``evaluated``) and sorts it by row number. Remembers the plan for a following node."""
@@ -252,7 +250,5 @@ def _passed_through(node: Project | Filter, keys: tuple[Expr, ...]) -> tuple[Exp
 
 def _open(
     node: Project | Filter, tasks: int, inputs: list[StageInputSpec], est: int, name: str
-) -> _Open:
-    from shoal.planner.planner import _Open
-
-    return _Open(node, tasks, inputs, est_bytes=est, name=name)
+) -> OpenFragment:
+    return OpenFragment(node, tasks, inputs, est_bytes=est, name=name)

@@ -222,14 +222,28 @@ class RayActorPool:
         self._name_of = name_of
         self._config = config_handle
         self._digest = config_digest
-        total = ray.cluster_resources()
-        fits = _fits(u.resources, total.get("CPU", 0), total.get("GPU", 0), total.get("memory", 0))
+        # An actor lives on one node: what fits is counted node by node (the cluster's
+        # totals let a request larger than every node through, and Ray then keeps the actor
+        # pending forever).
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        fits = min(
+            64,
+            sum(
+                _fits(u.resources, r.get("CPU", 0), r.get("GPU", 0), r.get("memory", 0))
+                for r in nodes
+            ),
+        )
         self.min, self.max = u.pool_bounds(fits)
         if fits < self.min:
+            largest: dict[str, float] = max(
+                nodes, key=lambda r: (r.get("GPU", 0), r.get("CPU", 0)), default={}
+            )
             raise _too_small(
                 u,
                 self.min,
-                f"the Ray cluster ({total.get('CPU', 0):g} CPUs, {total.get('GPU', 0):g} GPUs)",
+                f"the Ray cluster ({len(nodes)} alive node(s); the largest has "
+                f"{largest.get('CPU', 0):g} CPUs, {largest.get('GPU', 0):g} GPUs, "
+                f"{largest.get('memory', 0) / 2**30:.1f} GiB)",
             )
         self.names: list[str] = []
         self._actors: list[Any] = []

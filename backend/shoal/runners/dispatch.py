@@ -37,10 +37,9 @@ import pyarrow as pa
 from shoal import config as _config
 from shoal.errors import QueryCancelledError, task_error
 from shoal.execution.kernel import TaskStats, choose_boundaries
-from shoal.execution.task import OutputSpec, RangeOutput, ScanInput
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
-from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
 from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
 from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer

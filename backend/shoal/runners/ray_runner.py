@@ -14,7 +14,10 @@ import logging
 import os
 import queue
 import socket
+import stat
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -121,7 +124,7 @@ def _start_ray(config: Config) -> bool:
         else:
             system: dict[str, Any] = {}
             if config.spill_dir:
-                os.makedirs(config.spill_dir, exist_ok=True)
+                os.makedirs(config.spill_dir, mode=0o700, exist_ok=True)
                 system["object_spilling_config"] = json.dumps(
                     {"type": "filesystem", "params": {"directory_path": config.spill_dir}}
                 )
@@ -138,7 +141,7 @@ def _start_ray(config: Config) -> bool:
                             address="local",
                             num_cpus=config.num_cpus,
                             num_gpus=config.num_gpus,
-                            _temp_dir=config.ray_temp_dir,
+                            _temp_dir=config.ray_temp_dir or private_ray_dir(),
                             object_store_memory=config.object_store_bytes,
                             _system_config=system or None,
                             include_dashboard=config.ray_dashboard,
@@ -169,6 +172,30 @@ def _start_ray(config: Config) -> bool:
     return True
 
 
+def private_ray_dir() -> str:
+    """The root of a local Ray instance's files when ``ray_temp_dir`` is unset:
+    ``<tmp>/shoal-<uid>/ray``, under a directory of mode 0700 owned by the user.
+
+    Ray makes its own directories 0777 (sessions, sockets, logs, spilled objects), so the
+    privacy comes from the parent, which no other user can enter. Raises
+    :class:`shoal.ShoalError` when that parent exists but is a link, not a directory, or
+    another user's (someone may be waiting for our files there).
+    """
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    base = os.path.join(tempfile.gettempdir(), f"shoal-{uid}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    info = os.lstat(base)
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode) or info.st_uid != uid:
+        raise ShoalError(
+            f"shoal: {base} is not a directory of this user's; shoal keeps its local Ray "
+            "instance's files there (mode 0700). Remove it, or set ray_temp_dir "
+            "(SHOAL_RAY_TEMP_DIR) to a directory of your own"
+        )
+    if info.st_mode & 0o077:
+        os.chmod(base, 0o700)
+    return os.path.join(base, "ray")
+
+
 def runtime_env(config: Config) -> dict[str, Any]:
     """The Ray runtime_env of the driver's job: the user's ``ray_runtime_env`` with
     ``POLARS_MAX_THREADS`` (the task's CPUs: Polars fixes its thread pool at import) added
@@ -190,14 +217,21 @@ def _plain(value: Any) -> Any:
 
 
 def check_reachable(address: str, timeout_s: float) -> None:
-    """Raise :class:`shoal.ShoalError` when nothing answers at the Ray ``address``
-    (``ray://host:port`` or ``host:port``) within ``timeout_s`` seconds."""
+    """Raise :class:`shoal.ShoalError` unless a gRPC server answers at the Ray ``address``
+    (``ray://host:port`` or ``host:port``) within ``timeout_s`` seconds in all.
+
+    Two steps share the budget: a TCP connection, then an HTTP/2 (gRPC) handshake, which
+    Ray's GCS and its client server both complete. The second step matters: ``ray.init``
+    against a port that accepts TCP but is not Ray (a web server, a stray listener) retries
+    for more than ten minutes, and with short GCS timeouts Ray's C++ core ends the process.
+    """
     target = address.removeprefix("ray://").rpartition("@")[2]
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise ShoalError(
             f"shoal: Ray address {redact(address)!r} is not of the form [ray://]host:port"
         )
+    deadline = time.monotonic() + timeout_s
     try:
         with socket.create_connection((host, int(port)), timeout=timeout_s):
             pass
@@ -206,6 +240,19 @@ def check_reachable(address: str, timeout_s: float) -> None:
             f"shoal: the Ray cluster at {redact(address)!r} is unreachable (no answer within "
             f"{timeout_s:g} s: {exc}); check the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
         ) from None
+    import grpc  # a dependency of Ray
+
+    channel = grpc.insecure_channel(f"{host}:{port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=max(0.1, deadline - time.monotonic()))
+    except grpc.FutureTimeoutError:
+        raise ShoalError(
+            f"shoal: nothing at {redact(address)!r} answered as a Ray cluster within "
+            f"{timeout_s:g} s (the port accepts connections but does not speak gRPC); check "
+            "the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS) and ray_connect_timeout_s"
+        ) from None
+    finally:
+        channel.close()
 
 
 def _ray_task(

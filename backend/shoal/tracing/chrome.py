@@ -66,8 +66,7 @@ class ChromeTraceWriter:
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self._file: IO[str] = _open_private(self.path)
         self._file.write('{"traceEvents":[\n')
         self._sep = ""
         self._lock = threading.Lock()
@@ -350,6 +349,8 @@ class PerQuerySink:
     def handle(self, event: TraceEvent) -> None:
         """Route ``event`` to its query's writer, opening it at the query's start."""
         if isinstance(event, QueryStarted):
+            if self.directory:
+                _make_directory_target(self.target)
             final = self._path_for(event)
             tmp = (
                 final
@@ -392,6 +393,40 @@ class PerQuerySink:
         return self.target / f"shoal-{stamp}-{os.getpid()}-q{ev.query_id}.json"
 
 
+def _open_private(path: Path) -> IO[str]:
+    """Open ``path`` for writing with mode 0600 (a trace names the user's tables, columns
+    and files), truncating it. Its directory must exist: shoal never creates directories
+    the user did not name. Raises :class:`FileNotFoundError` naming the path."""
+    _check_file_target(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    return open(fd, "w", encoding="utf-8")  # noqa: SIM115
+
+
+def _check_file_target(path: Path) -> None:
+    """Raise :class:`FileNotFoundError` before the query runs when the trace file's
+    directory does not exist."""
+    if not path.parent.is_dir():
+        raise FileNotFoundError(
+            f"shoal trace target {str(path)!r}: the directory {str(path.parent)!r} does not "
+            "exist (shoal creates the trace file, not its directories)"
+        )
+
+
+def _make_directory_target(path: str | os.PathLike[str]) -> None:
+    """Create the directory a trace target names (mode 0700), but not its parents."""
+    target = Path(path)
+    if target.is_dir():
+        return
+    if not target.parent.is_dir():
+        raise FileNotFoundError(
+            f"shoal trace target {os.fspath(path)!r}: its parent directory "
+            f"{str(target.parent)!r} does not exist (shoal creates the directory it is "
+            "given, not the ones above it)"
+        )
+    target.mkdir(mode=0o700, exist_ok=True)
+
+
 def is_directory_target(path: str | os.PathLike[str]) -> bool:
     """A trace target names a directory when it is one, or when it ends with a separator."""
     text = os.fspath(path)
@@ -402,15 +437,14 @@ def open_target(path: str | os.PathLike[str]) -> ChromeTraceWriter | PerQuerySin
     """The sink of a ``shoal.trace(path)`` block: one file for every query of the block,
     or one file per query when ``path`` is a directory (created if missing)."""
     if is_directory_target(path):
-        Path(path).mkdir(parents=True, exist_ok=True)
+        _make_directory_target(path)
         return PerQuerySink(path, directory=True)
     return ChromeTraceWriter(path)
 
 
 def config_target(path: str) -> PerQuerySink:
     """The sink of ``Config.trace`` / ``SHOAL_TRACE`` for one query: a directory gets a
-    file per query; a file is rewritten by each query."""
-    directory = is_directory_target(path)
-    if directory:
-        Path(path).mkdir(parents=True, exist_ok=True)
-    return PerQuerySink(path, directory=directory)
+    file per query; a file is rewritten by each query. Files are written 0600; the named
+    directory is created (0700) when the query starts, never its parents. A target that
+    cannot be written costs the trace, not the query (the tracer logs a warning)."""
+    return PerQuerySink(path, directory=is_directory_target(path))

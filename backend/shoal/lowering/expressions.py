@@ -6,10 +6,12 @@ in the table raises :class:`shoal.UnsupportedError` naming the function.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import io
 import json
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import polars as pl
@@ -739,11 +741,41 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
     raise UnsupportedError(f"aggregate function {name!r} is not supported by the kernel")
 
 
+#: While :func:`shared_lowering` is open: each IR expression node's Polars expression, by
+#: ``id`` of the node, so that lowering many overlapping sub-expressions (the validator
+#: types every sub-expression of a tree) costs one lowering per node, not one per subtree.
+_MEMO: contextvars.ContextVar[dict[int, pl.Expr] | None] = contextvars.ContextVar(
+    "shoal_lowering_memo", default=None
+)
+
+
+@contextlib.contextmanager
+def shared_lowering() -> Iterator[None]:
+    """Within the block, :func:`to_polars` lowers each IR node once and reuses the result
+    for every tree that contains it. The caller keeps the IR nodes alive for the block
+    (the memo is keyed by ``id``)."""
+    token = _MEMO.set({})
+    try:
+        yield
+    finally:
+        _MEMO.reset(token)
+
+
 def to_polars(expr: Expr) -> pl.Expr:
     """Translate an IR expression into an equivalent Polars expression.
 
     Raises :class:`shoal.UnsupportedError` for a function the kernel does not know.
     """
+    memo = _MEMO.get()
+    if memo is None:
+        return _to_polars(expr)
+    got = memo.get(id(expr))
+    if got is None:
+        got = memo[id(expr)] = _to_polars(expr)
+    return got
+
+
+def _to_polars(expr: Expr) -> pl.Expr:
     if isinstance(expr, Col):
         return pl.col(expr.name)
     if isinstance(expr, Lit):

@@ -1,6 +1,6 @@
 """The builder's temporal and ordered operators: :meth:`Frame.join_asof`,
 :meth:`Frame.group_by_dynamic`, :meth:`Frame.rolling` and :meth:`Frame.merge_sorted`
-(:mod:`shoal.ir.builder` delegates to the functions here).
+(:mod:`shoal.plan.builder` delegates to the functions here).
 
 Each follows the signature and defaults of the Polars method of the same name and checks
 at plan time what Polars would only find at run time: unknown columns, index and key
@@ -23,17 +23,6 @@ from typing import TYPE_CHECKING, Any, get_args
 import pyarrow as pa
 
 from shoal.errors import PlanError
-from shoal.ir.builder import (
-    ExprBuilder,
-    Frame,
-    IntoExpr,
-    _cols_outside_aggs,
-    _flatten,
-    _kernel_schema,
-    _u,
-    _UAlias,
-    _unique_names,
-)
 from shoal.ir.expr import NamedExpr
 from shoal.ir.nodes import (
     AsofJoin,
@@ -48,6 +37,17 @@ from shoal.ir.nodes import (
     WindowStart,
 )
 from shoal.ir.types import DataType, Schema
+from shoal.plan.builder import (
+    ExprBuilder,
+    Frame,
+    IntoExpr,
+    _cols_outside_aggs,
+    _flatten,
+    _kernel_schema,
+    _u,
+    _UAlias,
+    _unique_names,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -171,7 +171,7 @@ def group_by_dynamic(
     group_by: IntoExpr | Sequence[IntoExpr] | None = None,
     start_by: WindowStart = "window",
 ) -> WindowGroupBy:
-    """See :meth:`shoal.ir.builder.Frame.group_by_dynamic`."""
+    """See :meth:`shoal.plan.builder.Frame.group_by_dynamic`."""
     where = "DynamicGroupBy"
     index, integer = _index_column(frame, index_column, where, rolling=False)
     every_s = _duration(every, "every", integer, where)
@@ -201,7 +201,7 @@ def rolling(
     closed: ClosedWindow = "right",
     group_by: IntoExpr | Sequence[IntoExpr] | None = None,
 ) -> WindowGroupBy:
-    """See :meth:`shoal.ir.builder.Frame.rolling`."""
+    """See :meth:`shoal.plan.builder.Frame.rolling`."""
     where = "RollingGroupBy"
     index, integer = _index_column(frame, index_column, where, rolling=True)
     period_s = _duration(period, "period", integer, where)
@@ -260,7 +260,7 @@ def join_asof(
     check_sortedness: bool = True,
     coalesce: bool = True,
 ) -> Frame:
-    """See :meth:`shoal.ir.builder.Frame.join_asof`."""
+    """See :meth:`shoal.plan.builder.Frame.join_asof`."""
     where = "AsofJoin"
     if not isinstance(right, Frame):
         raise TypeError(f"join_asof() takes a Frame, got {type(right).__name__}")
@@ -324,7 +324,7 @@ def join_asof(
 
 
 def merge_sorted(left: Frame, right: Frame, key: builtins.str | Sequence[builtins.str]) -> Frame:
-    """See :meth:`shoal.ir.builder.Frame.merge_sorted`."""
+    """See :meth:`shoal.plan.builder.Frame.merge_sorted`."""
     where = "MergeSorted"
     if not isinstance(right, Frame):
         raise TypeError(f"merge_sorted() takes a Frame, got {type(right).__name__}")

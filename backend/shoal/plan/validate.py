@@ -9,21 +9,30 @@ Errors name the node and its path in the JSON form of the plan (:mod:`shoal.ir.s
 ``"Filter at $.plan.input: ..."`` points at the document's ``plan.input`` object and
 ``$.plan.input.predicate.left`` at an expression inside it.
 
-This module also holds the Polars type inference that :mod:`shoal.ir.builder` and
-:mod:`shoal.ir.substrait` use (:func:`infer_dtypes`). It imports the kernel's expression
-translation lazily (``shoal.execution.expressions``): the IR is typed by what runs.
+Expressions are typed by lowering them to Polars (:mod:`shoal.lowering.infer`): the IR is
+typed by what runs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
 from dataclasses import fields, is_dataclass
-from functools import lru_cache
 
 import polars as pl
 
 from shoal.errors import PlanError, UnsupportedError
-from shoal.ir.expr import AGG_FUNCTIONS, BINARY_OPS, Agg, BinaryOp, Col, Expr, Function, NamedExpr
+from shoal.ir import serde
+from shoal.ir.expr import (
+    AGG_FUNCTIONS,
+    BINARY_OPS,
+    Agg,
+    BinaryOp,
+    Col,
+    Expr,
+    Function,
+    Lit,
+    NamedExpr,
+)
 from shoal.ir.nodes import (
     SINK_SCHEMA,
     AsofJoin,
@@ -38,6 +47,7 @@ from shoal.ir.nodes import (
     Union,
 )
 from shoal.ir.types import BOOL, DataType, Schema
+from shoal.lowering.infer import infer_dtypes, input_types
 
 #: Fields of single-input nodes that name input columns (``Distinct.subset``, ...).
 _COLUMN_LIST_FIELDS = frozenset({"columns", "subset", "index", "on", "inputs"})
@@ -52,7 +62,7 @@ def validate(
     """Check ``plan`` and every node below it; return None when it is valid.
 
     ``functions`` are the function names allowed in :class:`~shoal.ir.expr.Function`
-    expressions (default: the kernel's table, ``shoal.execution.expressions.FUNCTIONS``).
+    expressions (default: the kernel's table, ``shoal.lowering.expressions.FUNCTIONS``).
     With ``check_sources``, Parquet scans read their files' footers to check that the
     columns exist with the scan's dtypes (missing files raise ``FileNotFoundError``);
     in-memory scans are always checked against their table.
@@ -61,7 +71,7 @@ def validate(
     parents), its path (``$.plan.input.left``), the column or expression and the types.
     """
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     if not isinstance(plan, PlanNode):
@@ -217,7 +227,7 @@ def check_expr(
     ``dtype`` is the one Polars infers. Raises :class:`shoal.PlanError` naming ``where``
     (e.g. ``"Filter at $.plan.input"``), the sub-expression's path and the types."""
     if functions is None:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         functions = FUNCTIONS.keys()
     subs = list(_subexprs(expr, path))
@@ -248,76 +258,61 @@ def check_expr(
                     f"{where}: aggregate {e.name!r} at {p} "
                     + ("takes no argument" if e.name == "len" else "needs an argument")
                 )
-    inferred = infer_dtypes([e for _, e in subs], schema, where=where, paths=[p for p, _ in subs])
+    if len(subs) > LEVEL_TYPING_ABOVE:
+        inferred = _infer_by_levels(subs, schema, where)
+    else:
+        inferred = infer_dtypes(
+            [e for _, e in subs], schema, where=where, paths=[p for p, _ in subs]
+        )
     for (p, e), got in zip(subs, inferred, strict=True):
         if got != e.dtype:
             raise PlanError(
                 f"{where}: expression {e} at {p} claims dtype {e.dtype} but Polars gives {got}"
-                + _input_types(e, schema)
+                + input_types(e, schema)
             )
 
 
-def _input_types(expr: Expr, schema: Schema) -> str:
-    cols = sorted(c for c in expr.columns() if c in schema)
-    if not cols:
-        return ""
-    return " (inputs: " + ", ".join(f"{c}: {schema[c]}" for c in cols) + ")"
+#: Expressions with more sub-expressions than this are typed level by level
+#: (:func:`_infer_by_levels`): typing every sub-expression in one ``select`` costs Polars
+#: time cubic in the depth (a 300-level sum took 5 s to read back from JSON).
+LEVEL_TYPING_ABOVE = 64
 
 
-# ---------------------------------------------------------------- Polars type inference
+def _infer_by_levels(subs: list[tuple[str, Expr]], schema: Schema, where: str) -> list[DataType]:
+    """The Polars dtypes of ``subs`` (an expression's sub-expressions, children first),
+    computed one height at a time: each node is typed with its non-literal children
+    replaced by placeholder columns of the children's (already inferred) dtypes, so every
+    node is lowered and typed once and the cost grows with the number of nodes. Literal
+    and column children stay as they are (a literal's dtype rules differ from a column's).
+    Raises :class:`shoal.PlanError` like :func:`infer_dtypes`, naming the failing path."""
+    height: dict[int, int] = {}
+    typed: dict[int, DataType] = {}
+    levels: dict[int, list[tuple[str, Expr]]] = {}
+    for p, e in subs:
+        if id(e) in height:
+            continue
+        h = max(
+            (height[id(c)] + 1 for c in e.children() if not isinstance(c, (Lit, Col))),
+            default=0,
+        )
+        height[id(e)] = h
+        levels.setdefault(h, []).append((p, e))
+    for h in sorted(levels):
+        extra: dict[str, DataType] = {}
 
+        def placeholder(c: Expr, extra: dict[str, DataType] = extra) -> Expr:
+            if isinstance(c, (Lit, Col)):
+                return c
+            name = f"__shoal_t{id(c)}"
+            extra[name] = typed[id(c)]
+            return Col(name, typed[id(c)])
 
-@lru_cache(maxsize=256)
-def empty_frame(schema: Schema) -> pl.LazyFrame:
-    """A lazy frame with no rows and the given schema (for type inference)."""
-    return pl.DataFrame(schema=schema.to_polars()).lazy()
-
-
-def infer_dtypes(
-    exprs: list[Expr],
-    schema: Schema,
-    *,
-    where: str = "expression",
-    paths: list[str] | None = None,
-) -> list[DataType]:
-    """The dtype Polars gives each of ``exprs`` (IR expressions, read in a ``select`` over
-    ``schema``). The ``dtype`` fields of the expressions themselves are ignored except where
-    the kernel uses them (literals and casts).
-
-    Raises :class:`shoal.PlanError` naming ``where``, the path of the smallest failing
-    expression (from ``paths``), the input types and Polars' reason.
-    """
-    from shoal.execution.expressions import to_polars
-
-    if not exprs:
-        return []
-    lf = empty_frame(schema)
-    try:
-        pes = [to_polars(e).alias(f"__e{i}") for i, e in enumerate(exprs)]
-        got = lf.select(pes).collect_schema()
-        return [DataType.from_polars(got[f"__e{i}"]) for i in range(len(exprs))]
-    except (UnsupportedError, PlanError, pl.exceptions.PolarsError, TypeError, ValueError):
-        pass
-    # Find the first expression (they come children first) that Polars refuses.
-    for i, e in enumerate(exprs):
-        try:
-            pe = to_polars(e).alias("__e")
-            lf.select(pe).collect_schema()
-        except (
-            UnsupportedError,
-            PlanError,
-            pl.exceptions.PolarsError,
-            TypeError,
-            ValueError,
-        ) as exc:
-            at = f" at {paths[i]}" if paths else ""
-            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise PlanError(
-                f"{where}: expression {e}{at} is not valid: {reason}" + _input_types(e, schema)
-            ) from exc
-    raise PlanError(
-        f"{where}: Polars cannot resolve these expressions together"
-    )  # pragma: no cover
+        shallow = [e.map_children(placeholder) for _, e in levels[h]]
+        level_schema = Schema.of([*schema.items(), *extra.items()])
+        got = infer_dtypes(shallow, level_schema, where=where, paths=[p for p, _ in levels[h]])
+        for (_, e), dtype in zip(levels[h], got, strict=True):
+            typed[id(e)] = dtype
+    return [typed[id(e)] for _, e in subs]
 
 
 # ---------------------------------------------------------------- node rules
@@ -331,7 +326,7 @@ def _node_rules(node: PlanNode, path: str) -> None:
             node,
             path,
             f"predicate {pred} (at {path}.predicate) has dtype {pred.dtype}, not Boolean"
-            + _input_types(pred, kids[0].schema if kids else node.schema),
+            + input_types(pred, kids[0].schema if kids else node.schema),
         )
     if isinstance(node, Join):
         if node.how == "cross":
@@ -503,3 +498,6 @@ def _check_node_schema(node: PlanNode, path: str) -> None:
         f"schema column order {list(claimed.names)} differs from the produced "
         f"order {list(produced.names)}",
     )
+
+
+serde.register_validator(validate)

@@ -65,11 +65,12 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.nodes import Union as UnionNode
 from shoal.ir.types import BOOL, NULL, DataType, Schema
-from shoal.ir.validate import check_expr, empty_frame, infer_dtypes
+from shoal.lowering.infer import empty_frame, infer_dtypes
+from shoal.plan.validate import check_expr
 
 if TYPE_CHECKING:
     from shoal.config import Config, RunnerKind
-    from shoal.ir.builder_temporal import WindowGroupBy
+    from shoal.plan.builder_temporal import WindowGroupBy
 
 #: What a dtype argument may be: a shoal DataType, an Arrow type or a Polars dtype.
 DTypeLike = Union[DataType, pa.DataType, pl.DataType, type[pl.DataType]]  # noqa: UP007
@@ -320,7 +321,7 @@ class ExprBuilder:
 
     def fn(self, name: str, *args: IntoExpr, **options: Any) -> ExprBuilder:
         """The kernel function ``name`` (a key of
-        ``shoal.execution.expressions.FUNCTIONS``) with this expression as its first
+        ``shoal.lowering.expressions.FUNCTIONS``) with this expression as its first
         argument, ``args`` as further (expression) arguments and ``options`` as its
         options. An unknown name raises ``PlanError`` when the expression is resolved."""
         return ExprBuilder(
@@ -521,7 +522,7 @@ class _Resolver:
 
     def dynamic(self, lit: _ULit, other: Expr) -> Lit:
         """A Python int/float/None literal next to ``other``: Polars' dynamic typing."""
-        from shoal.execution.expressions import to_polars
+        from shoal.lowering.expressions import to_polars
 
         if lit.value is None:
             return Lit(None, other.dtype)
@@ -586,7 +587,7 @@ class _Resolver:
         raise TypeError(f"not an expression: {u!r}")  # pragma: no cover
 
     def function(self, u: _UFn) -> Expr:
-        from shoal.execution.expressions import FUNCTIONS
+        from shoal.lowering.expressions import FUNCTIONS
 
         if u.name not in FUNCTIONS:
             raise PlanError(
@@ -1053,7 +1054,7 @@ class Frame:
         Raises ``PlanError`` for a missing key or by-column, keys or by-column pairs of
         different types, a key that is not numeric, temporal or a string, a tolerance that
         does not fit the key, an unknown strategy or a column name clash."""
-        from shoal.ir.builder_temporal import join_asof
+        from shoal.plan.builder_temporal import join_asof
 
         return join_asof(
             self, other, left_on=left_on, right_on=right_on, on=on, by_left=by_left,
@@ -1089,7 +1090,7 @@ class Frame:
         Date or Datetime, a duration that is not one or does not fit the index (``"1h"``
         on an integer index), an unknown ``closed``/``label``/``start_by``, a missing group
         column, or (in ``agg``) a column read outside an aggregate function."""
-        from shoal.ir.builder_temporal import group_by_dynamic
+        from shoal.plan.builder_temporal import group_by_dynamic
 
         return group_by_dynamic(
             self, index_column, every=every, period=period, offset=offset,
@@ -1113,7 +1114,7 @@ class Frame:
         sortedness as in :meth:`group_by_dynamic`; the index may also be UInt32 or UInt64.
 
         Raises ``PlanError`` as :meth:`group_by_dynamic` does."""
-        from shoal.ir.builder_temporal import rolling
+        from shoal.plan.builder_temporal import rolling
 
         return rolling(
             self, index_column, period=period, offset=offset, closed=closed, group_by=group_by
@@ -1127,7 +1128,7 @@ class Frame:
 
         Raises ``PlanError`` when a key is not a column, the two schemas differ, or a
         key's type has no order (lists, structs, binary)."""
-        from shoal.ir.builder_temporal import merge_sorted
+        from shoal.plan.builder_temporal import merge_sorted
 
         return merge_sorted(self, other, key)
 
@@ -1184,8 +1185,8 @@ class Frame:
         return explain(self.plan, schema=True)
 
     def validate(self) -> None:
-        """Check the whole plan (:func:`shoal.ir.validate.validate`)."""
-        from shoal.ir.validate import validate
+        """Check the whole plan (:func:`shoal.plan.validate.validate`)."""
+        from shoal.plan.validate import validate
 
         validate(self.plan)
 

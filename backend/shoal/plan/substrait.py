@@ -78,7 +78,7 @@ from shoal.ir.nodes import (
 from shoal.ir.nodes import Filter as FilterNode
 from shoal.ir.serde import value_from_json, value_to_json
 from shoal.ir.types import BOOL, NULL, DataType, Schema
-from shoal.ir.validate import empty_frame, infer_dtypes
+from shoal.lowering.infer import empty_frame, infer_dtypes
 
 ARITHMETIC = "extension:io.substrait:functions_arithmetic"
 COMPARISON = "extension:io.substrait:functions_comparison"
@@ -1469,7 +1469,7 @@ class _Importer:
         nulls_equal: bool,
         coalesce: bool = True,
     ) -> PlanNode:
-        from shoal.ir.builder import _kernel_schema
+        from shoal.plan.builder import _kernel_schema
 
         options: dict[str, Any] = dict(
             left_on=left_on,
@@ -1515,7 +1515,7 @@ def from_substrait(
 
     ``tables`` binds named-table reads to in-memory Arrow tables. Dtypes are derived with
     Polars' rules; where the plan declares another output type, a cast to it is added. With
-    ``validate`` (the default) the result is checked with :func:`shoal.ir.validate.validate`.
+    ``validate`` (the default) the result is checked with :func:`shoal.plan.validate.validate`.
     Raises :class:`shoal.UnsupportedError` naming the relation, expression, function or type
     shoal does not map, and :class:`shoal.PlanError` for a malformed plan or an unbound
     table.
@@ -1531,7 +1531,7 @@ def from_substrait(
         raise PlanError(f"Substrait import: expected a substrait Plan, got {type(plan).__name__}")
     node = _Importer(plan, tables).plan(plan)
     if validate:
-        from shoal.ir.validate import validate as check
+        from shoal.plan.validate import validate as check
 
         check(node)
     return node
