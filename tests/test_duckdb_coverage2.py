@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 import shoal
-from shoal.ir.validate import validate
+from shoal.plan.validate import validate
 
 #: Tiny partitions: every in-memory table is split into 3 partitions.
 CONFIG = shoal.Config(
