@@ -320,3 +320,30 @@ def test_enum_cast_error(moods: duckdb.DuckDBPyConnection) -> None:
     with pytest.raises(duckdb.ConversionException) as got:
         shoal.duckdb.sql(moods, query, raise_on_fail=True, config=CONFIG).fetchall()
     assert str(want.value).split("\n")[0] in str(got.value)
+
+
+# ---------------------------------------------------------------- lazy COALESCE / CASE
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT COALESCE(i, CAST(x * 1e300 AS INTEGER)) AS c FROM t",
+        "SELECT CASE WHEN x IS NULL OR x < 100 THEN 0 ELSE CAST(x * 1e300 AS INTEGER) END AS c "
+        "FROM t WHERE x IS NULL OR NOT isnan(x)",
+        "SELECT CASE WHEN i > 1000 THEN CAST(x * 1e300 AS INTEGER) ELSE i END AS c FROM t",
+    ],
+)
+def test_errors_only_where_evaluated(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """DuckDB evaluates COALESCE's later arguments and CASE's branches only where they
+    are needed: a cast that would fail elsewhere raises nothing (shoal raised
+    ConversionException; seen once EXCEPT ALL ran distributed in the property test)."""
+    check(con, query, ordered=False)
+
+
+def test_errors_where_evaluated_still_raise(con: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT COALESCE(n, CAST(x * 1e300 AS INTEGER)) AS c FROM t"
+    with pytest.raises(duckdb.Error) as want:
+        con.sql(query).fetchall()
+    with pytest.raises(type(want.value)):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG).fetchall()

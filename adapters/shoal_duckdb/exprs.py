@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
+from shoal.ir.expr import replace as replace_expr
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
 from shoal_duckdb.types import (
     Interval,
@@ -764,8 +765,11 @@ def _case(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         if message is not None:
             then = raise_where(when, message, dtype)
         else:
-            then = cast(t.expr(check["then_expr"]), dtype)
-        out = Ternary(when, then, out, dtype)
+            # a branch's errors count only where it is taken (DuckDB evaluates it there)
+            then = only_where(cast(t.expr(check["then_expr"]), dtype), when)
+        out = Ternary(
+            when, then, only_where(out, not_(fn("coalesce", [when, lit(False, BOOL)], BOOL))), dtype
+        )
     return out
 
 
@@ -781,6 +785,29 @@ def _error_message(t: ExprTranslator, e: dict[str, Any]) -> Expr | None:
     return fn(
         "str.concat", [lit("Invalid Input Error: ", STRING), text], STRING, ignore_nulls=False
     )
+
+
+def only_where(e: Expr, needed: Expr) -> Expr:
+    """``e`` whose errors (:func:`raise_where`) fail the query only on rows where
+    ``needed`` is true: DuckDB evaluates the later arguments of COALESCE and the branches
+    of CASE only where they are needed, the kernel every value of each."""
+
+    def guard(x: Expr) -> Expr | None:
+        if (
+            isinstance(x, Cast)
+            and x.strict
+            and x.dtype == INT64
+            and isinstance(x.expr, Ternary)
+            and x.expr.dtype == STRING
+            and isinstance(x.expr.otherwise, Lit)
+            and x.expr.otherwise.value is None
+        ):
+            inner = x.expr
+            condition = and_all([inner.predicate, needed])
+            return Cast(Ternary(condition, inner.then, inner.otherwise, STRING), INT64, True)
+        return None
+
+    return replace_expr(e, guard)
 
 
 def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
@@ -976,7 +1003,14 @@ def _operator(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         return is_not_null(t.expr(kids[0]))
     if kind == "OPERATOR_COALESCE":
         dtype = rtype(e)
-        return fn("coalesce", [cast(t.expr(k), dtype) for k in kids], dtype)
+        args = [cast(t.expr(k), dtype) for k in kids]
+        # DuckDB evaluates an argument only where the ones before it are NULL: its
+        # errors (a failed cast) count only there.
+        guarded = [
+            a if i == 0 else only_where(a, and_all([is_null(b) for b in args[:i]]))
+            for i, a in enumerate(args)
+        ]
+        return fn("coalesce", guarded, dtype)
     if kind in ("COMPARE_IN", "COMPARE_NOT_IN"):
         out = _in(t, kids)
         return not_(out) if kind == "COMPARE_NOT_IN" else out
