@@ -327,7 +327,7 @@ def test_a_statement_that_is_not_a_query_runs_on_duckdb(con: duckdb.DuckDBPyConn
 def no_execution(monkeypatch: pytest.MonkeyPatch) -> list[object]:
     """Records every plan handed to shoal's runners (there should be none)."""
     calls: list[object] = []
-    monkeypatch.setattr(shoal_duckdb.api, "_execute", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(shoal_duckdb.api, "_execute_result", lambda *a, **k: calls.append(a))
     return calls
 
 

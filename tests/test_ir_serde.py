@@ -199,6 +199,15 @@ def test_dtypes_round_trip(dtype: pa.DataType) -> None:
     assert serde.dtype_from_json(json.loads(json.dumps(j))) == t
 
 
+@pytest.mark.parametrize("dtype", [pl.Int128, pl.UInt128])
+def test_128_bit_integers_round_trip(dtype: type[pl.DataType]) -> None:
+    """Polars' 128-bit integers travel as decimal128(38, 0) and stay themselves in JSON."""
+    t = DataType.from_polars(dtype)
+    back = serde.dtype_from_json(json.loads(json.dumps(serde.dtype_to_json(t))))
+    assert back == t and back != DataType(pa.decimal128(38, 0))
+    assert back.to_polars() == dtype
+
+
 @pytest.mark.parametrize(
     "value",
     [

@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import polars as pl
 import pytest
@@ -19,6 +20,9 @@ from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
 
 from .irplans import agg_sort_plan
+from .test_object_storage import BUCKET as S3_BUCKET
+from .test_object_storage import _queries as _s3_queries
+from .test_object_storage import s3  # noqa: F401, F811  (the moto S3 server fixture)
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +137,28 @@ def test_udf_larger_than_any_node_fails_before_running(cluster: object) -> None:
     lf = pl.LazyFrame({"a": [1, 2, 3]}).shoal.with_udf(Wide, inputs="a", output="b")
     with pytest.raises(shoal.ShoalError, match=r"Wide.*the largest has"):
         lf.collect(engine=eng)
+
+
+def test_data_only_in_the_bucket_is_read_and_written_by_the_worker_nodes(
+    cluster: object,
+    s3: dict[str, Any],  # noqa: F811  (the fixture imported above)
+) -> None:
+    """Issue 16: on a cluster the data lives in object storage. The head node has no CPUs,
+    so every scan and sink task runs on a worker node and reads the bucket itself (with the
+    credentials that travel in the plan); nothing is on a local disk."""
+    so = s3["options"]
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, config=Config(default_partitions=3))
+    for name, lf in _s3_queries(so).items():
+        got = lf.collect(engine=engine)
+        want = lf.collect()
+        assert_frames_match(got, want, sort_keys=[(c, False) for c in want.columns])
+        report = last_query()
+        assert report is not None
+        assert report.task_stats, name
+    lf = pl.scan_parquet(f"s3://{S3_BUCKET}/flat/*.parquet", storage_options=so).filter(
+        pl.col("a") > 105
+    )
+    url = f"s3://{S3_BUCKET}/multinode-sink/out.parquet"
+    lf.sink_parquet(url, storage_options=so, engine=engine)
+    back = pl.read_parquet(url, storage_options=so)
+    assert_frames_match(back, lf.collect(), sort_keys=[("a", False)])

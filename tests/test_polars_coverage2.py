@@ -263,10 +263,35 @@ def test_seeded_shuffle_per_group(frame: pl.LazyFrame) -> None:
     check(frame.group_by("g").agg(pl.col("n").shuffle(seed=1).first()), ordered=False)
 
 
-def test_unseeded_draws_are_refused(frame: pl.LazyFrame) -> None:
-    for expr in (pl.col("n").shuffle(), pl.col("n").sample(2)):
-        with pytest.raises(UnsupportedError, match="without a seed"):
-            run_dist(frame.select(expr), 3)
+def test_unseeded_draws_run_with_polars_distribution() -> None:
+    """Without a seed, ``shuffle``, ``sample`` and ``rank("random")`` are random in Polars
+    too: shoal draws in one task over every row (the values' multiset, the length and the
+    ranks of untied values are what both give), and two occurrences are drawn apart."""
+    n = 60
+    lf = pl.LazyFrame(
+        {"a": [i % 7 if i % 11 else None for i in range(n)], "g": [i % 3 for i in range(n)]}
+    )
+    native = lf.collect()
+    for partitions in PARTITIONS:
+        shuffled = run_dist(lf.select(pl.col("a").shuffle(), pl.col("g")), partitions)
+        assert_frame_equal(shuffled.select("a").sort("a"), native.select("a").sort("a"))
+        assert_frame_equal(shuffled["g"].to_frame(), native["g"].to_frame())
+        once = lf.select(pl.col("a").shuffle())
+        twice = run_dist(pl.concat([once, once]), partitions)
+        assert not twice.slice(0, n).equals(twice.slice(n, n))  # independent draws
+        sample = run_dist(lf.select(pl.col("a").drop_nulls().sample(5)), partitions)
+        assert sample.height == 5
+        assert set(sample["a"].to_list()) <= set(native["a"].drop_nulls().to_list())
+        ranked = run_dist(lf.with_columns(r=pl.col("a").rank("random")), partitions)
+        assert sorted(ranked["r"].drop_nulls().to_list()) == list(range(1, native["a"].count() + 1))
+        # the random ranks order the values as their ordinal ranks do, ties apart
+        dense = ranked.with_columns(d=pl.col("a").rank("dense"))
+        assert dense.filter(pl.col("r").is_not_null()).sort("r")["d"].is_sorted()
+        per_group = run_dist(lf.group_by("g").agg(pl.col("a").shuffle()), partitions)
+        expected = native.group_by("g").agg(pl.col("a").sort()).sort("g")
+        assert_frame_equal(per_group.with_columns(pl.col("a").list.sort()).sort("g"), expected)
+    seeded = lf.with_columns(r=pl.col("a").rank("random", seed=5))
+    check(seeded, empty=False)
 
 
 def test_no_rewrite_without_need(frame: pl.LazyFrame) -> None:

@@ -408,3 +408,56 @@ def test_semi_and_anti_joins_keep_the_left_order(how: str) -> None:
         lf = left.join(right, on="a", how=how, maintain_order=order).slice(1, 2)  # type: ignore[arg-type]
         for _ in range(25):
             check(lf, config=config)
+
+
+def test_cross_joins_keep_the_left_order() -> None:
+    """A cross join pairs the rows left-major in Polars' in-memory engine whatever
+    ``maintain_order`` says; its streaming engine (a task's collect) does not always. Polars'
+    SQL makes ``NOT IN (subquery)`` an anti join and a nested-loop join with the
+    subquery's one-row null check: two of them stacked gave the two rows a partition kept
+    as 4, 3 about one run in two."""
+    ctx = pl.SQLContext(
+        t=pl.DataFrame({"a": [10, 20, 30, 40, 50, 60], "b": [1, 2, 3, 4, 5, 6]}),
+        u=pl.DataFrame({"c": [0, 7, 8, None], "d": [1, 2, 3, 4]}),
+    )
+    lf = ctx.execute(
+        "SELECT a FROM t WHERE b NOT IN (SELECT d * 10 FROM u) AND a NOT IN (SELECT c FROM u "
+        "WHERE c IS NOT NULL)"
+    )
+    config = CONFIG.replace(default_partitions=3)
+    for _ in range(12):
+        check(lf, config=config)
+
+
+@pytest.mark.parametrize(
+    "exprs",
+    [
+        {"xy": pl.list("x", "k")},
+        {"xyl": pl.list("x", pl.col("k").cast(pl.Int64), pl.lit(3))},
+        {"ll": pl.list("l", "l2")},
+        {"lone": pl.list("x")},
+    ],
+    ids=["two_columns", "with_a_scalar", "lists", "one"],
+)
+def test_pl_list_of_several_columns(exprs: dict[str, pl.Expr]) -> None:
+    """``pl.list(a, b, ...)`` makes one list of the row's values (each list value one
+    element); shoal kept the first argument only."""
+    lf = _frame().lazy().with_columns(l=pl.concat_list("x"), l2=pl.concat_list("x", "x"))
+    check(lf.with_columns(**exprs))
+
+
+@pytest.mark.parametrize("rows", [0, 1, 2, 7])
+def test_sql_in_subquery_of_expressions(rows: int) -> None:
+    """Polars' SQL makes ``expr IN (SELECT ...)`` a horizontal concatenation of the frame
+    with the subquery's values imploded into one row, broadcast to the frame's height
+    (refused before); a frame of one row and an empty one too."""
+    t = pl.DataFrame(
+        {"a": [3, None, 1, 4, 1, 5, 9][:rows], "b": [2.0, 7.0, None, 1.0, 8.0, -0.0, 2.0][:rows]}
+    )
+    ctx = pl.SQLContext(t=t, u=pl.DataFrame({"c": [4, 2, None, 10]}))
+    for query in (
+        "SELECT a FROM t WHERE a + 1 IN (SELECT c FROM u)",
+        "SELECT a, b FROM t WHERE a * 2 IN (SELECT c FROM u) OR b IN (SELECT a - 1 FROM t)",
+        "SELECT a FROM t WHERE a - 1 NOT IN (SELECT c FROM u WHERE c IS NOT NULL)",
+    ):
+        check(ctx.execute(query), config=CONFIG.replace(default_partitions=3))

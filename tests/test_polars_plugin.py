@@ -57,7 +57,7 @@ def test_unsupported_query_fails_or_falls_back(tmp_path: Path) -> None:
         "--shoal-engine", "--shoal-fallback", "--rootdir", str(tmp_path), str(test_file)
     )
     assert fallback.returncode == 0, fallback.stdout[-3000:]
-    assert "ShoalFallbackWarning" in fallback.stdout
+    assert "PolarsFallbackWarning" in fallback.stdout  # shoal_polars.ShoalFallbackWarning
     assert "shoal engine: 1 LazyFrame.collect() calls ran on shoal" in fallback.stdout
 
 

@@ -326,9 +326,9 @@ def test_parquet_unsupported_options(pq_dir: Path) -> None:
 
 
 def _unsupported(a: pl.LazyFrame, b: pl.LazyFrame) -> pl.LazyFrame:
-    """A join shoal does not run: an equi-join with a column shuffled without a seed (not
-    repeatable; the query's answer is, as it counts the distinct values only)."""
-    return a.join(b, on="k").with_columns(pl.col("v").shuffle().n_unique().alias("shuffled"))
+    """A join shoal does not run: an equi-join with the modes of a column (their order is
+    not defined; the query's answer is, as it counts the distinct values only)."""
+    return a.join(b, on="k").with_columns(pl.col("v").mode().n_unique().alias("modes"))
 
 
 def test_asof_join_translates(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
@@ -338,9 +338,9 @@ def test_asof_join_translates(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
 
 def test_unsupported_raises_naming_the_node(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
     lf = _unsupported(mem, right)
-    with pytest.raises(UnsupportedError, match=r"Function\(shuffle\)"):
+    with pytest.raises(UnsupportedError, match=r"Function\(mode\)"):
         to_ir(lf)
-    with pytest.raises(UnsupportedError, match=r"Function\(shuffle\)"):
+    with pytest.raises(UnsupportedError, match=r"Function\(mode\)"):
         lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
 
 
@@ -359,8 +359,6 @@ def test_expression_udf_raises(mem: pl.LazyFrame) -> None:
 @pytest.mark.parametrize(
     ("query", "expected"),
     [
-        (lambda lf: lf.select(pl.col("v").shuffle()), "Function(shuffle)"),
-        (lambda lf: lf.select(pl.col("v").rank("random")), "rank(method='random')"),
         (lambda lf: lf.select(pl.col("v").top_k(2)), "Function(top_k)"),
         (
             lambda lf: lf.group_by("g").agg(pl.col("v").get(0)),
@@ -377,14 +375,14 @@ def test_unsupported_constructs(mem: pl.LazyFrame, query: Query, expected: str) 
 def test_every_unsupported_part_is_reported(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
     lf = (
         _unsupported(mem, right)
-        .with_columns(pl.col("v").rank("random").alias("c"))
+        .with_columns(pl.col("v").rolling_map(lambda s: s.sum(), 2).alias("c"))
         .map_batches(lambda df: df)
     )
     with pytest.raises(UnsupportedError) as info:
         lf.collect(engine=DistEngine(runner="local", raise_on_fail=True))
     msg = str(info.value)
     assert "3 unsupported parts" in msg
-    for part in ("MapFunction", "rank(method='random')", "Function(shuffle)"):
+    for part in ("MapFunction", "(rolling map)", "Function(mode)"):
         assert part in msg
 
 
@@ -405,16 +403,16 @@ def _opaque(lf: pl.LazyFrame) -> pl.LazyFrame:
         (lambda a, b: _opaque(a).join_asof(b, on="k"), ["MapFunction"]),
         (lambda a, b: _opaque(a).join_where(b, pl.col("v") < pl.col("v_right")), ["MapFunction"]),
         (
-            lambda a, b: _opaque(a).join(b.with_columns(pl.col("v").shuffle()), on="k"),
-            ["MapFunction", "Function(shuffle)"],
+            lambda a, b: _opaque(a).join(b.with_columns(pl.col("v").top_k(1).first()), on="k"),
+            ["MapFunction", "Function(top_k)"],
         ),
         (
             lambda a, b: (
-                _opaque(a.with_columns(pl.col("v").rank("random").alias("r")))
+                _opaque(a.with_columns(pl.col("v").mode().first().alias("r")))
                 .join(b, on="k")
                 .filter(pl.col("v") > pl.col("v_right"))
             ),
-            ["MapFunction", "rank(method='random')"],
+            ["MapFunction", "Function(mode)"],
         ),
     ],
 )
@@ -433,19 +431,20 @@ def test_join_with_an_untranslatable_input_reports_every_part(
 
 
 def test_fallback_warns_and_gives_polars_answer(mem: pl.LazyFrame, right: pl.LazyFrame) -> None:
-    # the join keeps an order, so that the streaming engine's answer is repeatable; an
-    # unseeded shuffle is refused, and counting its distinct values is repeatable
+    # the join keeps an order, so that the streaming engine's answer is repeatable; the
+    # modes of a column are refused (their order is not defined), counting them is
+    # repeatable
     lf = mem.join(right, on="k", maintain_order="left_right")
-    lf = lf.with_columns(pl.col("v").shuffle().n_unique().alias("shuffled"))
-    with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Function\(shuffle\)") as rec:
+    lf = lf.with_columns(pl.col("v").mode().n_unique().alias("modes"))
+    with pytest.warns(ShoalFallbackWarning, match=r"(?s)falling back.*Function\(mode\)") as rec:
         got = lf.collect(engine=DistEngine(runner="local"))
     assert rec[0].filename == __file__  # points at the caller of collect()
-    # the engine a plain collect() runs (shuffle's rows differ between Polars' engines)
+    # the engine a plain collect() runs
     assert_frame_equal(got, lf.collect())
 
 
 def test_raise_on_fail_explicit_wins_over_config(mem: pl.LazyFrame) -> None:
-    lf = mem.select(pl.col("v").shuffle())
+    lf = mem.select(pl.col("v").mode())
     raising = Config(runner="local", raise_on_fail=True)
     with pytest.warns(ShoalFallbackWarning):
         lf.collect(engine=DistEngine(raise_on_fail=False, config=raising))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 import pyarrow as pa
 
-from shoal.errors import TaskError, UnsupportedError
+from shoal.errors import ShoalFallbackWarning, TaskError, UnsupportedError
 from shoal_duckdb.errors import duckdb_error
 from shoal_duckdb.prepare import (
     bind_parameters,
@@ -49,18 +49,12 @@ if TYPE_CHECKING:
     from shoal.ir.nodes import PlanNode
 
 
-class DuckDBFallbackWarning(UserWarning):
+class DuckDBFallbackWarning(ShoalFallbackWarning):
     """A DuckDB query that shoal could not translate ran on DuckDB itself, on the driver.
 
-    The message names each unsupported DuckDB operator (or function) and the reason.
+    The message names each unsupported DuckDB operator (or function) and the reason. A
+    :class:`shoal.ShoalFallbackWarning`, as every frontend's fallback warning is.
     """
-
-
-def _execute(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -> pa.Table:
-    """Run ``plan`` with shoal (a seam that tests may replace)."""
-    from shoal.api import execute
-
-    return execute(plan, runner=runner, config=config)
 
 
 def _check_statement(
@@ -270,19 +264,31 @@ def _should_raise(raise_on_fail: bool | None, config: Config | None) -> bool:
 
 
 def sql(
-    con: duckdb.DuckDBPyConnection,
-    query: str,
+    query: str | duckdb.DuckDBPyConnection,
+    legacy_query: str | None = None,
     *,
+    connection: duckdb.DuckDBPyConnection | None = None,
     params: Any = None,
     runner: RunnerKind | None = None,
     raise_on_fail: bool | None = None,
     config: Config | None = None,
-) -> duckdb.DuckDBPyRelation:
-    """Run the SELECT ``query`` distributed with shoal, on the tables of ``con``.
+) -> Any:
+    """Run the SELECT ``query`` distributed with shoal, on the tables of ``connection``
+    (None: DuckDB's default connection, as ``duckdb.sql(query, connection=None)``).
 
-    Returns a ``duckdb.DuckDBPyRelation`` on ``con`` that holds the result, with the column
-    names and types DuckDB's own result has (``.fetchall()``, ``.pl()``, ``.arrow()``, joins
-    with other relations of ``con``).
+    Returns a :class:`~shoal_duckdb.relation.DistRelation`: like a DuckDB relation it is
+    lazy. The query is parsed, bound and translated now (bad input raises DuckDB's
+    exceptions here; a query shoal cannot translate warns or raises here) and runs with
+    shoal when the relation is first read (``.fetchall()``, ``.pl()``, ``.df()``,
+    ``.arrow()`` (a ``RecordBatchReader``), ``.to_arrow_table()``, ``.show()``, ...), once;
+    later reads reuse the result. Its ``columns`` and ``types`` are DuckDB's, known
+    without running. ``.materialize()`` runs it and returns the ``duckdb.DuckDBPyRelation``
+    of the result on ``connection`` (for joins with the connection's other relations).
+    A query that falls back returns DuckDB's own relation.
+
+    The earlier form ``sql(con, query, ...)`` (the connection first) is kept: it runs at
+    once and returns the ``duckdb.DuckDBPyRelation`` (``sql(query,
+    connection=con).materialize()``), raising the query's errors from the call.
 
     ``params`` are the values of the query's prepared-statement parameters (``?``, ``$1``,
     ``$name``), a sequence or a mapping as ``con.sql(query, params=...)`` takes them:
@@ -299,37 +305,57 @@ def sql(
     Errors: a syntax error raises DuckDB's ``ParserException``; a missing table or column
     DuckDB's ``CatalogException``/``BinderException``; both before anything runs on the
     cluster. Where DuckDB raises while it runs the query (a failed cast, an overflow, a
-    division by zero), shoal raises a ``shoal.TaskError`` that is also DuckDB's class
-    (``duckdb.ConversionException``, ``OutOfRangeException``, ``InvalidInputException``)
-    with DuckDB's message first; other task errors (``shoal.TaskError``) propagate.
+    division by zero), shoal raises, when the result is read, a ``shoal.TaskError`` that is
+    also DuckDB's class (``duckdb.ConversionException``, ``OutOfRangeException``,
+    ``InvalidInputException``) with DuckDB's message first; other task errors
+    (``shoal.TaskError``) propagate. ``TypeError`` when ``query`` is not a string.
     """
+    if isinstance(query, duckdb.DuckDBPyConnection):
+        if legacy_query is None:
+            raise TypeError("sql(con, query): the query is missing")
+        if connection is not None:
+            raise TypeError("sql(con, query): pass the connection once")
+        rel = _lazy_sql(query, legacy_query, params, runner, raise_on_fail, config, _caller_frame())
+        return rel.materialize() if isinstance(rel, _relation().DistRelation) else rel
+    if legacy_query is not None:
+        raise TypeError("sql(query, ...): the second positional argument is not taken")
+    if not isinstance(query, str):
+        raise TypeError(f"sql(): query must be a str, got {type(query).__name__}")
+    con = connection if connection is not None else duckdb.default_connection()
+    return _lazy_sql(con, query, params, runner, raise_on_fail, config, _caller_frame())
+
+
+def _relation() -> Any:
+    from shoal_duckdb import relation
+
+    return relation
+
+
+def _lazy_sql(
+    con: duckdb.DuckDBPyConnection,
+    query: str,
+    params: Any,
+    runner: RunnerKind | None,
+    raise_on_fail: bool | None,
+    config: Config | None,
+    frame: FrameType | None,
+) -> Any:
+    """:func:`sql` up to the run: a ``DistRelation``, or DuckDB's relation after a
+    fallback."""
     reason = _check_statement(con, query, params is not None)
     if reason is not None:
         return _fallback(con, query, None, UnsupportedError(reason), raise_on_fail, config)
+    native = None
     if params is not None:
         # DuckDB binds the query with its values first (its errors for missing or
         # ill-typed values); shoal runs the query with the values written in as constants
         # and returns the result with the types of DuckDB's own binding.
         native = con.sql(query, params=params)
         try:
-            literal = bind_parameters(con, query, params)
+            query = bind_parameters(con, query, params)
         except UnsupportedError as exc:
             return _fallback(con, query, native, exc, raise_on_fail, config)
-        return _sql(con, literal, runner, raise_on_fail, config, native)
-    return _sql(con, query, runner, raise_on_fail, config, None)
-
-
-def _sql(
-    con: duckdb.DuckDBPyConnection,
-    query: str,
-    runner: RunnerKind | None,
-    raise_on_fail: bool | None,
-    config: Config | None,
-    native: duckdb.DuckDBPyRelation | None,
-) -> duckdb.DuckDBPyRelation:
-    """:func:`sql` of one SELECT; ``native`` is DuckDB's own relation of the query when it
-    was bound with parameter values (its types are the result's)."""
-    with _python_objects(con, query, _caller_frame()) as (text, registered):
+    with _python_objects(con, query, frame) as (text, registered):
         # binds: DuckDB's CatalogException / BinderException (with parameter values, DuckDB
         # has bound it already)
         bound = native if native is not None else _bind(con, text)
@@ -342,14 +368,23 @@ def _sql(
                 # The relation reads objects registered only for this call: keep its rows.
                 return _result_relation(con, rel.to_arrow_table(), bound)
             return rel
-        try:
-            table = _execute(plan, runner, config)
-        except TaskError as exc:
-            mapped = duckdb_error(exc)
-            if mapped is None:
-                raise
-            raise mapped from exc
-        return _result_relation(con, table, bound)
+        shape = _Shape(list(bound.columns), list(bound.types))
+    return _relation().DistRelation(con, query, plan, shape, runner, config)
+
+
+def _execute_result(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -> Any:
+    """Run ``plan`` with shoal, leaving the result in the object store (a
+    :class:`shoal.QueryResult`; a seam that tests may replace). A task's DuckDB error is
+    raised as DuckDB's class (:func:`shoal_duckdb.errors.duckdb_error`)."""
+    from shoal.result import execute_result
+
+    try:
+        return execute_result(plan, runner=runner, config=config)
+    except TaskError as exc:
+        mapped = duckdb_error(exc)
+        if mapped is None:
+            raise
+        raise mapped from exc
 
 
 def _fallback(
@@ -385,7 +420,8 @@ def run(
     config: Config | None = None,
 ) -> duckdb.DuckDBPyRelation:
     """Run a relation built with DuckDB's relational API (``con.table("t").filter(...)``)
-    distributed with shoal, through its SQL (``relation.sql_query()``).
+    distributed with shoal, through its SQL (``relation.sql_query()``); a lazy
+    ``DistRelation`` as :func:`sql` returns.
 
     ``con`` is the relation's connection (found from the relation when None). Other
     arguments, the result and the errors are those of :func:`sql`; a relation without SQL
@@ -406,7 +442,9 @@ def run(
             stacklevel=_user_stacklevel(),
         )
         return relation
-    return sql(connection, query, runner=runner, raise_on_fail=raise_on_fail, config=config)
+    return sql(
+        query, connection=connection, runner=runner, raise_on_fail=raise_on_fail, config=config
+    )
 
 
 def explain(

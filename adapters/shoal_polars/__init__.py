@@ -3,7 +3,9 @@
 Importing this package registers the engine name, so that ``lf.collect(engine="dist")``
 runs the query with shoal (a :class:`DistEngine` with the configured defaults). Public
 names: :class:`DistEngine`, :class:`DistQuery` (a background query),
-:class:`ShoalFallbackWarning`, :func:`to_ir`.
+:class:`PolarsFallbackWarning` (a ``shoal.ShoalFallbackWarning`` and a
+``polars.exceptions.PerformanceWarning``; ``ShoalFallbackWarning`` is its former name, kept),
+:func:`to_ir`.
 
 Polars (2.1) accepts only auto/in-memory/streaming/gpu as engine names and keeps the
 Python-side names in the private dict ``polars.lazyframe.engine_config._ENGINE_BY_NAME``;
@@ -12,14 +14,26 @@ if a Polars release moves it, importing this package raises ``ImportError``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import polars as pl
 
-from shoal_polars.engine import DistEngine, DistQuery, ShoalFallbackWarning, to_ir
+from shoal_polars.engine import DistEngine, DistQuery, to_ir
 
 #: The Polars version whose engine registry and NodeTraverser (16, 0) were tested.
 TESTED_POLARS_VERSION = "2.1.0"
 
-__all__ = ["DistEngine", "DistQuery", "ShoalFallbackWarning", "to_ir"]
+__all__ = ["DistEngine", "DistQuery", "PolarsFallbackWarning", "ShoalFallbackWarning", "to_ir"]
+
+
+def __getattr__(name: str) -> Any:
+    # The warning's module imports shoal's facade, which imports this package: reached
+    # lazily (see shoal_polars.fallback).
+    if name in ("PolarsFallbackWarning", "ShoalFallbackWarning"):
+        from shoal_polars.fallback import PolarsFallbackWarning
+
+        return PolarsFallbackWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _register() -> None:

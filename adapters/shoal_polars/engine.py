@@ -5,8 +5,10 @@ translates Polars' optimised plan into the shoal IR and replaces the plan's exec
 function that runs the IR with shoal (Polars returns that function's result as the query's
 result; this is the mechanism the GPU engine uses). When the plan cannot be translated, the
 callback leaves the plan alone and Polars runs it itself, after a
-:class:`ShoalFallbackWarning`; with ``raise_on_fail`` the query raises
-:class:`shoal.UnsupportedError` instead.
+:class:`~shoal_polars.fallback.PolarsFallbackWarning` (a ``shoal.ShoalFallbackWarning`` and a
+``polars.exceptions.PerformanceWarning``); with ``raise_on_fail`` the query raises
+:class:`shoal.UnsupportedError` instead. In Polars' verbose mode (``POLARS_VERBOSE=1``)
+shoal also prints to stderr what it ran and where, or why it fell back.
 
 This module imports nothing from ``shoal`` at import time: ``shoal``'s facade imports this
 package, and either may be imported first.
@@ -34,11 +36,21 @@ if TYPE_CHECKING:
     from shoal.runners.background import BackgroundQuery
 
 
-class ShoalFallbackWarning(UserWarning):
-    """A query that shoal could not translate ran on Polars' own engine instead.
+def __getattr__(name: str) -> Any:
+    # The fallback warning's module imports shoal's facade, which imports this module:
+    # reached lazily. ``ShoalFallbackWarning`` is the name this class had before shoal
+    # gave every frontend's fallback warning a common base.
+    if name in ("PolarsFallbackWarning", "ShoalFallbackWarning"):
+        from shoal_polars.fallback import PolarsFallbackWarning
 
-    The message gives the reason (each unsupported Polars node and expression).
-    """
+        return PolarsFallbackWarning
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _warning() -> type[Warning]:
+    from shoal_polars.fallback import PolarsFallbackWarning
+
+    return PolarsFallbackWarning
 
 
 def _execute(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -> pa.Table:
@@ -56,7 +68,7 @@ class DistEngine(InMemoryEngine):
     :class:`shoal.Config` (None: :func:`shoal.get_config` when the query runs).
     ``raise_on_fail`` True makes a query that shoal cannot translate raise
     :class:`shoal.UnsupportedError` from ``collect``; False falls back, with a
-    :class:`ShoalFallbackWarning`, to the Polars engine the query would have run on without
+    :class:`~shoal_polars.fallback.PolarsFallbackWarning`, to the Polars engine the query would have run on without
     shoal (:func:`native_engine`: Polars 2.1's default streaming engine unless
     ``POLARS_ENGINE_AFFINITY`` names another); None (the default) takes
     ``config.raise_on_fail``. An explicit value wins over the config.
@@ -66,6 +78,21 @@ class DistEngine(InMemoryEngine):
     runs on shoal. Queries started inside a shoal task never come back to shoal: shoal's
     own collects name their engine, and this engine runs any query that reaches it from a
     task on :func:`native_engine`.
+
+    Settings may be given as keywords, as Polars' ``GPUEngine(raise_on_fail=..., **options)``
+    takes cudf-polars' options: ``DistEngine(default_partitions=8, trace="q.json")`` is
+    ``DistEngine(config=Config(...))`` over the configured settings (with ``config=``, over
+    that one), applied when a query runs. A keyword that is no :class:`shoal.Config` field
+    raises ``TypeError`` naming it (and the closest field); a bad value raises what
+    :class:`shoal.Config` raises (``ValueError`` naming the setting), here.
+
+    Polars' whole Engine API runs on shoal: ``collect``, ``pl.collect_all``,
+    ``collect_batches`` (batches streamed as the result's partitions finish),
+    ``collect_async`` and ``pl.collect_all_async``, ``execute`` (a
+    :class:`~shoal_polars.results.DistQueryResult` whose data stays where the tasks put it),
+    and ``sink_parquet``/``sink_csv``/``sink_ipc``/``sink_ndjson``. Each falls back to
+    :func:`native_engine` with a warning (or raises with ``raise_on_fail``) for what shoal
+    cannot run; ``sink_batches`` always runs on :func:`native_engine`, with a warning.
 
     ``collect(background=True)`` runs the query with shoal in a background thread and
     returns a :class:`DistQuery` (Polars' ``InProcessQuery`` interface: ``fetch()``,
@@ -82,25 +109,44 @@ class DistEngine(InMemoryEngine):
         runner: RunnerKind | None = None,
         raise_on_fail: bool | None = None,
         config: Config | None = None,
+        **options: Any,
     ) -> None:
         super().__init__()
         if runner not in (None, "ray", "local"):
             raise ValueError(f"DistEngine runner={runner!r}: expected 'ray', 'local' or None")
+        if raise_on_fail is not None and not isinstance(raise_on_fail, bool):
+            raise ValueError(
+                f"DistEngine raise_on_fail={raise_on_fail!r}: expected True, False or None"
+            )
         self.runner = runner
         self.raise_on_fail = raise_on_fail
         self.config = config
+        self.options = _check_options(options, config)
 
     def __repr__(self) -> str:
+        extra = "".join(f", {k}={v!r}" for k, v in self.options.items())
         return (
             f"DistEngine(runner={self.runner!r}, raise_on_fail={self.raise_on_fail!r}, "
-            f"config={self.config!r})"
+            f"config={self.config!r}{extra})"
         )
+
+    def _config(self) -> Config | None:
+        """The settings a query runs with: ``config`` (None: the configured settings, read
+        now) with the keyword ``options`` applied; None when neither is given (the runner
+        reads the configured settings itself)."""
+        if not self.options:
+            return self.config
+        from shoal.config import get_config
+
+        base = self.config if self.config is not None else get_config()
+        return base.replace(**self.options)
 
     def _should_raise(self) -> bool:
         if self.raise_on_fail is not None:
             return self.raise_on_fail
-        if self.config is not None:
-            return self.config.raise_on_fail
+        config = self._config()
+        if config is not None:
+            return config.raise_on_fail
         from shoal.config import get_config
 
         return get_config().raise_on_fail
@@ -114,9 +160,12 @@ class DistEngine(InMemoryEngine):
         """Raise ``exc`` (``raise_on_fail``) or warn that ``what`` runs on Polars."""
         if self._should_raise():
             raise exc
+        from shoal_polars.fallback import say
+
+        say(f"{what} to Polars' {native_engine().name} engine: {exc}")
         warnings.warn(
             f"shoal: {what} to Polars' engine: {exc}",
-            ShoalFallbackWarning,
+            _warning(),
             stacklevel=_user_stacklevel(),
         )
 
@@ -132,7 +181,7 @@ class DistEngine(InMemoryEngine):
         runs with shoal in a background thread and a :class:`DistQuery` is returned at once.
 
         A query shoal cannot translate runs on :func:`native_engine` (the engine a plain
-        ``collect()`` would have used without shoal), after a :class:`ShoalFallbackWarning`,
+        ``collect()`` would have used without shoal), after a :class:`~shoal_polars.fallback.PolarsFallbackWarning`,
         or raises :class:`shoal.UnsupportedError` with ``raise_on_fail``. A query started
         inside a shoal task (the user's engine affinity, or a patched ``collect``, reaching
         this engine from a task's own code) runs on :func:`native_engine` at once: it never
@@ -169,7 +218,7 @@ class DistEngine(InMemoryEngine):
         query = execute_background(
             plan,
             runner=self.runner,
-            config=self.config,
+            config=self._config(),
             convert=lambda table: to_polars_frame(table, schema),
         )
         return DistQuery(query)
@@ -178,7 +227,8 @@ class DistEngine(InMemoryEngine):
         self, lfs: Iterable[pl.LazyFrame], *, optimizations: pl.QueryOptFlags
     ) -> list[pl.DataFrame]:
         """Polars' ``Engine.collect_all`` (``pl.collect_all(..., engine=...)``): each query
-        collected by :meth:`collect`, one after the other."""
+        collected by :meth:`collect` (on shoal, or falling back with a warning on its own),
+        one after the other, each using the whole cluster."""
         out = []
         for lf in lfs:
             df = self.collect(lf, optimizations=optimizations)
@@ -186,19 +236,83 @@ class DistEngine(InMemoryEngine):
             out.append(df)
         return out
 
-    def collect_batches(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Polars' ``Engine.collect_batches``: shoal does not stream batches; the query runs
-        on :func:`native_engine`, the engine the user would have had without shoal."""
-        return native_engine().collect_batches(lf, **kwargs)
+    def collect_batches(  # type: ignore[override]
+        self,
+        lf: pl.LazyFrame,
+        *,
+        optimizations: pl.QueryOptFlags,
+        maintain_order: bool = True,
+        chunk_size: int | None = None,
+        lazy: bool = False,
+    ) -> Any:
+        """Polars' ``Engine.collect_batches``: see
+        :func:`shoal_polars.results.collect_batches` (the result's partitions streamed in
+        order as they finish)."""
+        from shoal_polars.results import collect_batches
 
-    def collect_async(self, lf: pl.LazyFrame, **kwargs: Any) -> Any:  # type: ignore[override]
-        """Polars' ``Engine.collect_async``: runs on :func:`native_engine` (use
-        ``collect(background=True)`` to run a query with shoal in the background)."""
-        return native_engine().collect_async(lf, **kwargs)
+        return collect_batches(
+            self, lf, optimizations, maintain_order=maintain_order, chunk_size=chunk_size,
+            lazy=lazy,
+        )  # fmt: skip
 
-    def collect_all_async(self, lfs: Iterable[pl.LazyFrame], **kwargs: Any) -> Any:  # type: ignore[override]
-        """Polars' ``Engine.collect_all_async``: runs on :func:`native_engine`."""
-        return native_engine().collect_all_async(lfs, **kwargs)
+    def collect_async(  # type: ignore[override]
+        self, lf: pl.LazyFrame, *, optimizations: pl.QueryOptFlags, gevent: bool = False
+    ) -> Any:
+        """Polars' ``Engine.collect_async``: see :func:`shoal_polars.results.collect_async`."""
+        from shoal_polars.results import collect_async
+
+        return collect_async(self, [lf], optimizations, gevent=gevent, single=True)
+
+    def collect_all_async(  # type: ignore[override]
+        self,
+        lfs: Iterable[pl.LazyFrame],
+        *,
+        optimizations: pl.QueryOptFlags,
+        gevent: bool = False,
+    ) -> Any:
+        """Polars' ``Engine.collect_all_async``: see
+        :func:`shoal_polars.results.collect_async`."""
+        from shoal_polars.results import collect_async
+
+        return collect_async(self, list(lfs), optimizations, gevent=gevent, single=False)
+
+    def execute(self, lf: pl.LazyFrame, *, optimizations: pl.QueryOptFlags) -> Any:  # type: ignore[override]
+        """Polars' ``Engine.execute`` (``lf.execute(engine=...)``): see
+        :func:`shoal_polars.results.execute` (a query result that stays in Ray's object
+        store until read)."""
+        from shoal_polars.results import execute
+
+        return execute(self, lf, optimizations)
+
+    def sink_batches(self, lf: pl.LazyFrame, function: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Polars' ``Engine.sink_batches``: the function runs on the driver, once per
+        batch, so the query runs on :func:`native_engine`, after a warning (or raises
+        :class:`shoal.UnsupportedError` with ``raise_on_fail``); ``collect_batches`` runs on
+        shoal."""
+        from shoal.errors import UnsupportedError
+        from shoal.execution.scope import in_task
+
+        if not in_task():
+            self._fallback(
+                UnsupportedError("sink_batches calls a Python function on the driver per batch"),
+                "sink_batches falls back",
+            )
+        native_engine().sink_batches(lf, function, **kwargs)
+
+    def sink_csv(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Polars' ``Engine.sink_csv``, distributed as :meth:`sink_parquet` is (the same
+        layouts; every CSV writer option goes to Polars' writer in each task, so each
+        file of a ``PartitionBy`` target has its own header, as Polars writes them)."""
+        self._sink("csv", lf, path, kwargs)
+
+    def sink_ipc(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Polars' ``Engine.sink_ipc`` (Arrow IPC files), distributed as
+        :meth:`sink_parquet` is."""
+        self._sink("ipc", lf, path, kwargs)
+
+    def sink_ndjson(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Polars' ``Engine.sink_ndjson``, distributed as :meth:`sink_parquet` is."""
+        self._sink("ndjson", lf, path, kwargs)
 
     def sink_parquet(self, lf: pl.LazyFrame, path: Any, **kwargs: Any) -> None:  # type: ignore[override]
         """Polars' ``Engine.sink_parquet``: run ``lf`` with shoal, each task writing its own
@@ -221,31 +335,41 @@ class DistEngine(InMemoryEngine):
         file-like or cloud target, storage options, ``arrow_schema``, ``encryption``,
         ``PartitionBy`` with a ``file_path_provider`` or expression keys) and queries it
         cannot translate fall back to the sink of :func:`native_engine` (Polars'
-        streaming engine by default) with a :class:`ShoalFallbackWarning`, or raise
+        streaming engine by default) with a :class:`~shoal_polars.fallback.PolarsFallbackWarning`, or raise
         :class:`shoal.UnsupportedError` with ``raise_on_fail``; inside a shoal task the sink
         runs there at once. A bad target raises before any task runs, naming the path
         (``IsADirectoryError``, ``FileNotFoundError``, ``NotADirectoryError``).
         """
+        self._sink("parquet", lf, path, kwargs)
+
+    def _sink(self, fmt: str, lf: pl.LazyFrame, path: Any, kwargs: dict[str, Any]) -> None:
+        """``sink_<fmt>`` on shoal (see :meth:`sink_parquet`), or on
+        :func:`native_engine` for what shoal cannot honour."""
         from shoal.errors import UnsupportedError
         from shoal.execution.scope import in_task
         from shoal_polars.sink import sink_plan, user_path
 
+        native = getattr(native_engine(), f"sink_{fmt}")
         if in_task():  # never a nested shoal query from a task (see collect)
-            native_engine().sink_parquet(lf, path, **kwargs)
+            native(lf, path, **kwargs)
             return
+        takes_callback = "sinked_paths_callback" in kwargs  # parquet and ipc
         callback = kwargs.pop("sinked_paths_callback", None)
         optimizations = kwargs.pop("optimizations")
         writer = {k: v for k, v in kwargs.items() if k != "maintain_order"}
         try:
             plan, _ = optimised_plan(lf, optimizations)
-            sink = sink_plan(plan, path, **writer)
+            sink = sink_plan(plan, path, fmt=fmt, **writer)
         except UnsupportedError as exc:
-            self._fallback(exc, "sink_parquet falls back")
-            native_engine().sink_parquet(
-                lf, path, optimizations=optimizations, sinked_paths_callback=callback, **kwargs
-            )
+            self._fallback(exc, f"sink_{fmt} falls back")
+            if takes_callback:
+                kwargs["sinked_paths_callback"] = callback
+            native(lf, path, optimizations=optimizations, **kwargs)
             return
-        written = _execute(sink, self.runner, self.config)
+        written = _execute(sink, self.runner, self._config())
+        from shoal_polars.fallback import ran
+
+        ran(f"sink_{fmt}")
         if callback is not None:
             from polars.io.partition import SinkedPath, SinkedPathsCallbackArgs
 
@@ -279,10 +403,26 @@ class DistEngine(InMemoryEngine):
         state: dict[str, Any] = {}
 
         def first(nt: Any, *args: Any) -> None:
-            needed_schema.append(nt.get_schema())
+            schema = _schema_or_none(nt)
+            if schema is None:
+                # The panic poisoned the NodeTraverser: touch it no more (Polars then
+                # panics too, below).
+                state["schema_panic"] = True
+                return
+            needed_schema.append(schema)
             self._translate_or_fall_back(nt, state, _plan_text(lf, optimizations), deferred=needed)
 
-        out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        try:
+            out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
+        except _PanicException:
+            if not state.get("schema_panic"):
+                raise
+            why = UnsupportedError(
+                "the plan's schema has a type that Polars cannot show to engines "
+                "(NodeTraverser.get_schema panicked, e.g. the binary[offset] of _row_encode)"
+            )
+            self._fallback(why, "falling back")
+            return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         if state.get("fallback"):
             return native_engine().collect(lf, optimizations=optimizations)  # type: ignore[return-value]
         if not needed:
@@ -369,10 +509,13 @@ class DistEngine(InMemoryEngine):
                 nt.set_udf(_raiser(exc))
                 return
             reason = str(exc) if unsupported else f"translation failed: {type(exc).__name__}: {exc}"
+            from shoal_polars.fallback import say
+
+            say(f"falling back to Polars' {native_engine().name} engine: {reason}")
             try:
                 warnings.warn(
                     f"shoal: falling back to Polars' engine: {reason}",
-                    ShoalFallbackWarning,
+                    _warning(),
                     stacklevel=_user_stacklevel(),
                 )
             except Warning as w:  # warnings turned into errors: report as such
@@ -384,9 +527,37 @@ class DistEngine(InMemoryEngine):
             return
 
         def run(*_: Any) -> pl.DataFrame:
-            return to_polars_frame(_execute(plan, self.runner, self.config), expected)
+            out = to_polars_frame(_execute(plan, self.runner, self._config()), expected)
+            from shoal_polars.fallback import ran
+
+            ran("the query")
+            return out
 
         nt.set_udf(run)
+
+
+def _check_options(options: dict[str, Any], config: Config | None) -> dict[str, Any]:
+    """``DistEngine``'s keyword settings, checked now: each must be a :class:`shoal.Config`
+    field (``TypeError`` naming it and the closest field) with a valid value (what
+    ``Config`` raises)."""
+    if not options:
+        return {}
+    import dataclasses
+    import difflib
+
+    from shoal.config import Config
+
+    names = sorted(f.name for f in dataclasses.fields(Config))
+    for key in options:
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"DistEngine() got an unexpected keyword argument {key!r}: it is no shoal "
+                f"setting{hint} (settings: shoal.Config's fields)"
+            )
+    (config if config is not None else Config()).replace(**options)  # checks the values
+    return dict(options)
 
 
 def native_engine() -> Engine:
@@ -401,6 +572,17 @@ def native_engine() -> Engine:
     if name == "gpu":
         return pl.GPUEngine()
     return StreamingEngine()
+
+
+def _schema_or_none(nt: Any) -> Any:
+    """``nt.get_schema()``, or None where Polars panics turning a type of the plan's schema
+    into Python (Polars 2.1: the ``binary[offset]`` of ``Expr._row_encode``, "not
+    implemented"): such a plan is not shoal's to run, and the panic leaves ``nt`` unusable
+    (its lock is poisoned)."""
+    try:
+        return nt.get_schema()
+    except _PanicException:
+        return None
 
 
 def _unpanicked(exc: BaseException) -> Exception:

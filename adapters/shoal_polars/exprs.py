@@ -422,14 +422,13 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         return Function("str.extract_groups", args, (("pattern", str(extra[1])),), dtype)
     if key in _TEMPORAL_RANGES:
         return _temporal_range(t, key, extra, args, dtype, where)
-    if key in ("shuffle", "sample") and extra[-1] is None:
-        t.error(f"{where}: expression Function({key})", "a draw without a seed is not repeatable")
-        return t.placeholder_expr(dtype)
+    # shuffle, sample and rank(method="random") without a seed: random in Polars too. They
+    # are order-dependent functions (the planner gathers their input), so one task draws
+    # from every row with Polars' own generator: an answer from the same distribution as
+    # Polars' (a uniform permutation, a uniform sample), different at each run as Polars'
+    # is. Two occurrences of such an expression are evaluated apart, as Polars does.
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
-    if key == "rank" and extra and extra[0] == "random":
-        t.error(f"{where}: expression Function(rank)", "rank(method='random') is not repeatable")
-        return t.placeholder_expr(dtype)
     if key == "as_struct":
         # pl.struct(...): the field names are those of the struct dtype Polars resolved.
         fields = tuple(f.name for f in dtype.arrow)

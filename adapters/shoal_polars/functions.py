@@ -188,7 +188,8 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "TemporalFunction.DatetimeFunction": ("datetime", ("time_unit", "time_zone")),
     # seeded random permutations and samples of the whole column (or group): Polars'
     # draw for a seed depends only on the values in order, so the planner gathers them and
-    # one task draws exactly Polars' permutation (an unseeded draw is refused)
+    # one task draws exactly Polars' permutation (without a seed, a draw of the same
+    # distribution as Polars')
     "shuffle": ("shuffle", ("seed",)),
     "sample": ("sample", ("is_fraction", "with_replacement", "shuffle", "seed")),
     # trigonometry and conversions (row by row)
@@ -197,7 +198,7 @@ SCALAR_FUNCTIONS: dict[str, tuple[str, tuple[str, ...]]] = {
     "atan2": ("arctan2", ()),
     # Polars' optimiser fuses a*b+c ("fma"), a-b*c ("fsm"), a*b-c ("fms")
     "fused": ("fused", ("op",)),
-    # pl.list(x): each value wrapped in a one-element list (a list value too)
+    # pl.list(x, y, ...): the values of each row as one list, a list value as one element
     "as_list": ("as_list", ()),
     "ArrayFunction.Dot": ("arr.dot", ()),
     # pl.duration(weeks, days, hours, minutes, seconds, milliseconds, microseconds,

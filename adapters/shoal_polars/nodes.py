@@ -43,7 +43,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import BOOL, DataType, Schema
+from shoal.ir.types import BOOL, DataType, Schema, frame_to_arrow
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.rewrite import origin_of
@@ -119,7 +119,7 @@ def _dataframe_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if len(carried) != frame.width:
         frame = frame.select(carried)
     pred = None if node.selection is None else t.expr(node.selection.node, "DataFrameScan")
-    return _scan(t, "DataFrameScan", InMemorySource(frame.to_arrow(), origin), schema, pred)
+    return _scan(t, "DataFrameScan", InMemorySource(frame_to_arrow(frame), origin), schema, pred)
 
 
 def _carried(dtype: Any) -> bool:
@@ -344,6 +344,10 @@ def _scan_problems(node: Any, scan_type: str) -> list[str]:
     ):
         if getattr(fo, attr, None) is not None:
             out.append(f"{what} is not supported")
+    if getattr(fo, "row_count", None) is not None:
+        # Iceberg's row count from table metadata (scan_parquet(_row_count=...)): Polars
+        # counts rows by it without reading them, and raises where it exceeds its index.
+        out.append("a row count given with the scan (_row_count) is not supported")
     if getattr(fo, "missing_columns_policy", "raise") != "raise":
         out.append("missing_columns other than 'raise' is not supported")
     policy = getattr(fo, "cast_columns_policy", None) or {}
@@ -761,11 +765,18 @@ def _equi_join(
         return Col(right_out[e.name], e.dtype) if isinstance(e, Col) else None
 
     out: dict[str, Expr] = {n: Col(n, dt) for n, dt in wide.fields}
+    if how == "right":
+        # Polars' coalescing right join: the left columns but its key columns, then every
+        # right column, suffixed only where a kept left column has its name (a right
+        # column named like a left key takes the name).
+        dropped = {_key_column(k) for k in left_on} - {None}
+        kept_left = [n for n in left.schema.names if n not in dropped]
+        out = {n: Col(n, left.schema[n]) for n in kept_left}
+        for n, dt in right.schema.fields:
+            out[n + suffix if n in kept_left else n] = Col(right_out[n], dt)
     for lk, rk in zip(left_on, right_on, strict=True):
-        lname, rname = _key_column(lk), _key_column(rk)
-        if how == "right" and rname is not None:
-            out[rname] = Col(right_out[rname], right.schema[rname])
-        elif how == "full" and lname is not None and lname in schema.names:
+        lname = _key_column(lk)
+        if how == "full" and lname is not None and lname in schema.names:
             dtype = schema[lname]
             out[lname] = Function(
                 "coalesce",
@@ -876,12 +887,7 @@ def _hconcat(t: Translator, node: Any, schema: Schema) -> PlanNode:
     # Polars' options: (parallel, strict, broadcast unit-length inputs); heights must match.
     _parallel, strict, broadcast = node.options
     inputs = tuple(t.plan(i) for i in node.inputs)
-    if broadcast:
-        t.error(
-            f"HConcat(options={node.options})", "broadcasting unit-length inputs is not supported"
-        )
-        return t.placeholder(schema)
-    return HConcat(inputs, schema, bool(strict))
+    return HConcat(inputs, schema, bool(strict), bool(broadcast))
 
 
 def _fast_count(t: Translator, args: list[Any], schema: Schema) -> PlanNode:

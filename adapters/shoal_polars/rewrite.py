@@ -224,6 +224,12 @@ def _plan(node: Any, frames: list[DriverFrame], evals: dict[int, EvalStandIn]) -
             origin = _opaque(body)
             if origin is None:
                 return node
+            args = body.get("unified_scan_args")
+            if isinstance(args, dict) and args.get("row_count") is not None:
+                # Read alone, its rows would be counted, not the row count it was given.
+                raise UnsupportedError(
+                    f"{origin}: a row count given with the scan (_row_count) is not supported"
+                )
             alone = pl.LazyFrame.deserialize(io.StringIO(json.dumps(node)), format="json")
             frame = alone.collect(engine="in-memory")
             frames.append(DriverFrame(frame, origin))
@@ -257,11 +263,15 @@ def _schema(plan: Any) -> pl.Schema | None:
         return None
 
 
-def _evals(expr: Any, schema: pl.Schema | None, evals: dict[int, EvalStandIn]) -> Any:
+def _evals(
+    expr: Any, schema: pl.Schema | None, evals: dict[int, EvalStandIn], nested: bool = False
+) -> Any:
     """``expr`` (JSON) with each outermost ``Eval`` replaced by its stand-in (an ``Eval``
-    shoal cannot carry stays as it is, and the query falls back for it)."""
+    shoal cannot carry stays as it is, and the query falls back for it), and the
+    ``pl.field`` of each outermost ``struct.with_fields`` written out (:func:`_fields`
+    rewrites the ``with_fields`` nested in its evaluation; ``nested`` is True inside one)."""
     if isinstance(expr, list):
-        return [_evals(x, schema, evals) for x in expr]
+        return [_evals(x, schema, evals, nested) for x in expr]
     if not isinstance(expr, dict):
         return expr
     body = expr.get("Eval") if len(expr) == 1 else None
@@ -269,18 +279,25 @@ def _evals(expr: Any, schema: pl.Schema | None, evals: dict[int, EvalStandIn]) -
         stand_in = _stand_in(body, schema, evals)
         if stand_in is not None:
             return stand_in
-    out = {k: _evals(v, schema, evals) for k, v in expr.items()}
-    struct_eval = out.get("StructEval") if len(out) == 1 else None
-    if isinstance(struct_eval, dict) and isinstance(struct_eval.get("evaluation"), list):
-        struct_eval["evaluation"] = _fields(struct_eval["evaluation"], struct_eval.get("expr"))
-    return out
+    struct_eval = expr.get("StructEval") if len(expr) == 1 else None
+    if not isinstance(struct_eval, dict) or not isinstance(struct_eval.get("evaluation"), list):
+        return {k: _evals(v, schema, evals, nested) for k, v in expr.items()}
+    # The struct is read in the enclosing context; the evaluation in this struct's.
+    inner = {
+        k: _evals(v, schema, evals, nested or k == "evaluation") for k, v in struct_eval.items()
+    }
+    if not nested:
+        inner["evaluation"] = _fields(inner["evaluation"], inner.get("expr"))
+    return {"StructEval": inner}
 
 
 def _fields(expr: Any, struct: Any) -> Any:
     """``expr`` (JSON, an evaluation of ``struct.with_fields``) with each ``pl.field(name)``
     written as ``<struct>.struct.field(name)``, which Polars shows to engines and means the
     same there (``with_fields`` reads fields of its own struct). A nested ``with_fields``
-    keeps its own ``pl.field`` (they name fields of another struct)."""
+    reads its own struct in this one's context (its ``pl.field`` are written out with
+    ``struct``), and its evaluation in its own (its ``pl.field`` name fields of its
+    struct)."""
     if isinstance(expr, list):
         return [_fields(x, struct) for x in expr]
     if not isinstance(expr, dict):
@@ -292,8 +309,12 @@ def _fields(expr: Any, struct: Any) -> Any:
             return json.loads(with_struct.struct.field(names[0]).meta.serialize(format="json"))
         except Exception:
             return expr
-    if "StructEval" in expr:
-        return expr
+    inner = expr.get("StructEval") if len(expr) == 1 else None
+    if isinstance(inner, dict) and isinstance(inner.get("evaluation"), list):
+        own = _fields(inner.get("expr"), struct)
+        return {
+            "StructEval": {**inner, "expr": own, "evaluation": _fields(inner["evaluation"], own)}
+        }
     return {k: _fields(v, struct) for k, v in expr.items()}
 
 

@@ -1,4 +1,5 @@
-"""``LazyFrame.sink_parquet`` targets and options -> a shoal :class:`~shoal.ir.nodes.Sink`.
+"""``LazyFrame.sink_parquet``/``sink_csv``/``sink_ipc``/``sink_ndjson`` targets and options ->
+a shoal :class:`~shoal.ir.nodes.Sink`.
 
 :func:`sink_plan` says how shoal writes what Polars would write (Polars 2.1's layouts, see
 :mod:`shoal.execution.sink`), or raises :class:`shoal.UnsupportedError` naming what shoal
@@ -22,32 +23,56 @@ from shoal.ir.nodes import SINK_SCHEMA, PlanNode, Sink, StorageOptions
 _NO_LIMIT = (1 << 64) - 1
 
 
+#: Writer options of each format that shoal passes to Polars' writer in each task (the
+#: keyword arguments of ``LazyFrame.sink_<format>``, less target, storage and engine ones).
+WRITER_OPTIONS: dict[str, tuple[str, ...]] = {
+    "parquet": (
+        "compression", "compression_level", "statistics", "row_group_size",
+        "data_page_size", "mkdir", "sync_on_close", "metadata",
+    ),
+    "csv": (
+        "include_bom", "compression", "compression_level", "check_extension",
+        "include_header", "separator", "line_terminator", "quote_char", "batch_size",
+        "datetime_format", "date_format", "time_format", "float_scientific",
+        "float_precision", "decimal_comma", "null_value", "quote_style", "mkdir",
+        "sync_on_close",
+    ),
+    "ipc": (
+        "compression", "compat_level", "record_batch_size", "mkdir", "sync_on_close",
+        "_record_batch_statistics",
+    ),
+    "ndjson": ("compression", "compression_level", "check_extension", "mkdir", "sync_on_close"),
+}  # fmt: skip
+
+
 def sink_plan(
     plan: PlanNode,
     path: Any,
     *,
-    compression: str,
-    compression_level: int | None,
-    statistics: bool | str | dict[str, bool],
-    row_group_size: int | None,
-    data_page_size: int | None,
-    storage_options: Any,
-    credential_provider: Any,
-    sync_on_close: str | None,
-    metadata: Any,
-    arrow_schema: Any,
-    encryption: Any,
-    mkdir: bool,
+    fmt: str = "parquet",
+    storage_options: Any = None,
+    credential_provider: Any = None,
+    arrow_schema: Any = None,
+    encryption: Any = None,
+    **writer: Any,
 ) -> Sink:
     """The :class:`Sink` that writes ``plan``'s rows to ``path`` (a file path or a
-    ``pl.PartitionBy``) with Polars' writer options.
+    ``pl.PartitionBy``) as ``fmt`` files (``"parquet"``, ``"csv"``, ``"ipc"``,
+    ``"ndjson"``) with Polars' writer options for that format (the keyword arguments
+    ``LazyFrame.sink_<fmt>`` hands its engine; see :data:`WRITER_OPTIONS`).
 
     Raises :class:`shoal.UnsupportedError` for a target or option shoal cannot honour: a
     file-like object, a remote URL other than object storage (``s3://``, ``gs://``,
     ``az://``), ``storage_options`` with a key shoal does not map, a credential provider other than
     ``"auto"``, ``arrow_schema``, ``encryption``, metadata given as a callable, a
-    ``PartitionBy`` with a ``file_path_provider`` or with keys that are not plain columns.
+    ``PartitionBy`` with a ``file_path_provider`` or with keys that are not plain columns;
+    ``ValueError`` for an option that is not one of ``fmt``'s.
     """
+    if fmt not in WRITER_OPTIONS:
+        raise ValueError(f"sink format {fmt!r}: expected one of {sorted(WRITER_OPTIONS)}")
+    unknown_options = sorted(set(writer) - set(WRITER_OPTIONS[fmt]))
+    if unknown_options:
+        raise ValueError(f"sink_{fmt}: options {unknown_options} are not sink_{fmt}'s")
     problems = []
     so: StorageOptions | None = None
     if storage_options:
@@ -61,27 +86,23 @@ def sink_plan(
         problems.append("arrow_schema")
     if encryption is not None:
         problems.append("encryption")
+    metadata = writer.pop("metadata", None)
     if metadata is not None and not isinstance(metadata, Mapping):
         problems.append("metadata given as a callable")
     options: list[tuple[str, Any]] = [
-        ("compression", compression),
-        ("compression_level", compression_level),
-        ("statistics", _pairs(statistics)),
-        ("row_group_size", row_group_size),
-        ("data_page_size", data_page_size),
-        ("mkdir", mkdir),
+        (k, _pairs(v))
+        for k, v in writer.items()
+        if not (k == "sync_on_close" and v is None)  # Polars' default
     ]
-    if sync_on_close is not None:
-        options.append(("sync_on_close", sync_on_close))
     if metadata is not None and isinstance(metadata, Mapping):
         options.append(("metadata", _pairs(metadata)))
     if isinstance(path, pl.PartitionBy):
-        sink = _partitioned(plan, path, tuple(options), problems, storage_options)
+        sink = _partitioned(plan, path, tuple(options), problems, storage_options, fmt)
     elif isinstance(path, str | os.PathLike):
         text = os.path.expanduser(os.fspath(path))
         _local(text, problems)
         sink = Sink(
-            plan, "parquet", _absolute(text), "file", SINK_SCHEMA, options=tuple(options),
+            plan, fmt, _absolute(text), "file", SINK_SCHEMA, options=tuple(options),  # type: ignore[arg-type]
             storage_options=so,
         )  # fmt: skip
     else:
@@ -89,7 +110,7 @@ def sink_plan(
         sink = None
     if problems or sink is None:
         raise UnsupportedError(
-            "shoal cannot write this sink_parquet target distributed: " + "; ".join(problems)
+            f"shoal cannot write this sink_{fmt} target distributed: " + "; ".join(problems)
         )
     return sink
 
@@ -100,6 +121,7 @@ def _partitioned(
     options: tuple[tuple[str, Any], ...],
     problems: list[str],
     storage_options: Any = None,
+    fmt: str = "parquet",
 ) -> Sink | None:
     inner = target._pl_partition_by
     base = os.path.expanduser(inner.base_path)
@@ -118,7 +140,7 @@ def _partitioned(
     max_bytes = inner.approximate_bytes_per_file
     return Sink(
         plan,
-        "parquet",
+        fmt,  # type: ignore[arg-type]
         _absolute(base),
         "hive" if keys else "split",
         SINK_SCHEMA,

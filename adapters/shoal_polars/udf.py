@@ -33,7 +33,7 @@ import polars as pl
 from polars.io.plugins import register_io_source
 
 from shoal.errors import PlanError
-from shoal.ir.nodes import Filter, PlanNode, Project, Slice
+from shoal.ir.nodes import Filter, InMemorySource, PlanNode, Project, Scan, Slice
 from shoal.ir.types import Schema
 from shoal.udf import UDF, project
 from shoal_polars.translate import NODES, UNSUPPORTED_NODES, Translator
@@ -135,11 +135,18 @@ class ShoalNamespace:
 def translate_python_scan(t: Translator, view: Any, schema: Schema) -> PlanNode:
     """Polars' ``PythonScan`` node: a :class:`UdfSource` becomes its input's plan with a
     :class:`~shoal.ir.nodes.UdfProject` on top (plus the pushed-down predicate, projection
-    and row limit); any other Python scan is unsupported."""
+    and row limit); a :class:`~shoal_polars.results.ResultSource` (a shoal result's
+    ``lazy()``) becomes an in-memory scan of the result, read on the driver; any other
+    Python scan is unsupported."""
     options = tuple(view.options)
     scan_fn = options[0] if options else None
     source = getattr(scan_fn, "io_source", None)
-    if not isinstance(source, UdfSource) or len(options) < 5:
+    from shoal_polars.results import ResultSource
+
+    if isinstance(source, ResultSource) and len(options) >= 5:
+        table = source.table()  # a shoal result read again: through the driver
+        scanned: PlanNode = Scan(InMemorySource(table), Schema.from_arrow(table.schema))
+    elif not isinstance(source, UdfSource) or len(options) < 5:
         t.error("PythonScan", UNSUPPORTED_NODES["PythonScan"])
         return t.placeholder(schema)
     where = f"PythonScan({source!r})"
@@ -154,6 +161,8 @@ def translate_python_scan(t: Translator, view: Any, schema: Schema) -> PlanNode:
     if n_rows is not None and not isinstance(n_rows, int):
         t.error(where, f"pushed-down row limit of an unknown form {n_rows!r}")
         return t.placeholder(schema)
+    if isinstance(source, ResultSource):
+        return _result_scan(t, where, scanned, pred, with_columns, n_rows, schema)
     from shoal_polars.engine import to_ir
 
     try:
@@ -177,6 +186,29 @@ def translate_python_scan(t: Translator, view: Any, schema: Schema) -> PlanNode:
     if run_udf:
         plan = project(plan, u, source.inputs, source.output)
     if pred is not None and not pushed:
+        plan = Filter(plan, pred, plan.schema)
+    if with_columns is not None:
+        plan = _select(plan, list(with_columns))
+    if n_rows is not None:
+        plan = Slice(plan, 0, int(n_rows), plan.schema)
+    if plan.schema != schema:
+        t.error(where, f"schema {plan.schema} differs from Polars' {schema}")
+        return t.placeholder(schema)
+    return plan
+
+
+def _result_scan(
+    t: Translator,
+    where: str,
+    plan: PlanNode,
+    pred: Any,
+    with_columns: Any,
+    n_rows: int | None,
+    schema: Schema,
+) -> PlanNode:
+    """A scan of a shoal result (``lf.execute(engine=...).lazy()``) with what Polars
+    pushed into it: filter, columns, row limit."""
+    if pred is not None:
         plan = Filter(plan, pred, plan.schema)
     if with_columns is not None:
         plan = _select(plan, list(with_columns))

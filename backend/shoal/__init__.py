@@ -7,7 +7,9 @@ Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain
 :class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
 :class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`,
 :class:`QueryCancelledError`, :class:`VersionMismatchError`, the warning base class
-:class:`ShoalWarning`, and ``__version__``.
+:class:`ShoalWarning` and :class:`ShoalFallbackWarning` (every frontend's fallback warning
+derives from it), :class:`QueryResult` with :func:`execute_result` (a result left in Ray's
+object store) and :func:`to_ray_dataset`, and ``__version__``.
 
 Note that ``shoal.udf`` is the decorator; its module is ``sys.modules["shoal.udf"]`` (import
 names from it with ``from shoal.udf import UDF``).
@@ -31,11 +33,14 @@ from shoal.errors import (
     PlanError,
     QueryCancelledError,
     ShoalError,
+    ShoalFallbackWarning,
     ShoalWarning,
     TaskError,
     UnsupportedError,
     VersionMismatchError,
 )
+from shoal.result import QueryResult, execute_result
+from shoal.result import to_ray_dataset as _to_ray_dataset
 from shoal.tracing import trace
 from shoal.udf import UdfError, udf
 
@@ -69,13 +74,32 @@ def explain(
     return _explain(query, runner=runner, config=config, to_ir=_polars_to_ir)
 
 
+def to_ray_dataset(
+    query: Any, *, runner: Literal["ray", "local"] | None = None, config: Config | None = None
+) -> Any:
+    """Run ``query`` and return its result as a ``ray.data.Dataset`` whose blocks are the
+    root stage's output tables, read from Ray's object store without passing through the
+    driver (Ray runner). ``query`` is a shoal IR plan, a Polars ``LazyFrame`` (translated
+    as ``collect(engine="dist")`` would; raises :class:`UnsupportedError` when shoal
+    cannot translate it: there is no Polars engine to fall back to here), a
+    :class:`QueryResult`, or the result of ``lf.execute(engine=DistEngine())``. Needs
+    ``ray[data]``. See :meth:`QueryResult.to_ray_dataset`."""
+    if hasattr(query, "to_ray_dataset"):
+        return query.to_ray_dataset()
+    if not isinstance(query, ir.PlanNode):
+        query = _polars_to_ir(query)
+    return _to_ray_dataset(query, runner=runner, config=config)
+
+
 __all__ = [
     "Config",
     "ConfigFrozenError",
     "DistEngine",
     "PlanError",
     "QueryCancelledError",
+    "QueryResult",
     "ShoalError",
+    "ShoalFallbackWarning",
     "ShoalWarning",
     "TaskError",
     "UdfError",
@@ -84,12 +108,14 @@ __all__ = [
     "__version__",
     "execute",
     "execute_batches",
+    "execute_result",
     "execution_config",
     "explain",
     "get_config",
     "ir",
     "set_config",
     "shutdown",
+    "to_ray_dataset",
     "trace",
     "udf",
 ]

@@ -84,20 +84,29 @@ def execute_background(
 
 def execute_batches(
     plan: PlanNode, *, runner: RunnerKind | None = None, config: Config | None = None
-) -> Iterator[pa.RecordBatch]:
-    """Run ``plan`` and yield its result as Arrow record batches (``plan.schema``), in
-    partition order, each partition's batches as soon as it and the partitions before it
-    have finished. Stopping the iteration early cancels the rest of the query. Raises as
-    :func:`execute` does, and ``PlanError`` for a :class:`~shoal.ir.nodes.Sink` plan (run
-    it with :func:`execute`, which finishes the files)."""
-    from shoal.errors import PlanError
+) -> pa.RecordBatchReader:
+    """Run ``plan`` and return its result as a ``pyarrow.RecordBatchReader`` (an Arrow C
+    stream that DuckDB, Polars and pyarrow read directly), with the schema of
+    :func:`execute`'s table. Batches come in partition order, each partition's as soon as
+    it and the partitions before it have finished; the query starts when the first batch
+    is read. Dropping the reader (its last reference) before the end cancels the rest of
+    the query (``reader.close()`` alone does not: pyarrow keeps the batch source until
+    the reader is freed). Raises as :func:`execute` does, when the batches are read, and at once
+    ``PlanError`` for a :class:`~shoal.ir.nodes.Sink` plan (run it with :func:`execute`,
+    which finishes the files)."""
+    from shoal.result import result_schema
     from shoal.runners.session import stream_plan
 
     if isinstance(plan, Sink):
         raise PlanError("execute_batches: a Sink plan writes files; run it with shoal.execute")
+    cfg = _resolve(runner, config)
+    schema = result_schema(plan)
 
-    for table in stream_plan(plan, _resolve(runner, config)):
-        yield from table.to_batches()
+    def batches() -> Iterator[pa.RecordBatch]:
+        for table in stream_plan(plan, cfg):
+            yield from (table if table.schema == schema else table.cast(schema)).to_batches()
+
+    return pa.RecordBatchReader.from_batches(schema, batches())
 
 
 def explain(

@@ -12,6 +12,17 @@ class ShoalWarning(UserWarning):
     that runs on the frontend's own engine instead, ...)."""
 
 
+class ShoalFallbackWarning(ShoalWarning):
+    """A query (or a part of one: a sink, a batch stream) that shoal could not run ran on
+    the frontend's own engine instead; the message gives every reason.
+
+    Each frontend warns with a subclass of its own: ``shoal_polars.PolarsFallbackWarning``
+    (also a ``polars.exceptions.PerformanceWarning``, as Polars' GPU engine reports its
+    fallbacks) and ``shoal_duckdb.DuckDBFallbackWarning``; ``warnings.filterwarnings`` or
+    ``pytest.warns`` with this class catches both.
+    """
+
+
 class UnsupportedError(ShoalError, NotImplementedError):
     """A frontend construct that shoal cannot run distributed.
 

@@ -50,7 +50,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import DataType, Schema
+from shoal.ir.types import DataType, Schema, frame_to_arrow, restore_wide
 from shoal.lowering.expressions import to_polars
 from shoal.planner.physical import (
     FilePartition,
@@ -117,7 +117,7 @@ def frame_of(table: pa.Table) -> pl.DataFrame:
     assert isinstance(df, pl.DataFrame)
     if df.columns != table.column_names:
         df.columns = table.column_names
-    return df
+    return restore_wide(df, table.schema)
 
 
 def _from_arrow(tables: Sequence[pa.Table], schema: Schema) -> pl.DataFrame:
@@ -295,8 +295,15 @@ def build(
         left = build(node.left, inputs, scan)
         right = build(node.right, inputs, scan)
         if node.how == "cross":
+            # Polars' in-memory engine pairs the rows left-major whatever maintain_order
+            # says; its streaming engine (a task's collect) interleaves morsels unless told
+            # to keep the order (a nested-loop join of SQL's IN subquery came back 4, 3).
+            cross_order = "left_right" if node.maintain_order == "none" else node.maintain_order
             return left.join(
-                right, how="cross", suffix=node.suffix, maintain_order=node.maintain_order
+                right,
+                how="cross",
+                suffix=node.suffix,
+                maintain_order=cross_order,  # type: ignore[arg-type]
             )
         # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
         # in-memory engine does whatever maintain_order says (its streaming engine, which a
@@ -335,7 +342,10 @@ def build(
         how: Literal["horizontal", "horizontal_extend"] = (
             "horizontal" if node.strict else "horizontal_extend"
         )
-        return pl.concat([build(i, inputs, scan) for i in node.inputs], how=how)
+        parts = [build(i, inputs, scan) for i in node.inputs]
+        if node.broadcast:
+            parts = _broadcast_unit_length([collect(p) for p in parts])
+        return pl.concat(parts, how=how)
     if isinstance(node, Explode):
         return build(node.input, inputs, scan).explode(
             list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
@@ -393,6 +403,14 @@ def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
     )
 
 
+def _broadcast_unit_length(frames: list[pl.DataFrame]) -> list[pl.LazyFrame]:
+    """Polars' horizontal concatenation with unit-length inputs as scalars: the height is
+    the largest that is not 1 (1 if every input has one row), and each one-row input is
+    repeated to it (:class:`~shoal.ir.nodes.HConcat` ``broadcast``)."""
+    height = max((f.height for f in frames if f.height != 1), default=1)
+    return [(f[[0] * height] if f.height == 1 else f).lazy() for f in frames]
+
+
 def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
     """Unpivot column by column, as the IR defines it. Polars' own ``unpivot`` orders rows
     by chunk of its input (the in-memory engine column by column within each chunk, the
@@ -414,7 +432,9 @@ def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
 
 
 def _split_hash(df: pl.DataFrame, spec: HashOutput) -> list[pl.DataFrame]:
-    keys = [to_polars(k) for k in spec.keys]
+    # Named by position: a key may repeat a column (a join on a = x and a = y), and a
+    # struct's fields need distinct names.
+    keys = [to_polars(k).alias(f"_k{i}") for i, k in enumerate(spec.keys)]
     bucket = (pl.struct(keys).hash(seed=_HASH_SEED) % spec.n).alias(_BUCKET)
     return _split(df.with_columns(bucket), spec.n)
 
@@ -491,7 +511,7 @@ def choose_boundaries(
     allk = pl.concat(frames, how="vertical_relaxed")
     allk = allk.sort(allk.columns, descending=list(descending), nulls_last=list(nulls_last))
     idx = [min(allk.height - 1, (i * allk.height) // n) for i in range(1, n)]
-    return allk[idx].to_arrow()
+    return frame_to_arrow(allk[idx])
 
 
 def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
@@ -500,7 +520,7 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
     if keys.height > rows:
         step = keys.height / rows
         keys = keys[[int(i * step) for i in range(rows)]]
-    return keys.to_arrow()
+    return frame_to_arrow(keys)
 
 
 #: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
@@ -607,7 +627,7 @@ def _run_fragment(
         parts = _split_hash(df, output)
     else:
         parts = _split_range(df, output)
-    tables = [to_wire(p.to_arrow()) for p in parts]
+    tables = [to_wire(frame_to_arrow(p)) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
     stats = TaskStats(
         pid=os.getpid(),
@@ -663,4 +683,4 @@ def run_single(plan: PlanNode) -> pa.Table:
     scans = [n for n in plan.walk() if isinstance(n, Scan)]
     lookup = _ScanLookup(scans, [whole(s) for s in scans])
     out = collect(build(plan, [], lookup))
-    return out.to_arrow()  # type: ignore[arg-type]
+    return frame_to_arrow(out)

@@ -53,8 +53,9 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
     """Write this task's rows ``df`` as ``node`` says (on the worker); return one row per
     file written, in file order: ``path`` (absolute), ``rows``, ``bytes`` (file size).
 
-    Polars' writer does the work (``LazyFrame.sink_parquet`` with ``node.options``), so
-    compression, statistics and row groups are exactly Polars'. Raises what Polars raises
+    Polars' writer does the work (``LazyFrame.sink_<format>`` with ``node.options``), so
+    compression, statistics, row groups, CSV quoting and number formats are exactly
+    Polars'. Raises what Polars raises
     for a file it cannot write (``OSError`` and its subclasses)."""
     options = _reader_options(node.options)
     remote = storage.is_url(node.path)
@@ -79,7 +80,11 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
             approximate_bytes_per_file=node.max_bytes_per_file,
             **keys,
         )
-    df.lazy().sink_parquet(
+    sink = getattr(df.lazy(), f"sink_{node.format}")  # Polars' writer of the format
+    if node.format not in _REPORTS_PATHS:
+        sink(target, engine="streaming", maintain_order=True, **options)
+        return _listed(node, df, target)
+    sink(
         target,
         engine="streaming",
         maintain_order=True,
@@ -92,6 +97,55 @@ def write_partition(df: pl.DataFrame, node: Sink) -> pl.DataFrame:
         [p.num_rows for p in written],
         [p.num_bytes for p in written],
     )
+
+
+#: The formats whose Polars writer reports the files it wrote (``sinked_paths_callback``).
+_REPORTS_PATHS = ("parquet", "ipc")
+
+
+def _listed(node: Sink, df: pl.DataFrame, target: Any) -> pl.DataFrame:
+    """The files a writer without ``sinked_paths_callback`` (CSV, NDJSON) wrote: the
+    target file, or every file under this task's own staging directory, in name order,
+    with sizes. Rows: exact for a single file; 0 for each file of a task without rows;
+    else null (not counted: Polars does not report them for these formats)."""
+    if node.layout == "file":
+        paths = [node.path]
+    else:
+        base = target._pl_partition_by.base_path
+        paths = sorted(_walk(node, base))
+    sizes = [_size(node, p) for p in paths]
+    rows: list[int | None]
+    if node.layout == "file":
+        rows = [df.height]
+    else:
+        rows = [0 if df.height == 0 else None] * len(paths)
+    return pl.DataFrame(
+        {"path": paths, "rows": rows, "bytes": sizes},
+        schema={"path": pl.String, "rows": pl.Int64, "bytes": pl.Int64},
+    )
+
+
+def _walk(node: Sink, base: str) -> list[str]:
+    if not storage.is_url(base):
+        return [os.path.join(d, f) for d, _, files in os.walk(base) for f in files]
+    fs, inner = storage.filesystem(base, node.storage_options)
+    scheme = base.split("://", 1)[0]
+    infos = fs.get_file_info(pafs.FileSelector(inner, recursive=True, allow_not_found=True))
+    return [f"{scheme}://{i.path}" for i in infos if i.type == pafs.FileType.File]
+
+
+def _size(node: Sink, path: str) -> int:
+    if not storage.is_url(path):
+        return os.path.getsize(path)
+    fs, inner = storage.filesystem(path, node.storage_options)
+    return int(fs.get_file_info(inner).size or 0)
+
+
+def _extension(staged: str, node: Sink) -> str:
+    """The extension of a staged file as Polars' writer named it (``parquet``, ``csv``,
+    ``ipc``, ``jsonl``, or with compression e.g. ``csv.gz``): the final name keeps it."""
+    name = staged.rsplit("/", 1)[-1].rsplit(os.sep, 1)[-1]
+    return name.split(".", 1)[1] if "." in name else node.format
 
 
 def check_target(node: Sink) -> None:
@@ -109,7 +163,7 @@ def check_target(node: Sink) -> None:
     if node.layout == "file":
         if path.endswith(os.sep) or os.path.isdir(path):
             raise IsADirectoryError(
-                f"sink target {path!r} is a directory; sink_parquet expects a file path "
+                f"sink target {path!r} is a directory; sink_{node.format} expects a file path "
                 "(write a directory of files with pl.PartitionBy)"
             )
         parent = os.path.dirname(path) or "."
@@ -141,7 +195,7 @@ def _check_bucket(node: Sink) -> None:
         )
     if node.layout == "file" and node.path.endswith("/"):
         raise IsADirectoryError(
-            f"sink target {node.path!r} ends with '/'; sink_parquet expects a file path"
+            f"sink target {node.path!r} ends with '/'; sink_{node.format} expects a file path"
         )
 
 
@@ -225,13 +279,14 @@ def commit(node: Sink, written: pa.Table) -> pa.Table:
     if node.layout == "hive":
         df = _commit_hive(node, df).sort("path")
     elif node.layout == "split":
-        keep = df.filter(pl.col("rows") > 0)
+        keep = df.filter(pl.col("rows").is_null() | (pl.col("rows") > 0))
         if keep.height == 0:
             keep = df.head(1)
         for stale in df.filter(~pl.col("path").is_in(keep["path"].implode()))["path"]:
             files.remove(stale)
         final = [
-            join(node.path, FILE_NAME.format(index=i, ext=node.format)) for i in range(keep.height)
+            join(node.path, FILE_NAME.format(index=i, ext=_extension(src, node)))
+            for i, src in enumerate(keep["path"])
         ]
         for src, dst in zip(keep["path"], final, strict=True):
             files.move(src, dst)

@@ -63,7 +63,8 @@ def describe(node: PlanNode) -> str:
     if isinstance(node, Union):
         return f"UNION ALL ({len(node.inputs)} inputs)"
     if isinstance(node, HConcat):
-        return f"HCONCAT ({len(node.inputs)} inputs)"
+        unit = " BROADCAST UNIT LENGTH" if node.broadcast else ""
+        return f"HCONCAT ({len(node.inputs)} inputs){unit}"
     if isinstance(node, Explode):
         return f"EXPLODE {list(node.columns)}"
     if isinstance(node, Unnest):

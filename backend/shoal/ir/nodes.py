@@ -334,11 +334,15 @@ class Union(PlanNode):
 class HConcat(PlanNode):
     """Columns of every input side by side (Polars ``concat(how="horizontal")``); with
     ``strict`` the inputs must have the same number of rows (Polars raises ``ShapeError``
-    otherwise), without it shorter inputs are padded with nulls."""
+    otherwise), without it shorter inputs are padded with nulls. With ``broadcast`` (what
+    Polars' SQL makes of a scalar subquery) the output has the largest height of an input
+    whose height is not 1 (1 if none), and each input of one row is repeated to it (to no
+    row for a height of 0) before padding."""
 
     inputs: tuple[PlanNode, ...]
     schema: Schema
     strict: bool = True
+    broadcast: bool = False
 
 
 @dataclass(frozen=True)
@@ -536,6 +540,8 @@ class RestoreGroupOrder(PlanNode):
 
 
 SinkLayout = Literal["file", "split", "hive"]
+#: The file formats a :class:`Sink` writes (Polars' writers of the same names).
+SinkFormat = Literal["parquet", "csv", "ipc", "ndjson"]
 
 #: The rows a :class:`Sink` produces: one per file written (path, rows, bytes).
 SINK_SCHEMA = Schema.of([("path", STRING), ("rows", INT64), ("bytes", INT64)])
@@ -543,7 +549,8 @@ SINK_SCHEMA = Schema.of([("path", STRING), ("rows", INT64), ("bytes", INT64)])
 
 @dataclass(frozen=True)
 class Sink(PlanNode):
-    """Write the rows of ``input`` to ``format`` files (only ``"parquet"`` so far) and
+    """Write the rows of ``input`` to ``format`` files (``"parquet"``, ``"csv"``, ``"ipc"``
+    (Arrow IPC) or ``"ndjson"``, each with Polars' writer of that format) and
     produce one row per file written: its ``path``, ``rows`` and ``bytes`` (the node's
     ``schema`` is always :data:`SINK_SCHEMA`).
 
@@ -570,7 +577,7 @@ class Sink(PlanNode):
     """
 
     input: PlanNode
-    format: Literal["parquet"]
+    format: SinkFormat
     path: str
     layout: SinkLayout
     schema: Schema

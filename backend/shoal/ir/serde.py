@@ -17,8 +17,9 @@ below.
 * :class:`~shoal.ir.types.DataType`: the Arrow type string (``"int64"``, ``"large_string"``,
   ``"date32[day]"``, ``"timestamp[us, tz=UTC]"``, ``"decimal128(15, 2)"``) or, for nested
   types, ``{"list": T}``, ``{"array": T, "size": n}``, ``{"struct": [{"name", "dtype"}]}``,
-  ``{"dictionary": {"index": T, "value": T, "ordered": b}}``, and for a Polars Enum
-  ``{"enum": [category, ...]}``.
+  ``{"dictionary": {"index": T, "value": T, "ordered": b}}``, for a Polars Enum
+  ``{"enum": [category, ...]}``, and ``"int128"``/``"uint128"`` for Polars' 128-bit
+  integers.
 * :class:`~shoal.ir.types.Schema`: ``[{"name": ..., "dtype": ...}, ...]``.
 * Values of fields typed ``Any`` (literal values, function options) are typed: JSON scalars
   for None, bool, int, str and finite floats; ``{"$float": "nan" | "inf" | "-inf"}``,
@@ -69,7 +70,7 @@ from shoal.errors import PlanError
 from shoal.ir import nodes as _nodes
 from shoal.ir.expr import Expr, NamedExpr
 from shoal.ir.nodes import PlanNode, StorageOptions
-from shoal.ir.types import DataType, Schema
+from shoal.ir.types import WIDE_INTEGER_STORAGE, DataType, Schema
 
 #: The format version this module writes and reads.
 IR_VERSION = 1
@@ -198,6 +199,8 @@ def dtype_to_json(dtype: DataType | pa.DataType) -> Any:
     t = dtype.arrow if isinstance(dtype, DataType) else dtype
     if isinstance(dtype, DataType) and dtype.categories is not None:
         return {"enum": list(dtype.categories)}
+    if isinstance(dtype, DataType) and dtype.wide is not None:
+        return dtype.wide.lower()
     if pa.types.is_large_list(t) or pa.types.is_list(t):
         return {"list": dtype_to_json(t.value_type)}
     if pa.types.is_fixed_size_list(t):
@@ -245,6 +248,8 @@ def dtype_from_json(value: Any, path: str = "$") -> DataType:
         import polars as pl
 
         return DataType.from_polars(pl.Enum(cats))
+    if value in ("int128", "uint128"):
+        return DataType(WIDE_INTEGER_STORAGE, wide={"int128": "Int128"}.get(value, "UInt128"))
     return DataType(_arrow_from_json(value, path))
 
 

@@ -31,16 +31,33 @@ def _normalise(t: pa.DataType) -> pa.DataType:
     return t
 
 
+#: Polars' 128-bit integer dtypes, by name. Arrow (pyarrow) has no 128-bit integer type.
+WIDE_INTEGERS = ("Int128", "UInt128")
+
+#: The Arrow type a Polars ``Int128``/``UInt128`` column travels as: the 16 bytes of each
+#: value (two's complement, little-endian; a UInt128 reinterpreted as signed), which is the
+#: layout of a ``decimal128``. The precision (38) is not checked by Arrow or Polars when
+#: the bits are moved, so every value travels exactly, those beyond 10**38 too.
+WIDE_INTEGER_STORAGE = pa.decimal128(38, 0)
+
+#: Arrow field metadata key naming the Polars dtype of a column carried as
+#: :data:`WIDE_INTEGER_STORAGE`.
+WIDE_INTEGER_KEY = b"shoal.polars_dtype"
+
+
 @dataclass(frozen=True)
 class DataType:
     """One column type. ``arrow`` is the normalised ``pyarrow.DataType``. ``categories``
     is set for a Polars ``Enum`` only: its categories in order (the Arrow form, a
     dictionary, is the same as a ``Categorical``'s; Polars keeps the categories in the
     Arrow field's metadata, which :meth:`Schema.from_arrow` reads). An Enum nested in a
-    list or struct is carried as a Categorical."""
+    list or struct is carried as a Categorical. ``wide`` is set for Polars' 128-bit
+    integers only (``"Int128"``, ``"UInt128"``, a top-level column's type): ``arrow`` is
+    then :data:`WIDE_INTEGER_STORAGE`, how the values travel (:func:`frame_to_arrow`)."""
 
     arrow: pa.DataType
     categories: tuple[str, ...] | None = None
+    wide: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "arrow", _normalise(self.arrow))
@@ -57,6 +74,8 @@ class DataType:
         """The Polars dtype the kernel uses for this type."""
         if self.categories is not None:
             return pl.Enum(list(self.categories))
+        if self.wide is not None:
+            return pl.Int128() if self.wide == "Int128" else pl.UInt128()
         return _to_polars(self.arrow)
 
     @property
@@ -65,13 +84,11 @@ class DataType:
 
     @property
     def is_numeric(self) -> bool:
-        return (
-            pa.types.is_integer(self.arrow) or pa.types.is_floating(self.arrow) or self.is_decimal
-        )
+        return self.is_integer or pa.types.is_floating(self.arrow) or self.is_decimal
 
     @property
     def is_integer(self) -> bool:
-        return pa.types.is_integer(self.arrow)
+        return pa.types.is_integer(self.arrow) or self.wide is not None
 
     @property
     def is_float(self) -> bool:
@@ -79,7 +96,7 @@ class DataType:
 
     @property
     def is_decimal(self) -> bool:
-        return pa.types.is_decimal(self.arrow)
+        return pa.types.is_decimal(self.arrow) and self.wide is None
 
     @property
     def is_string(self) -> bool:
@@ -109,9 +126,17 @@ def _from_polars(dtype: pl.DataType) -> DataType:
     if isinstance(dtype, pl.Object):
         # pyarrow would take the objects' addresses as bytes: never data.
         raise PlanError("Polars dtype Object holds Python objects, which shoal cannot carry")
+    if isinstance(dtype, pl.Int128 | pl.UInt128):
+        return DataType(WIDE_INTEGER_STORAGE, wide=str(dtype))
     try:
         arrow = pl.Series([], dtype=dtype).to_arrow().type
-    except Exception as exc:  # exotic dtypes: Int128, UInt128
+    except Exception as exc:
+        if any(w in str(dtype) for w in WIDE_INTEGERS):
+            raise PlanError(
+                f"Polars dtype {dtype}: a 128-bit integer inside a list, array or struct has "
+                "no Arrow form shoal carries (pyarrow has no 128-bit integer; shoal carries "
+                "Int128 and UInt128 columns as the 16 bytes of a decimal128, not nested)"
+            ) from exc
         raise PlanError(
             f"Polars dtype {dtype} has no Arrow equivalent (shoal carries every column as "
             f"Arrow; pyarrow: {exc})"
@@ -157,7 +182,7 @@ class Schema(Mapping[str, DataType]):
     def from_arrow(schema: pa.Schema) -> Schema:
         """The schema of Arrow data; a column that Polars wrote as an ``Enum`` (its
         categories in the field's metadata) is an Enum here too."""
-        fields = [(f.name, DataType(f.type)) for f in schema]
+        fields = [(f.name, _field_type(f)) for f in schema]
         if any(pa.types.is_dictionary(f.type) and f.metadata for f in schema):
             polars = pl.from_arrow(schema.empty_table())
             assert isinstance(polars, pl.DataFrame)
@@ -171,7 +196,7 @@ class Schema(Mapping[str, DataType]):
         return Schema(tuple((n, DataType.from_polars(t)) for n, t in schema.items()))
 
     def to_arrow(self) -> pa.Schema:
-        return pa.schema([pa.field(n, t.arrow) for n, t in self.fields])
+        return pa.schema([_arrow_field(n, t) for n, t in self.fields])
 
     def to_polars(self) -> pl.Schema:
         return pl.Schema({n: t.to_polars() for n, t in self.fields})
@@ -204,3 +229,79 @@ class Schema(Mapping[str, DataType]):
 
     def __str__(self) -> str:
         return "{" + ", ".join(f"{n}: {t}" for n, t in self.fields) + "}"
+
+
+def _arrow_field(name: str, dtype: DataType) -> pa.Field:
+    if dtype.wide is not None:
+        return pa.field(name, dtype.arrow, metadata={WIDE_INTEGER_KEY: dtype.wide.encode()})
+    return pa.field(name, dtype.arrow)
+
+
+def _field_type(field: pa.Field) -> DataType:
+    wide = (field.metadata or {}).get(WIDE_INTEGER_KEY)
+    if wide is not None and field.type == WIDE_INTEGER_STORAGE:
+        return DataType(field.type, wide=wide.decode())
+    return DataType(field.type)
+
+
+def frame_to_arrow(df: pl.DataFrame) -> pa.Table:
+    """``df.to_arrow()``, except that each ``Int128``/``UInt128`` column (which pyarrow
+    cannot import) becomes :data:`WIDE_INTEGER_STORAGE` holding each value's 16 bytes,
+    its field marked with :data:`WIDE_INTEGER_KEY`; :func:`frame_from_arrow` undoes it.
+    Exact for every value: Polars splits each into its high and low 64 bits (floor
+    division and modulo by 2**64), which numpy interleaves into the little-endian words."""
+    wide = [i for i, t in enumerate(df.dtypes) if isinstance(t, pl.Int128 | pl.UInt128)]
+    if not wide:
+        return df.to_arrow()
+    names = df.columns
+    table = df.drop([names[i] for i in wide]).to_arrow()
+    for i in wide:
+        column = df.to_series(i)
+        field = _arrow_field(names[i], DataType.from_polars(column.dtype))
+        table = table.add_column(i, field, _wide_to_arrow(column))
+    return table
+
+
+def _wide_to_arrow(column: pl.Series) -> pa.Array:
+    import numpy as np
+
+    signed = column.reinterpret(signed=True) if column.dtype == pl.UInt128 else column
+    halves = signed.to_frame("v").select(
+        lo=(pl.col("v") % 2**64).cast(pl.UInt64).fill_null(0),
+        hi=(pl.col("v") // 2**64).cast(pl.Int64).fill_null(0),
+    )
+    words = np.empty(2 * len(column), dtype=np.uint64)
+    words[0::2] = halves["lo"].to_numpy()
+    words[1::2] = halves["hi"].to_numpy().view(np.uint64)
+    validity = None
+    if column.null_count():
+        validity = pa.array(column.is_not_null().to_numpy(), pa.bool_()).buffers()[1]
+    return pa.Array.from_buffers(
+        WIDE_INTEGER_STORAGE,
+        len(column),
+        [validity, pa.py_buffer(words)],
+        null_count=column.null_count(),
+    )
+
+
+def frame_from_arrow(table: pa.Table | pa.RecordBatch) -> pl.DataFrame:
+    """``pl.from_arrow(table)``, with each column :func:`frame_to_arrow` carried as
+    :data:`WIDE_INTEGER_STORAGE` back to its ``Int128``/``UInt128`` values (Polars reads
+    the decimal's 16 bytes without checking its precision; ``to_physical`` gives them as
+    an Int128)."""
+    df = pl.from_arrow(table)
+    assert isinstance(df, pl.DataFrame)
+    return restore_wide(df, table.schema)
+
+
+def restore_wide(df: pl.DataFrame, schema: pa.Schema) -> pl.DataFrame:
+    """``df`` (read from Arrow data of ``schema``) with its columns marked as 128-bit
+    integers (:func:`frame_to_arrow`) turned back into them."""
+    fixes = []
+    for i, field in enumerate(schema):
+        wide = (field.metadata or {}).get(WIDE_INTEGER_KEY)
+        if wide is None or field.type != WIDE_INTEGER_STORAGE:
+            continue
+        physical = pl.nth(i).to_physical()
+        fixes.append(physical.reinterpret(signed=False) if wide == b"UInt128" else physical)
+    return df.with_columns(fixes) if fixes else df

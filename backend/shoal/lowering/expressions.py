@@ -269,7 +269,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     # Polars' fused arithmetic, written out (Polars fuses it again; the same IEEE
     # operations in the same order, so the same bits)
     "fused": lambda a, o: _FUSED[o["op"]](a[0], a[1], a[2]),
-    "as_list": lambda a, o: pl.list(a[0]),
+    "as_list": lambda a, o: pl.list(*a),
     "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
     "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
     "time_ranges": lambda a, o: pl.time_ranges(
@@ -469,7 +469,7 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "diff": lambda a, o: a[0].diff(a[1], null_behavior=o.get("null_behavior", "ignore")),
     "pct_change": lambda a, o: a[0].pct_change(a[1]),
     "rank": lambda a, o: a[0].rank(
-        o.get("method", "average"), descending=o.get("descending", False)
+        o.get("method", "average"), descending=o.get("descending", False), seed=o.get("seed")
     ),
     "fill_null_strategy": lambda a, o: a[0].fill_null(strategy=o["strategy"], limit=o.get("limit")),
     "reverse": lambda a, o: a[0].reverse(),

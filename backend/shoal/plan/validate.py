@@ -111,11 +111,13 @@ def _validate_node(
 
 def _check_sink(node: Sink, path: str) -> None:
     """A sink's schema is :data:`SINK_SCHEMA`; a hive layout names key columns of its
-    input; the format is Parquet."""
+    input; the format is one Polars writes (:data:`~shoal.ir.nodes.SinkFormat`)."""
     if node.schema != SINK_SCHEMA:
         raise _fail(node, path, f"schema {node.schema} should be {SINK_SCHEMA}")
-    if node.format != "parquet":
-        raise _fail(node, path, f"format {node.format!r} is not supported (parquet is)")
+    if node.format not in ("parquet", "csv", "ipc", "ndjson"):
+        raise _fail(
+            node, path, f"format {node.format!r} is not supported (parquet, csv, ipc, ndjson)"
+        )
     if node.layout == "hive" and not node.partition_by:
         raise _fail(node, path, "a hive layout needs at least one key column (partition_by)")
     for i, name in enumerate(node.partition_by):

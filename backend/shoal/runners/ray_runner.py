@@ -164,6 +164,13 @@ def _start_ray(config: Config) -> bool:
             if config.ray_dashboard and not address and "dashboard" in str(exc).lower()
             else ""
         )
+        if address and address.startswith("ray://") and "timeout" in str(exc).lower():
+            # Ray Client does not say that the server refused it for want of a token.
+            hint = (
+                "; a cluster started by Ray 2.60 requires token authentication: set "
+                "RAY_AUTH_MODE=token on the driver and give it the cluster's token "
+                "(RAY_AUTH_TOKEN, or the file ~/.ray/auth_token)"
+            )
         # Ray's own message may repeat the address, credentials and all: redacted, and the
         # original is not chained.
         raise ShoalError(

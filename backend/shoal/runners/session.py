@@ -17,6 +17,7 @@ from shoal.config import Config
 from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
+from shoal.ir.types import frame_to_arrow
 from shoal.planner.physical import PhysicalPlan, plan_physical
 from shoal.runners.actor_pool import make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
@@ -198,6 +199,40 @@ def _run_plan(
     return result
 
 
+@dataclass
+class ResultRefs:
+    """A finished query's result where its tasks left it: ``refs`` (the root stage's
+    outputs in partition order: Ray object references, or Arrow tables for the local
+    runner), the ``backend`` that can fetch them, and the result's total ``rows``."""
+
+    refs: list[Any]
+    backend: Any
+    rows: int
+    runner: str
+
+
+def run_plan_refs(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> ResultRefs:
+    """Like :func:`run_plan`, but leave the result where the tasks put it (nothing is
+    fetched to the driver): see :class:`ResultRefs`. Raises as :func:`run_plan` does."""
+    tracer = start_query(config)
+    if tracer is None:
+        return _run_plan_refs(plan, config, None, cancel)
+    with tracer:
+        return _run_plan_refs(plan, config, tracer, cancel)
+
+
+def _run_plan_refs(
+    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None
+) -> ResultRefs:
+    global _last
+    physical, backend, loop = _start(plan, config, tracer, cancel)
+    refs = loop.run()
+    _last = _report(physical, loop, config)
+    root = physical.root.id
+    rows = sum(s.rows_out for (stage, _), s in loop.task_stats.items() if stage == root)
+    return ResultRefs(refs, backend, rows, config.runner)
+
+
 def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
     """Like :func:`run_plan`, but yield the result partition by partition, in order, each
     as soon as it and the partitions before it are done (each with ``plan.schema``).
@@ -215,14 +250,14 @@ def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     schema = plan.schema.to_polars()
     frames = [frame_of(t) for t in tables if t.num_rows]
     if not frames:
-        return pl.DataFrame(schema=schema).to_arrow()
+        return frame_to_arrow(pl.DataFrame(schema=schema))
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
     if schema:
         df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
     else:
         df = df.drop(cs.all())
-    return df.to_arrow()
+    return frame_to_arrow(df)
 
 
 def shutdown_runner() -> None:
