@@ -60,6 +60,7 @@ from shoal_duckdb.types import (
 )
 
 if TYPE_CHECKING:
+    from shoal_duckdb.fragment import ForeignColumns
     from shoal_duckdb.reasons import SourceText
 
 INT8 = DataType(pa.int8())
@@ -659,8 +660,12 @@ class ExprTranslator:
         error_on_division_by_zero: bool = True,
         source: SourceText | None = None,
         ieee_floating_point_ops: bool = True,
+        foreign: ForeignColumns | None = None,
     ) -> None:
         self.cols = cols
+        #: Where an expression over ``cols`` cannot be translated, DuckDB may compute it
+        #: in the tasks instead (:mod:`shoal_duckdb.fragment`): None when it may not.
+        self.foreign = foreign
         #: DuckDB's setting of that name: when false, floating-point division by zero,
         #: logarithms of zero or negative numbers, square roots of negative numbers and
         #: zero to a negative power raise instead of giving inf or NaN.
@@ -674,7 +679,12 @@ class ExprTranslator:
     # -- entry points ------------------------------------------------------------------
 
     def expr(self, e: dict[str, Any]) -> Expr:
-        """Translate a scalar expression (raises :class:`Unsupported`)."""
+        """Translate a scalar expression (raises :class:`Unsupported`).
+
+        With :attr:`foreign` set, an expression that cannot be translated becomes a column
+        that DuckDB computes in the tasks where it can (the innermost such expression
+        whose type the IR carries; see :mod:`shoal_duckdb.fragment`)."""
+        mark = self.foreign.mark() if self.foreign is not None else 0
         try:
             cls = e.get("expression_class")
             handler = _CLASSES.get(str(cls))
@@ -685,6 +695,11 @@ class ExprTranslator:
                 raise Unsupported("an INTERVAL value outside date arithmetic")
             return out
         except Unsupported as exc:
+            if self.foreign is not None:
+                self.foreign.reset(mark)  # computed whole, if at all
+                computed = self.foreign.compute(e)
+                if computed is not None:
+                    return computed
             self.locate(exc, e)
             raise
 
@@ -2475,8 +2490,10 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     """Translate a ``BOUND_AGGREGATE`` into an IR expression over aggregates (raises
     :class:`Unsupported`)."""
     name = str(e["qname"]["path"][-1]).lower()
-    if e.get("state_export", "NONE") not in ("NONE", None):
-        raise Unsupported(f"{name}(...) EXPORT_STATE: aggregate state export is not supported")
+    if str(e.get("state_export") or "NONE") != "NONE":
+        # DuckDB's internal state, not the aggregate's value (cast to a STRUCT, it was
+        # read as the value).
+        raise Unsupported(f"{name}(...) EXPORT_STATE (DuckDB's aggregate state)")
     dtype = rtype(e)
     distinct = e.get("aggregate_type") == "DISTINCT"
     order: list[tuple[Expr, bool, bool]] = []
@@ -2865,6 +2882,8 @@ def _count(x: Expr) -> Expr:
 
 def _sum(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     (x,) = args
+    if pa.types.is_boolean(x.dtype.arrow):  # DuckDB counts the trues (the kernel cannot
+        x = cast(x, INT64)  # cast a Boolean to a DECIMAL directly)
     if dtype.is_decimal:
         total: Expr = Agg("sum", cast(x, _decimal(38, _scale(dtype))), _decimal(38, _scale(dtype)))
         total = cast(total, dtype)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,6 +68,7 @@ from shoal_duckdb.exprs import (
     raise_where,
     struct_field,
 )
+from shoal_duckdb.fragment import ForeignColumns, constant_rows, session_settings
 from shoal_duckdb.prepare import StandIn, quote_ident
 from shoal_duckdb.reasons import SourceText, frame_words, unmask, where_words, window_words
 from shoal_duckdb.types import Interval, RawTemporal, dtype_of, time_zone, value_of
@@ -153,6 +154,10 @@ class Translator:
         except Exception:  # a DuckDB release without the setting: IEEE semantics
             ieee = []
         self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
+        #: The operator input whose untranslatable expressions DuckDB computes in the
+        #: tasks (:meth:`foreign`), if any.
+        self._foreign: ForeignColumns | None = None
+        self._settings: tuple[tuple[str, str], ...] | None = None
 
     # -- errors -------------------------------------------------------------------------
 
@@ -204,9 +209,43 @@ class Translator:
             return Lit(None, BOOL)
 
     def _exprs(self, cols: Sequence[Expr]) -> ExprTranslator:
+        foreign = self._foreign
         return ExprTranslator(
-            cols, self.error_on_division_by_zero, self.source, self.ieee_floating_point_ops
+            cols,
+            self.error_on_division_by_zero,
+            self.source,
+            self.ieee_floating_point_ops,
+            foreign if foreign is not None and cols is foreign.cols else None,
         )
+
+    @contextlib.contextmanager
+    def foreign(self, rel: Rel | None) -> Iterator[ForeignColumns | None]:
+        """While the block runs, expressions over ``rel``'s columns that cannot be
+        translated are computed by DuckDB in the tasks where they can be
+        (:mod:`shoal_duckdb.fragment`); :meth:`with_foreign` then gives ``rel`` with
+        those columns. Yields None (nothing computed) when ``rel`` failed."""
+        if rel is None:
+            yield None
+            return
+        names = [None if c.name.lower() in self.virtual else c.name for c in rel.cols]
+        scope = ForeignColumns(rel.node, rel.cols, names, self.session_settings, self.fresh)
+        previous, self._foreign = self._foreign, scope
+        try:
+            yield scope
+        finally:
+            self._foreign = previous
+
+    def with_foreign(self, rel: Rel, scope: ForeignColumns | None) -> Rel:
+        """``rel`` with the columns that DuckDB computes in the tasks for ``scope``."""
+        if scope is None or not scope.pending:
+            return rel
+        return Rel(scope.node_with_columns(), rel.cols)
+
+    def session_settings(self) -> tuple[tuple[str, str], ...]:
+        """The user's DuckDB settings a task's DuckDB session gets (read once)."""
+        if self._settings is None:
+            self._settings = session_settings(self.con)
+        return self._settings
 
     def _no_virtual(self, e: Expr, where: str) -> Expr:
         if self.virtual and any(c.lower() in self.virtual for c in e.columns()):
@@ -390,6 +429,16 @@ def _out_of_calendar(arrow: pa.Table) -> str | None:
     return None
 
 
+def _end_of_day(arrow: pa.Table) -> str | None:
+    """The first TIME column of ``arrow`` that holds DuckDB's ``24:00:00``, or None."""
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if pa.types.is_time(column.type) and column.null_count < len(column):
+            per_day = 86_400 * {"s": 1, "ms": 10**3, "us": 10**6, "ns": 10**9}[column.type.unit]
+            if pc.max(column.cast(pa.int64())).as_py() >= per_day:
+                return name
+    return None
+
+
 def _zone_settings(con: Any) -> tuple[str, str]:
     """The connection's ``TimeZone`` and ``Calendar`` settings (``UTC`` and ``gregorian``
     when DuckDB has no ICU extension loaded, as it then knows only UTC)."""
@@ -498,6 +547,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 where,
                 f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
                 " beyond the years -262000..262000",
+            )
+            raise _Failed()
+        midnight = _end_of_day(arrow)
+        if midnight:
+            t.error(
+                where,
+                f"column {midnight}: TIME '24:00:00' (the kernel's TIME ends at 23:59:59.999999 "
+                "and reads it as NULL)",
             )
             raise _Failed()
         try:
@@ -794,9 +851,34 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
         for row in op["expressions"]:
             rows.append([python_value(ExprTranslator([], source=t.source).expr(e)) for e in row])
     except Unsupported as exc:
+        # Constants the IR cannot carry (STRUCT, MAP, ...): DuckDB evaluates the rows here.
+        rel = _values_on_duckdb(t, op)
+        if rel is not None:
+            return rel
         t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
+
+
+def _values_on_duckdb(t: Translator, op: dict[str, Any]) -> Rel | None:
+    """A VALUES list of constant rows evaluated by DuckDB on the driver
+    (:func:`shoal_duckdb.fragment.constant_rows`), or None when it cannot be."""
+    kids = op.get("children") or []
+    if any(k.get("type") != "LOGICAL_DUMMY_SCAN" for k in kids):
+        return None  # a lateral VALUES reads other columns
+    try:
+        types = [dtype_of(x) for x in op["expr_types"]]
+    except UnsupportedError:
+        return None
+    table = constant_rows(op["expressions"], types, t.session_settings())
+    if table is None:
+        return None
+    names = [t.fresh("col") for _ in types]
+    table = table.rename_columns(names)
+    return Rel(
+        Scan(InMemorySource(table), Schema.from_arrow(table.schema)),
+        tuple(Col(n, d) for n, d in zip(names, types, strict=True)),
+    )
 
 
 @_register("LOGICAL_CHUNK_GET")
@@ -826,8 +908,15 @@ def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_PROJECTION")
 def _projection(t: Translator, op: dict[str, Any]) -> Rel:
     child, cols = t.single_child(op)
+    if child is not None and not any(_registered_udf(e) for e in op["expressions"]):
+        with t.foreign(child) as scope:
+            exprs = [
+                (str(e.get("alias") or "c"), t.expr(e, cols, "LOGICAL_PROJECTION"))
+                for e in op["expressions"]
+            ]
+        return t.project(t.with_foreign(child, scope), exprs)
     rel = child
-    exprs: list[tuple[str, Expr]] = []
+    exprs = []
     for e in op["expressions"]:
         hint = str(e.get("alias") or "c")
         udf = _registered_udf(e)
@@ -894,8 +983,9 @@ def _registered_udf(e: dict[str, Any]) -> Any:
 @_register("LOGICAL_FILTER")
 def _filter(t: Translator, op: dict[str, Any]) -> Rel:
     child, cols = t.single_child(op)
-    preds = [t.expr(e, cols, "LOGICAL_FILTER") for e in op["expressions"]]
-    rel = t.filter(_done(child), and_all(preds))
+    with t.foreign(child) as scope:
+        preds = [t.expr(e, cols, "LOGICAL_FILTER") for e in op["expressions"]]
+    rel = t.filter(t.with_foreign(_done(child), scope), and_all(preds))
     return t.select(rel, [int(i) for i in op.get("projection_map") or []])
 
 
@@ -906,9 +996,10 @@ def _filter(t: Translator, op: dict[str, Any]) -> Rel:
 def _aggregate(t: Translator, op: dict[str, Any]) -> Rel:
     maybe, cols = t.single_child(op)
     where = "LOGICAL_AGGREGATE_AND_GROUP_BY"
-    groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
-    aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
-    child = _done(maybe)
+    with t.foreign(maybe) as scope:
+        groups = [t.expr(g, cols, where) for g in op.get("groups", [])]
+        aggs = [t.agg(a, cols, where) for a in op.get("expressions", [])]
+    child = t.with_foreign(_done(maybe), scope)
     child, aggs = _per_row_constants(t, child, aggs)
     # DuckDB groups by a constant key once per row: over no rows there is no group (it
     # plans count(DISTINCT <constant>) so); in the IR a literal key makes one group even

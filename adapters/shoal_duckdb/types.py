@@ -286,6 +286,8 @@ def value_of(v: dict[str, Any]) -> Any:
         return _temporal(int(raw), lambda r: _EPOCH + datetime.timedelta(days=r))
     if tid == "TIME":
         micros = int(raw)
+        if micros >= _US_PER_DAY:  # Python's and the kernel's TIME end at 23:59:59.999999
+            raise UnsupportedError("TIME '24:00:00' (the kernel's TIME cannot hold it)")
         return (datetime.datetime.min + datetime.timedelta(microseconds=micros)).time()
     if tid == "TIMESTAMP":
         return _temporal(

@@ -43,6 +43,7 @@ from shoal.ir.nodes import (
     Sink,
     Slice,
     Sort,
+    SqlMap,
     StageInput,
     StorageOptions,
     UdfProject,
@@ -365,6 +366,12 @@ def build(
 
         frame = collect(build(node.input, inputs, scan))
         return apply_project(node, frame).lazy()
+    if isinstance(node, SqlMap):
+        # The node's row-wise SQL runs on DuckDB (shoal.execution.foreign) over this
+        # partition's rows; its columns are appended to them.
+        from shoal.execution.foreign import run_sql_map
+
+        return run_sql_map(node, collect(build(node.input, inputs, scan))).lazy()
     if isinstance(node, Sink):
         # This task writes its own partition's files; its result lists them.
         from shoal.execution.sink import write_partition

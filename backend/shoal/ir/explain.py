@@ -21,6 +21,7 @@ from shoal.ir.nodes import (
     Sink,
     Slice,
     Sort,
+    SqlMap,
     StageInput,
     UdfProject,
     Union,
@@ -91,6 +92,13 @@ def describe(node: PlanNode) -> str:
         return (
             f"UDF {node.udf_name}({', '.join(node.inputs)}) AS {node.output} "
             f"[{where}{', ' + res if res else ''}]"
+        )
+    if isinstance(node, SqlMap):
+        settings = ", ".join(f"{k}={v!r}" for k, v in node.settings)
+        with_settings = f" WITH {settings}" if settings else ""
+        return (
+            f"SQL MAP [{node.dialect}] {list(node.outputs)} READS {list(node.inputs)}: "
+            f"{node.sql}{with_settings}"
         )
     return node.label
 

@@ -431,6 +431,46 @@ class UdfProject(PlanNode):
     schema: Schema
 
 
+#: The name under which a :class:`SqlMap`'s SQL reads its input's columns.
+SQL_MAP_RELATION = "shoal_input"
+
+#: The SQL engines a :class:`SqlMap` can name (``dialect``).
+SqlDialect = Literal["duckdb"]
+
+
+@dataclass(frozen=True)
+class SqlMap(PlanNode):
+    """Every column of ``input`` plus the result columns of ``sql``, a row-wise SELECT that
+    the SQL engine ``dialect`` evaluates on each partition (a foreign kernel for per-row
+    work: the DuckDB frontend's expressions that the IR cannot say exactly run on DuckDB).
+
+    ``sql`` reads the relation :data:`SQL_MAP_RELATION`, whose columns are the ``inputs``
+    columns of ``input`` (by name, with their IR types as Arrow types), and must be
+    row-wise: one output row per input row, in order (a projection: no ``WHERE``, no
+    aggregate, window, ``ORDER BY``, ``LIMIT`` or set operation; a filter is an IR
+    :class:`Filter` on a computed column). Its result columns are appended to the input's
+    in ``schema`` (names new to the input; types are the IR types the engine must give:
+    the kernel checks them and fails the task naming the node and column otherwise).
+
+    ``settings`` are (name, value) pairs set on the engine's session before the SQL runs
+    (the frontend session's ``TimeZone``, ``Calendar``, ``default_order``, ...: settings
+    that change what an expression computes). The planner places the node like a
+    projection, in the stage of its input.
+    """
+
+    input: PlanNode
+    sql: str
+    inputs: tuple[str, ...]
+    schema: Schema
+    dialect: SqlDialect = "duckdb"
+    settings: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The names of the columns the SQL computes (the schema's last columns)."""
+        return self.schema.names[len(self.input.schema) :]
+
+
 @dataclass(frozen=True)
 class AsofJoin(PlanNode):
     """As-of join (Polars ``join_asof``): every ``left`` row, in order, with the columns of

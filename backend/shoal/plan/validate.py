@@ -44,6 +44,7 @@ from shoal.ir.nodes import (
     Scan,
     Sink,
     Slice,
+    SqlMap,
     Union,
 )
 from shoal.ir.types import BOOL, DataType, Schema
@@ -352,6 +353,8 @@ def _node_rules(node: PlanNode, path: str) -> None:
                     )
     if isinstance(node, AsofJoin):
         _asof_rules(node, path)
+    if isinstance(node, SqlMap):
+        _sql_map_rules(node, path)
     sort_by = getattr(node, "by", None)
     if isinstance(sort_by, tuple) and hasattr(node, "descending") and hasattr(node, "nulls_last"):
         n = len(sort_by)
@@ -389,6 +392,24 @@ def _node_rules(node: PlanNode, path: str) -> None:
                         f"column {name!r} ({path}.{f.name}[{i}]) is not in the input schema "
                         f"{kids[0].schema}",
                     )
+
+
+def _sql_map_rules(node: SqlMap, path: str) -> None:
+    """A SqlMap names a known dialect, has SQL, and its schema is its input's columns
+    followed by at least one computed column. (Its output types are checked by running
+    the SQL over an empty input: :func:`_check_node_schema`.)"""
+    if node.dialect != "duckdb":
+        raise _fail(node, path, f"SQL dialect {node.dialect!r} is not supported (duckdb is)")
+    if not node.sql.strip():
+        raise _fail(node, path, "the SQL text is empty")
+    n = len(node.input.schema)
+    if node.schema.fields[:n] != node.input.schema.fields or len(node.schema) == n:
+        raise _fail(
+            node,
+            path,
+            f"schema {node.schema} should be the input's columns {node.input.schema} followed "
+            "by the columns the SQL computes",
+        )
 
 
 def _asof_rules(node: AsofJoin, path: str) -> None:

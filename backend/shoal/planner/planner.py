@@ -47,6 +47,7 @@ from shoal.ir.nodes import (
     Sink,
     Slice,
     Sort,
+    SqlMap,
     StageInput,
     UdfProject,
     Union,
@@ -193,7 +194,8 @@ class _Builder:
         if isinstance(node, HConcat):
             ops = [self.gather(self.visit(i), "gather") for i in node.inputs]
             return self.combine_single(ops, lambda kids: node.with_children(tuple(kids)), "hconcat")
-        if isinstance(node, Explode | Unnest):
+        if isinstance(node, Explode | Unnest | SqlMap):
+            # Row-wise (a SqlMap's SQL is, by its contract): in the input's stage.
             op = self.visit(node.input)
             return op.wrap(node.with_children((op.node,)))
         if isinstance(node, RowIndex):

@@ -40,6 +40,7 @@ from shoal.ir.nodes import (
     Project,
     Slice,
     Sort,
+    SqlMap,
     StageInput,
     UdfProject,
     Unnest,
@@ -47,7 +48,17 @@ from shoal.ir.nodes import (
 from shoal.planner.physical import Stage
 
 #: Operators that may sit above a split hash join in a multi-task fragment.
-_PARTITION_LOCAL = (Filter, Project, Explode, Unnest, UdfProject, Aggregate, Distinct, Slice)
+_PARTITION_LOCAL = (
+    Filter,
+    Project,
+    Explode,
+    Unnest,
+    UdfProject,
+    SqlMap,
+    Aggregate,
+    Distinct,
+    Slice,
+)
 
 #: Join types, and the sides (0 = left, 1 = right) whose rows may be split into groups.
 _SPLITTABLE_SIDES: dict[str, tuple[int, ...]] = {
