@@ -285,8 +285,8 @@ def test_relational_api(con: duckdb.DuckDBPyConnection) -> None:
     assert last_query() is not None
 
 
-#: A window frame shoal does not run (a sliding frame).
-SLIDING = "sum(a) OVER (ORDER BY id ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+#: A window frame shoal does not run (a sliding GROUPS frame).
+SLIDING = "sum(a) OVER (ORDER BY id GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW)"
 
 
 def test_untranslatable_query_falls_back_with_a_warning(con: duckdb.DuckDBPyConnection) -> None:
@@ -300,7 +300,7 @@ def test_raise_on_fail_names_the_operator(con: duckdb.DuckDBPyConnection) -> Non
     query = f"SELECT id, {SLIDING} AS s FROM t"
     with pytest.raises(
         shoal.UnsupportedError,
-        match=r"sum\(\.\.\.\) OVER \(ORDER BY \.\.\.\): frame ROWS BETWEEN <n> PRECEDING AND CURRENT ROW",
+        match=r"sum\(\.\.\.\) OVER \(ORDER BY \.\.\.\): frame GROUPS BETWEEN <n> PRECEDING AND CURRENT ROW",
     ):
         shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
     with pytest.raises(shoal.UnsupportedError, match=r"sum\(\.\.\.\) OVER"):
@@ -464,7 +464,7 @@ def test_python_objects_are_found_by_name_as_duckdb_does(con: duckdb.DuckDBPyCon
     # The objects were registered for the call only.
     views = con.sql("SELECT view_name FROM duckdb_views() WHERE view_name LIKE '__shoal%'")
     assert views.fetchall() == []
-    sliding = "sum(v) OVER (ORDER BY v ROWS BETWEEN 1 PRECEDING AND CURRENT ROW)"
+    sliding = "sum(v) OVER (ORDER BY v GROUPS BETWEEN 1 PRECEDING AND CURRENT ROW)"
     with pytest.warns(DuckDBFallbackWarning):
         rel = shoal.duckdb.sql(con, f"SELECT k, {sliding} AS s FROM arrow_table", config=CONFIG)
     assert len(rel.fetchall()) == 4

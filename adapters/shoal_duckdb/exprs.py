@@ -48,6 +48,7 @@ import pyarrow as pa
 
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
+from shoal.ir.expr import replace as replace_expr
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
 from shoal_duckdb.types import (
     Interval,
@@ -202,6 +203,8 @@ def duck_cast(
     src = e.dtype
     if src == target:
         return e
+    if src.is_enum or target.is_enum:
+        return _enum_cast(e, target, try_cast, source_column)
     if is_tstz(src) or is_tstz(target):
         return _tstz_cast(e, target, not try_cast)
     if target.is_string and src.is_float:
@@ -239,6 +242,39 @@ def duck_cast(
         return out
     failed = and_all([is_null(out), is_not_null(e)])
     parts = ["Conversion Error: ", *_cast_message(src, target, value)]
+    if source_column:
+        parts.append(f" when casting from source column {source_column}")
+    return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _enum_name(dtype: DataType) -> str:
+    """DuckDB's name of an ENUM type: ``ENUM('a', 'b')``."""
+    quoted = ", ".join("'" + c.replace("'", "''") + "'" for c in dtype.categories or ())
+    return f"ENUM({quoted})"
+
+
+def _enum_cast(e: Expr, target: DataType, try_cast: bool, source_column: str | None) -> Expr:
+    """Casts to and from ENUM: to VARCHAR its category; from VARCHAR (or another ENUM,
+    through its text) the category of that name, a ``ConversionException`` with DuckDB's
+    message when there is none (NULL for ``TRY_CAST``). Other casts are refused."""
+    src = e.dtype
+    if src.is_enum and target.is_string:
+        return cast(e, target)
+    if src.is_enum and target.is_enum:
+        e, src = cast(e, STRING), STRING
+    if pa.types.is_null(src.arrow) and target.is_enum:
+        return lit(None, target)
+    if not (src.is_string and target.is_enum):
+        raise Unsupported(f"cast of {type_name_of(src)} to {type_name_of(target)} (ENUM)")
+    out = cast(e, target, False)  # a name that is no category becomes NULL
+    if try_cast:
+        return out
+    failed = and_all([is_null(out), is_not_null(e)])
+    parts: list[Expr | str] = [
+        "Conversion Error: Could not convert string '",
+        e,
+        f"' to {_enum_name(target)}",
+    ]
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
@@ -744,8 +780,11 @@ def _case(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         if message is not None:
             then = raise_where(when, message, dtype)
         else:
-            then = cast(t.expr(check["then_expr"]), dtype)
-        out = Ternary(when, then, out, dtype)
+            # a branch's errors count only where it is taken (DuckDB evaluates it there)
+            then = only_where(cast(t.expr(check["then_expr"]), dtype), when)
+        out = Ternary(
+            when, then, only_where(out, not_(fn("coalesce", [when, lit(False, BOOL)], BOOL))), dtype
+        )
     return out
 
 
@@ -761,6 +800,29 @@ def _error_message(t: ExprTranslator, e: dict[str, Any]) -> Expr | None:
     return fn(
         "str.concat", [lit("Invalid Input Error: ", STRING), text], STRING, ignore_nulls=False
     )
+
+
+def only_where(e: Expr, needed: Expr) -> Expr:
+    """``e`` whose errors (:func:`raise_where`) fail the query only on rows where
+    ``needed`` is true: DuckDB evaluates the later arguments of COALESCE and the branches
+    of CASE only where they are needed, the kernel every value of each."""
+
+    def guard(x: Expr) -> Expr | None:
+        if (
+            isinstance(x, Cast)
+            and x.strict
+            and x.dtype == INT64
+            and isinstance(x.expr, Ternary)
+            and x.expr.dtype == STRING
+            and isinstance(x.expr.otherwise, Lit)
+            and x.expr.otherwise.value is None
+        ):
+            inner = x.expr
+            condition = and_all([inner.predicate, needed])
+            return Cast(Ternary(condition, inner.then, inner.otherwise, STRING), INT64, True)
+        return None
+
+    return replace_expr(e, guard)
 
 
 def raise_where(condition: Expr, message: Expr, dtype: DataType) -> Expr:
@@ -956,7 +1018,14 @@ def _operator(t: ExprTranslator, e: dict[str, Any]) -> Expr:
         return is_not_null(t.expr(kids[0]))
     if kind == "OPERATOR_COALESCE":
         dtype = rtype(e)
-        return fn("coalesce", [cast(t.expr(k), dtype) for k in kids], dtype)
+        args = [cast(t.expr(k), dtype) for k in kids]
+        # DuckDB evaluates an argument only where the ones before it are NULL: its
+        # errors (a failed cast) count only there.
+        guarded = [
+            a if i == 0 else only_where(a, and_all([is_null(b) for b in args[:i]]))
+            for i, a in enumerate(args)
+        ]
+        return fn("coalesce", guarded, dtype)
     if kind in ("COMPARE_IN", "COMPARE_NOT_IN"):
         out = _in(t, kids)
         return not_(out) if kind == "COMPARE_NOT_IN" else out
@@ -966,6 +1035,10 @@ def _operator(t: ExprTranslator, e: dict[str, Any]) -> Expr:
 def _in(t: ExprTranslator, kids: list[dict[str, Any]]) -> Expr:
     x = t.expr(kids[0])
     items = [t.expr(k) for k in kids[1:]]
+    if x.dtype.is_enum and all(isinstance(i, Lit) and i.dtype == x.dtype for i in items):
+        # the categories by name (the kernel's list of Enum values is no Enum list)
+        x = cast(x, STRING)
+        items = [lit(i.value, STRING) if isinstance(i, Lit) else i for i in items]
     if all(isinstance(i, Lit) for i in items):
         values = [_value_as(i, x.dtype) for i in items if isinstance(i, Lit)]
         has_null = any(v is None for v in values)
@@ -2427,7 +2500,7 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     if e.get("order_bys") and name not in _ORDER_INSENSITIVE:
         if name not in _ORDERED:
             raise Unsupported(f"{name}() with ORDER BY inside the aggregate")
-        order = [_agg_order_key(t, o) for o in e["order_bys"]["orders"]]
+        order = [agg_order_key(t, o) for o in e["order_bys"]["orders"]]
     args = [t.expr(c) for c in e.get("children", [])]
     if e.get("order_bys") and name in _FLOAT_ORDER and any(a.dtype.is_float for a in args):
         # The order of a floating-point sum changes its rounding: DuckDB sums in the order
@@ -2451,6 +2524,10 @@ def aggregate(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     handler = _AGGREGATES.get(name)
     if handler is None:
         raise Unsupported(f"aggregate function {name}() is not supported")
+    if distinct and name in ("sum", "sum_no_overflow", "avg", "mean") and len(args) == 1:
+        # Each distinct value once (NULL stays one NULL, which the sum skips).
+        args = [fn("unique", [args[0]], args[0].dtype)]
+        distinct = False
     if distinct and name not in (
         "count",
         "min",
@@ -2475,14 +2552,14 @@ _REFUSED_AGGREGATES = {
 }
 
 
-def _agg_order_key(t: ExprTranslator, o: dict[str, Any]) -> tuple[Expr, bool, bool]:
+def agg_order_key(t: ExprTranslator, o: dict[str, Any]) -> tuple[Expr, bool, bool]:
     """One ``ORDER BY`` key inside an aggregate: (expression, descending, nulls last)."""
     descending = o.get("type") in ("DESCENDING", "ORDER_DESCENDING")
     nulls = str(o.get("null_order", "NULLS LAST"))
     return t.expr(o["expression"]), descending, "LAST" in nulls or nulls == "ORDER_DEFAULT"
 
 
-def _ordered_values(
+def ordered_values(
     x: Expr, order: list[tuple[Expr, bool, bool]], keep: Expr | None, dtype: DataType
 ) -> Expr:
     """The group's values of ``x`` (only the rows ``keep`` holds for), sorted by the
@@ -2526,7 +2603,7 @@ def _string_agg(
     if sep is None:
         return lit(None, dtype)
     values = Agg(
-        "implode", _ordered_values(x, order, keep, STRING), DataType(pa.large_list(STRING.arrow))
+        "implode", ordered_values(x, order, keep, STRING), DataType(pa.large_list(STRING.arrow))
     )
     joined = fn("list.join", [values, lit(str(sep), STRING)], STRING, ignore_nulls=True)
     empty = compare("eq", _kept_count(x, keep), lit(0, IDX))
@@ -2540,7 +2617,7 @@ def _list_agg(
     NULL for no rows."""
     (x,) = args
     values = Agg(
-        "implode", _ordered_values(x, order, keep, x.dtype), DataType(pa.large_list(x.dtype.arrow))
+        "implode", ordered_values(x, order, keep, x.dtype), DataType(pa.large_list(x.dtype.arrow))
     )
     empty = compare("eq", _kept_count(None, keep), lit(0, IDX))
     return cast(Ternary(empty, lit(None, values.dtype), values, values.dtype), dtype)
@@ -2551,7 +2628,7 @@ def _first_last(which: str) -> Callable[..., Expr]:
         args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
     ) -> Expr:
         (x,) = args
-        return cast(Agg(which, _ordered_values(x, order, keep, x.dtype), x.dtype), dtype)
+        return cast(Agg(which, ordered_values(x, order, keep, x.dtype), x.dtype), dtype)
 
     return handler
 
@@ -2616,15 +2693,28 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         q = 0.5
     else:
         quantiles = data.get("quantiles") or []
-        if len(quantiles) != 1 or len(args) < 2 or _is_list(args[1]):
-            raise Unsupported(f"{name}() of a list of quantiles")
-        q = float(value_of(quantiles[0]))
-        if q < 0 or data.get("desc"):
+        if len(args) < 2 or not quantiles:
+            raise Unsupported(f"{name}() without quantiles")
+        qs = [float(value_of(v)) for v in quantiles]
+        if any(v < 0 for v in qs) or data.get("desc"):
             # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which
             # its binder turns into one) as a position in the descending order.
             raise Unsupported(
                 f"{name}() with a negative quantile or WITHIN GROUP (ORDER BY ... DESC)"
             )
+        if _is_list(args[1]):
+            # A list of quantiles: the list of their values (NULL for no values).
+            if not (x.dtype.is_float or x.dtype.is_integer) or not x.columns():
+                raise Unsupported(f"{name}() of a list of quantiles of {x.dtype}")
+            inner = DataType(dtype.arrow.value_type)
+            one = "quantile_disc" if name in ("quantile_disc", "quantile") else "quantile_cont"
+            each = [_quantile_of(one, x, v, inner) for v in qs]
+            values = fn("concat_list", each, dtype)
+            none = compare("eq", Agg("count", x, IDX), lit(0, IDX))
+            return Ternary(none, lit(None, dtype), values, dtype)
+        if len(qs) != 1:
+            raise Unsupported(f"{name}() of a list of quantiles")
+        q = qs[0]
     if not (x.dtype.is_float or x.dtype.is_integer):
         raise Unsupported(f"{name}() of {x.dtype}")
     if not x.columns():
@@ -2633,9 +2723,65 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         # every value is the constant: it, or NULL for no rows (or a NULL constant)
         rows = cast(Agg("len", None, IDX), INT64)
         return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
+    return _quantile_of(name, x, q, dtype)
+
+
+def _quantile_of(name: str, x: Expr, q: float, dtype: DataType) -> Expr:
+    """One quantile ``q`` of the column ``x`` as ``dtype``: continuous for
+    ``quantile_cont`` and ``median``, else discrete."""
     if name in ("quantile_cont", "median"):
         return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
     return cast(_discrete_quantile(x, q), dtype)
+
+
+def _mad(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    """``mad(x)`` of integers or DOUBLE: the median (``quantile_cont(0.5)``, DuckDB's
+    interpolation) of the absolute deviations from the median, as DOUBLE; NULL for no
+    values. Other input types (DECIMAL, FLOAT, temporal) are refused: DuckDB keeps their
+    type through the computation."""
+    (x,) = args
+    if not (x.dtype.is_integer or x.dtype == FLOAT64) or dtype != FLOAT64:
+        raise Unsupported(f"mad() of {type_name_of(x.dtype)}")
+    if not x.columns():
+        if not isinstance(x, Lit):
+            raise Unsupported("mad() of a constant expression")
+        rows = cast(Agg("len", None, IDX), INT64)
+        value = lit(None if x.value is None else 0.0, FLOAT64)
+        return Ternary(compare("gt", rows, lit(0, INT64)), value, lit(None, FLOAT64), FLOAT64)
+    v = cast(x, FLOAT64)
+    deviation = fn("abs", [binop("sub", v, _median_of(v), FLOAT64)], FLOAT64)
+    return _median_of(deviation)
+
+
+def _median_of(x: Expr) -> Expr:
+    """``quantile_cont(x, 0.5)`` of DOUBLE ``x`` (see :func:`_continuous_quantile`) in a
+    smaller expression: with ``d`` 0 or 0.5, DuckDB's ``fma(lo, 1 - d, hi * d)`` is
+    ``lo * 0.5 + hi * 0.5`` rounded once, which the halvings (exact) leave to the sum."""
+    n = cast(Agg("count", x, IDX), INT64)
+    rn = binop(
+        "mul", cast(binop("sub", n, lit(1, INT64), INT64), FLOAT64), lit(0.5, FLOAT64), FLOAT64
+    )
+    none = compare("eq", n, lit(0, INT64))
+    lo_at = Ternary(none, lit(None, INT64), cast(fn("floor", [rn], FLOAT64), INT64), INT64)
+    hi_at = Ternary(none, lit(None, INT64), cast(fn("ceil", [rn], FLOAT64), INT64), INT64)
+    ordered = fn(
+        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=False, nulls_last=True
+    )
+    lo = fn("gather", [ordered, lo_at], FLOAT64, scalar=True)
+    hi = fn("gather", [ordered, hi_at], FLOAT64, scalar=True)
+    half = lit(0.5, FLOAT64)
+    mixed = binop("add", binop("mul", lo, half, FLOAT64), binop("mul", hi, half, FLOAT64), FLOAT64)
+    return Ternary(compare("eq", lo_at, hi_at), lo, mixed, FLOAT64)
+
+
+def _product(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+    """``product(x)``: the product of the non-NULL values as DOUBLE; NULL for none."""
+    (x,) = args
+    if not (x.dtype.is_float or x.dtype.is_integer or x.dtype.is_decimal):
+        raise Unsupported(f"product() of {x.dtype}")
+    total = Agg("product", cast(fn("drop_nulls", [x], x.dtype), FLOAT64), FLOAT64)
+    none = compare("eq", _count(x), lit(0, IDX))
+    return cast(Ternary(none, lit(None, FLOAT64), total, FLOAT64), dtype)
 
 
 def _continuous_quantile(x: Expr, q: float) -> Expr:
@@ -2835,6 +2981,8 @@ _AGGREGATES: dict[str, Callable[[list[Expr], DataType, bool], Expr]] = {
     "variance": _moment("var", 1),
     "var_pop": _moment("var", 0),
     "median": _median,
+    "product": _product,
+    "mad": _mad,
     "quantile_cont": _median,
     "quantile_disc": _median,
     "quantile": _median,

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from shoal.errors import UnsupportedError
-from shoal.ir.expr import Agg, Col, Expr, Function, Lit, NamedExpr, Ternary
+from shoal.ir.expr import Agg, Cast, Col, Expr, Function, Lit, NamedExpr, Ternary
 from shoal.ir.expr import replace as replace_expr
 from shoal.ir.nodes import (
     Aggregate,
@@ -35,6 +36,7 @@ from shoal.ir.nodes import (
     ParquetSource,
     PlanNode,
     Project,
+    RollingGroupBy,
     RowIndex,
     Scan,
     Slice,
@@ -47,6 +49,7 @@ from shoal_duckdb.exprs import (
     IDX,
     ExprTranslator,
     Unsupported,
+    agg_order_key,
     aggregate,
     and_all,
     binop,
@@ -60,6 +63,7 @@ from shoal_duckdb.exprs import (
     is_tstz,
     lit,
     or_all,
+    ordered_values,
     python_value,
     raise_where,
     struct_field,
@@ -383,6 +387,21 @@ _CALENDAR_DAYS = int((262_000 - 1970) * 365.2425)
 _PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000}
 
 
+def _with_enums(arrow: pa.Table, dtypes: dict[str, DataType]) -> pa.Table:
+    """``arrow`` with each ENUM column (DuckDB gives a dictionary of its categories) in
+    the IR's Enum form: Polars' dictionary with the categories in the field's metadata,
+    so that the kernel reads it as an Enum (ordered by category)."""
+    for name, dtype in dtypes.items():
+        if not dtype.is_enum or name not in arrow.column_names:
+            continue
+        as_enum = pl.from_arrow(arrow.select([name]).cast(pa.schema([(name, pa.large_string())])))
+        assert isinstance(as_enum, pl.DataFrame)
+        column = as_enum.cast({name: dtype.to_polars()}).to_arrow()
+        i = arrow.column_names.index(name)
+        arrow = arrow.set_column(i, column.schema.field(0), column.column(0))
+    return arrow
+
+
 def _out_of_calendar(arrow: pa.Table) -> str | None:
     """The first DATE or TIMESTAMP column of ``arrow`` that holds DuckDB's ``infinity`` or
     ``-infinity`` (raw ``+-(2**31 - 1)`` days, ``+-(2**63 - 1)`` in a TIMESTAMP's unit) or
@@ -521,6 +540,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
             arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+        arrow = _with_enums(arrow, dict(scanned))
         beyond = _out_of_calendar(arrow)
         if beyond:
             t.error(
@@ -866,7 +886,12 @@ def _chunk_get(t: Translator, op: dict[str, Any]) -> Rel:
     coll = op.get("collection") or {}
     types = coll.get("types") or op.get("chunk_types", [])
     try:
-        rows = [[value_of(v) for v in row] for row in coll.get("values", [])]
+        # DuckDB serialises the collection column by column (values[j] holds column j).
+        columns = [[value_of(v) for v in column] for column in coll.get("values", [])]
+        if len(columns) != len(types) or len({len(c) for c in columns}) > 1:
+            t.error("LOGICAL_CHUNK_GET", "a constant table of an unexpected shape")
+            raise _Failed()
+        rows = [list(r) for r in zip(*columns, strict=True)]
     except UnsupportedError as exc:
         t.error("LOGICAL_CHUNK_GET", str(exc))
         raise _Failed() from None
@@ -1219,11 +1244,31 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
         raise _Failed()
 
-    limit = bound(op.get("limit_val"), "a LIMIT")
+    limit_val = op.get("limit_val") or {}
+    percent = None
+    if limit_val.get("type") == "CONSTANT_PERCENTAGE":
+        percent = float(limit_val["constant_percentage"])
+        limit = None
+    else:
+        limit = bound(op.get("limit_val"), "a LIMIT")
     offset = bound(op.get("offset_val"), "an OFFSET")
     zero = lit(0, INT64)
     start = fn("coalesce", [offset, zero], INT64) if offset is not None else zero
     keep: list[Expr] = [compare("ge", n, start)]
+    if percent is not None:
+        # LIMIT p %: after the offset, floor(p / 100 * rows) rows, ``rows`` counting the
+        # skipped ones too (DuckDB's arithmetic, in DOUBLE).
+        numbered = t.project(
+            numbered,
+            [
+                *((c.name, c) for c in numbered.cols),
+                ("rows", cast(Agg("len", None, IDX), INT64)),
+            ],
+        )
+        rows = numbered.cols[-1]
+        share = binop("mul", lit(percent / 100, FLOAT64), cast(rows, FLOAT64), FLOAT64)
+        count = cast(fn("floor", [share], FLOAT64), INT64)
+        keep.append(compare("lt", binop("sub", n, start, INT64), count))
     if limit is not None:
         end = binop("add", start, limit, INT64)
         keep.append(or_all([is_null(limit), compare("lt", n, end)]))
@@ -1239,7 +1284,12 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_LIMIT")
 def _limit(t: Translator, op: dict[str, Any]) -> Rel:
     (child,) = t.children(op)
-    if _is_expression_bound(op.get("limit_val")) or _is_expression_bound(op.get("offset_val")):
+    percent = (op.get("limit_val") or {}).get("type") == "CONSTANT_PERCENTAGE"
+    if (
+        percent
+        or _is_expression_bound(op.get("limit_val"))
+        or _is_expression_bound(op.get("offset_val"))
+    ):
         return _limit_by_row_numbers(t, child, op)
     limit = _limit_value(t, op.get("limit_val"), "a LIMIT")
     offset = _limit_value(t, op.get("offset_val"), "an OFFSET") or 0
@@ -1291,6 +1341,11 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
         order, desc, last = _sort_keys(t, w, cols, where)
         plans.append((w, parts, list(order), desc, last))
         reason = _window_problem(w)
+        if reason is None and _input_order_dependent(w) and _unordered(op["children"][0]):
+            reason = (
+                "without ORDER BY it depends on the order of the rows a join produced "
+                "(DuckDB's own order)"
+            )
         if reason:
             t.error(window_words(w), reason)
     rel = _done(maybe)
@@ -1298,25 +1353,99 @@ def _window(t: Translator, op: dict[str, Any]) -> Rel:
         raise _Failed()
     rel = t.exact(rel)
     base = rel.cols
-    outputs: list[Col] = []
-    for w, parts, keys, desc, last in plans:
-        rel, col = _one_window(t, rel, w, parts, keys, desc, last, base, where)
-        outputs.append(col)
-    return t.project(rel, [(c.name, c) for c in (*base, *outputs)])
+    outputs: dict[int, Col] = {}
+    source: Col | None = None
+    if any(_framed(p[0]) for p in plans):
+        # Framed windows reorder the rows: they sort by the input order last, numbered here.
+        rel = t.project(
+            rel,
+            [*((c.name, c) for c in rel.cols), ("input_row", fn("int_range", [], INT64, start=0))],
+        )
+        source = rel.cols[-1]
+    # Framed windows join their values back (their output is in no particular row order):
+    # they come after the windows that read the input order.
+    steps = sorted(range(len(plans)), key=lambda i: _framed(plans[i][0]))
+    for i in steps:
+        w, parts, keys, desc, last = plans[i]
+        if _framed(w):
+            assert source is not None
+            rel, col = _framed_window(
+                t, rel, w, parts, [*keys, source], (*desc, False), (*last, False), where
+            )
+        else:
+            rel, col = _one_window(t, rel, w, parts, keys, desc, last, base, where)
+        outputs[i] = col
+    return t.project(rel, [(c.name, c) for c in (*base, *(outputs[i] for i in range(len(plans))))])
+
+
+#: Operators whose output order is DuckDB's join order.
+_UNORDERED_OPERATORS = frozenset(
+    {"LOGICAL_COMPARISON_JOIN", "LOGICAL_ANY_JOIN", "LOGICAL_CROSS_PRODUCT", "LOGICAL_DELIM_JOIN"}
+)
+
+#: Operators below which the order does not matter: they make an order of their own
+#: (DuckDB numbers the groups of a decorrelated subquery with ``row_number() OVER ()``
+#: over an aggregation, as join keys, where any numbering gives the same answer).
+_REORDERING_OPERATORS = frozenset(
+    {"LOGICAL_ORDER_BY", "LOGICAL_TOP_N", "LOGICAL_AGGREGATE_AND_GROUP_BY", "LOGICAL_DISTINCT"}
+)
+
+#: Aggregates whose value depends on the order of their input rows.
+_ORDER_SENSITIVE_AGGREGATES = frozenset(
+    {"first", "last", "arbitrary", "list", "array_agg", "string_agg", "group_concat", "listagg"}
+)
+
+
+def _input_order_dependent(w: dict[str, Any]) -> bool:
+    """Whether window ``w`` has neither PARTITION BY nor ORDER BY but its value depends on
+    the order of the rows. (With PARTITION BY it is left alone: DuckDB decorrelates a
+    subquery's LIMIT into ``row_number() OVER (PARTITION BY <correlated columns>)``, where
+    every order of a partition's rows gives the same answer.)"""
+    if w.get("orders") or w.get("partitions"):
+        return False
+    kind = w["type"]
+    if kind in ("WINDOW_ROW_NUMBER", "WINDOW_NTILE") or kind in _SHIFTS:
+        return True
+    if kind in _VALUE_FUNCTIONS:
+        return not w.get("arg_orders")
+    if kind != "WINDOW_AGGREGATE":
+        return False
+    if _frame(w) != "whole":
+        return True
+    name = str(w["qname"]["path"][-1]).lower()
+    return name in _ORDER_SENSITIVE_AGGREGATES and not w.get("arg_orders")
+
+
+def _unordered(op: dict[str, Any]) -> bool:
+    """Whether the rows of ``op`` come in DuckDB's join order (a join below, without an
+    ORDER BY or aggregation between)."""
+    kind = str(op.get("type"))
+    if kind in _UNORDERED_OPERATORS:
+        return True
+    if kind in _REORDERING_OPERATORS:
+        return False
+    return any(_unordered(c) for c in op.get("children", []))
 
 
 def _window_problem(w: dict[str, Any]) -> str | None:
     kind = w["type"]
+    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
+        return "EXCLUDE is not supported"
+    if _framed(w):
+        return _framed_problem(w)
+    whole = kind == "WINDOW_AGGREGATE" and _frame(w) == "whole" and not w.get("orders")
     for key, words in (
         ("filters", "FILTER (WHERE ...)"),
         ("ignore_nulls", "IGNORE NULLS"),
         ("distinct", "DISTINCT arguments"),
         ("arg_orders", "ORDER BY inside the function's arguments"),
     ):
+        if key in ("filters", "distinct") and whole:
+            continue  # the partition-wide aggregate takes them
         if w.get(key):
             return f"{words} is not supported in a window function"
-    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
-        return "EXCLUDE is not supported"
+    if kind in _PARTITION_RANKS:
+        return _partition_rank_problem(w)
     if kind in _RANKING:
         return None  # without ORDER BY every row is a peer: rank 1
     if kind in _SHIFTS:
@@ -1336,6 +1465,130 @@ def _window_problem(w: dict[str, Any]) -> str | None:
         return None if name in _RUNNING else f"{name}() over a RANGE frame is not supported"
     if frame == "whole" and w.get("orders") and name not in _RUNNING:
         return f"{name}() over an ordered frame is not supported"
+    return None
+
+
+#: Ranks computed from the whole partition (DuckDB ignores the frame of these without an
+#: ORDER BY inside the arguments).
+_PARTITION_RANKS = frozenset({"WINDOW_PERCENT_RANK", "WINDOW_CUME_DIST", "WINDOW_NTILE"})
+
+#: Value functions of a frame: its first, last, n-th row.
+_VALUE_FUNCTIONS = frozenset({"WINDOW_FIRST_VALUE", "WINDOW_LAST_VALUE", "WINDOW_NTH_VALUE"})
+
+#: Aggregates that ``IGNORE NULLS`` changes, as the value function they become.
+_IGNORING_NULLS = {"first": "WINDOW_FIRST_VALUE", "last": "WINDOW_LAST_VALUE"}
+
+#: A frame end this many rows away is beyond every partition (UNBOUNDED).
+_UNBOUNDED_ROWS = 1 << 40
+
+
+def _partition_rank_problem(w: dict[str, Any]) -> str | None:
+    if w["type"] != "WINDOW_NTILE":
+        return None
+    n = _constant_int((w.get("children") or [None])[0])
+    if n is None or n < 1:
+        return "ntile() of a number that is not a positive constant"
+    return None
+
+
+def _framed(w: dict[str, Any]) -> bool:
+    """Whether window ``w`` is computed per row over its frame (:func:`_framed_window`):
+    ``first_value``/``last_value``/``nth_value``, and aggregates the partition-wide and
+    running forms do not cover (bounded ROWS frames, DISTINCT, FILTER, ORDER BY inside the
+    arguments, IGNORE NULLS, aggregates other than sum/count/min/max/avg over a running
+    or ordered frame)."""
+    kind = w["type"]
+    if kind in _VALUE_FUNCTIONS:
+        return True
+    if kind != "WINDOW_AGGREGATE":
+        return False
+    name = str(w["qname"]["path"][-1]).lower()
+    frame = _frame(w)
+    if w.get("ignore_nulls") or w.get("arg_orders"):
+        return True
+    if (w.get("filters") or w.get("distinct")) and not (frame == "whole" and not w.get("orders")):
+        return True
+    if frame is None:
+        return True
+    if frame == "running":
+        return name not in _RUNNING
+    if frame == "whole":
+        return bool(w.get("orders")) and name not in _RUNNING
+    return False
+
+
+def _constant_int(e: dict[str, Any] | None) -> int | None:
+    """The value of a constant integer expression (None: not one, or NULL)."""
+    if not e:
+        return None
+    try:
+        x = ExprTranslator([]).expr(e)
+    except Unsupported:
+        return None
+    while isinstance(x, Cast) and x.dtype.is_integer:
+        x = x.expr
+    if isinstance(x, Lit) and isinstance(x.value, int) and not isinstance(x.value, bool):
+        return x.value
+    return None
+
+
+def _frame_bound(w: dict[str, Any], which: str) -> int | str | None:
+    """A frame end as rows from the current one (negative: preceding), ``"peers"`` for a
+    RANGE/GROUPS CURRENT ROW with ORDER BY (the current row's peers), None when neither."""
+    kind = str(w.get(which))
+    before = -_UNBOUNDED_ROWS if which == "start" else _UNBOUNDED_ROWS
+    if kind == "UNBOUNDED_PRECEDING":
+        return -_UNBOUNDED_ROWS
+    if kind == "UNBOUNDED_FOLLOWING":
+        return _UNBOUNDED_ROWS
+    if kind == "CURRENT_ROW_ROWS":
+        return 0
+    if kind in ("CURRENT_ROW_RANGE", "CURRENT_ROW_GROUPS"):
+        # Without ORDER BY every row of the partition is a peer.
+        return "peers" if w.get("orders") else before
+    if kind in ("EXPR_PRECEDING_ROWS", "EXPR_FOLLOWING_ROWS"):
+        n = _constant_int(w.get(f"{which}_expr"))
+        if n is None or n < 0:
+            return None
+        n = min(n, _UNBOUNDED_ROWS)
+        return -n if kind == "EXPR_PRECEDING_ROWS" else n
+    return None
+
+
+def _rows_frame(w: dict[str, Any]) -> tuple[int, int, str | None] | None:
+    """``(a, b, peer)``: the frame of a row is the rows ``a`` to ``b`` away from it in its
+    partition (clipped to the partition; empty when ``b < a``); ``peer`` ``"last"``
+    (``"first"``) when every row takes the frame of the last (first) of its peers
+    (``RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW`` and the reverse). None: another
+    frame."""
+    start, end = _frame_bound(w, "start"), _frame_bound(w, "end")
+    if start is None or end is None or (start == "peers" and end == "peers"):
+        return None
+    if end == "peers":
+        assert isinstance(start, int)
+        return start, 0, "last"
+    if start == "peers":
+        assert isinstance(end, int)
+        return 0, end, "first"
+    assert isinstance(start, int) and isinstance(end, int)
+    return start, end, None
+
+
+def _framed_problem(w: dict[str, Any]) -> str | None:
+    if _rows_frame(w) is None:
+        return f"frame {frame_words(w)} is not supported"
+    kind = w["type"]
+    if kind == "WINDOW_AGGREGATE" and w.get("ignore_nulls"):
+        name = str(w["qname"]["path"][-1]).lower()
+        if name not in _IGNORING_NULLS:
+            return f"IGNORE NULLS in {name}() is not supported"
+    if kind == "WINDOW_NTH_VALUE":
+        kids = w.get("children") or []
+        n = _constant_int(kids[1]) if len(kids) > 1 else None
+        if n is None or n < 1:
+            return "nth_value() of a position that is not a positive constant"
+    if kind in _VALUE_FUNCTIONS and w.get("filters"):
+        return "FILTER (WHERE ...) is not supported in a window function"
     return None
 
 
@@ -1414,7 +1667,8 @@ def _one_window(
     kind = w["type"]
     dtype = t.dtype(w["return_type"], where)
     running = kind == "WINDOW_AGGREGATE" and _frame(w) == "running"
-    if keys or kind in _RANKING or kind in _SHIFTS or (running and parts):
+    ranked = kind in _RANKING or kind in _PARTITION_RANKS
+    if (keys or ranked or kind in _SHIFTS or running) and (parts or keys):
         # (A stable sort: without ORDER BY, rows keep their input order in a partition.)
         by = (*parts, *keys)
         n = len(parts)
@@ -1440,6 +1694,8 @@ def _one_window(
         return add(
             rel, "dense_rank", cast(_over(fn("cum_sum", [first], INT64), parts, INT64), dtype)
         )
+    if kind in _PARTITION_RANKS:
+        return _partition_rank(t, rel, w, parts, keys, row_number, dtype)
     if kind in _SHIFTS:
         kids = w.get("children", [])
         rel, (x,) = _constant_columns(t, rel, [t.expr(kids[0], cols, where)])
@@ -1466,7 +1722,7 @@ def _one_window(
             raise _Failed() from None
         return add(rel, "range_agg", value)
     if not running:
-        rel, (value,) = _per_row_constants(t, rel, [t.agg(w, cols, where)])
+        rel, (value,) = _per_row_constants(t, rel, [t.agg(_as_aggregate(w), cols, where)])
         return add(rel, "window_agg", _over(value, parts, dtype))
     name = str(w["qname"]["path"][-1]).lower()
     args = [t.expr(c, cols, where) for c in w.get("children", [])]
@@ -1478,6 +1734,173 @@ def _one_window(
         # last row of its peer group.
         rel, value = add(rel, "running", _over(Agg("last", value, dtype), [*parts, *keys], dtype))
     return rel, value
+
+
+def _partition_rank(
+    t: Translator,
+    rel: Rel,
+    w: dict[str, Any],
+    parts: list[Expr],
+    keys: list[Expr],
+    row_number: Expr,
+    dtype: DataType,
+) -> tuple[Rel, Col]:
+    """``percent_rank()``: ``(rank - 1) / (rows - 1)`` (0 for a partition of one row);
+    ``cume_dist()``: the row number of the current row's last peer over the partition's
+    rows; ``ntile(k)``: the partition's rows cut into ``min(k, rows)`` buckets in order,
+    the first ``rows mod buckets`` of them one row larger (DuckDB's rule). Over the
+    sorted input (see :func:`_one_window`)."""
+
+    def add(rel: Rel, hint: str, e: Expr) -> tuple[Rel, Col]:
+        out = t.project(rel, [*((c.name, c) for c in rel.cols), (hint, e)])
+        return out, out.cols[-1]
+
+    def i64(op: str, x: Expr, y: Expr) -> Expr:
+        return binop(op, x, y, INT64)
+
+    kind = w["type"]
+    rel, rn = add(rel, "row_number", row_number)
+    rel, rows = add(rel, "partition_rows", _over(cast(Agg("len", None, IDX), INT64), parts, INT64))
+    one = lit(1, INT64)
+    if kind == "WINDOW_PERCENT_RANK":
+        rel, rank = add(rel, "rank", _over(Agg("min", rn, INT64), [*parts, *keys], INT64))
+        ratio = binop(
+            "truediv",
+            cast(i64("sub", rank, one), FLOAT64),
+            cast(i64("sub", rows, one), FLOAT64),
+            FLOAT64,
+        )
+        single = compare("le", rows, one)
+        return add(
+            rel, "percent_rank", cast(Ternary(single, lit(0.0, FLOAT64), ratio, FLOAT64), dtype)
+        )
+    if kind == "WINDOW_CUME_DIST":
+        rel, upto = add(rel, "peers_end", _over(Agg("max", rn, INT64), [*parts, *keys], INT64))
+        ratio = binop("truediv", cast(upto, FLOAT64), cast(rows, FLOAT64), FLOAT64)
+        return add(rel, "cume_dist", cast(ratio, dtype))
+    k = _constant_int(w["children"][0])
+    assert k is not None and k >= 1  # _partition_rank_problem checked
+    buckets = fn("min_horizontal", [lit(k, INT64), rows], INT64)
+    size = i64("floordiv", rows, buckets)
+    large = i64("sub", rows, i64("mul", buckets, size))
+    small = i64("mul", large, i64("add", size, one))
+    index = i64("sub", rn, one)
+    in_large = i64("add", one, i64("floordiv", index, i64("add", size, one)))
+    in_small = i64("add", i64("add", one, large), i64("floordiv", i64("sub", index, small), size))
+    out = Ternary(compare("lt", index, small), in_large, in_small, INT64)
+    return add(rel, "ntile", cast(out, dtype))
+
+
+def _as_aggregate(w: dict[str, Any]) -> dict[str, Any]:
+    """A window aggregate as the ``BOUND_AGGREGATE`` JSON that :func:`aggregate` reads
+    (DISTINCT, FILTER and ORDER BY inside the arguments under their names there)."""
+    return dict(
+        w,
+        aggregate_type="DISTINCT" if w.get("distinct") else "NON_DISTINCT",
+        filter=w.get("filters"),
+        order_bys={"orders": w["arg_orders"]} if w.get("arg_orders") else None,
+    )
+
+
+def _framed_window(
+    t: Translator,
+    rel: Rel,
+    w: dict[str, Any],
+    parts: list[Expr],
+    keys: list[Expr],
+    desc: tuple[bool, ...],
+    last: tuple[bool, ...],
+    where: str,
+) -> tuple[Rel, Col]:
+    """A window function computed over each row's frame (see :func:`_rows_frame`): the
+    input sorted by the window's keys (stably: without ORDER BY rows keep their input
+    order) and numbered; a rolling aggregation over that number, per partition, gives
+    each row the aggregate of the rows of its frame (any aggregate the GROUP BY
+    translation supports, so empty frames follow DuckDB's rules for no rows); the values
+    are joined back to the rows by number (a row of a RANGE frame takes that of its last,
+    or first, peer)."""
+    frame = _rows_frame(w)
+    assert frame is not None  # _framed_problem checked
+    a, b, peer = frame
+    kind = str(w["type"])
+    dtype = t.dtype(w["return_type"], where)
+    n = len(parts)
+    sort = Sort(
+        rel.node, (*parts, *keys), (False,) * n + desc, (False,) * n + last, True, rel.node.schema
+    )
+    rel = Rel(sort, rel.cols)
+
+    def add(rel: Rel, hint: str, e: Expr) -> tuple[Rel, Col]:
+        out = t.project(rel, [*((c.name, c) for c in rel.cols), (hint, e)])
+        return out, out.cols[-1]
+
+    rel, row = add(rel, "frame_row", fn("int_range", [], INT64, start=0))
+    group: list[NamedExpr] = []
+    if parts:
+        rel, pid = add(rel, "frame_partition", _over(Agg("min", row, INT64), parts, INT64))
+        group.append(NamedExpr(pid.name, pid))
+    target = row
+    if peer is not None:
+        extreme = Agg("max" if peer == "last" else "min", row, INT64)
+        # (the last key is the input order, which no peers share)
+        rel, target = add(rel, "frame_peer", _over(extreme, [*parts, *keys[:-1]], INT64))
+    cols = rel.cols
+    if kind == "WINDOW_AGGREGATE" and w.get("ignore_nulls"):
+        kind = _IGNORING_NULLS[str(w["qname"]["path"][-1]).lower()]
+    if kind in _VALUE_FUNCTIONS:
+        kids = w.get("children") or []
+        rel, (x,) = _constant_columns(t, rel, [t.expr(kids[0], cols, where)])
+        ex = t._exprs(cols)
+        try:
+            order = [agg_order_key(ex, o) for o in w.get("arg_orders") or []]
+        except Unsupported as exc:
+            t.error(where, exc.explained())
+            raise _Failed() from None
+        values = ordered_values(x, order, None, x.dtype)
+        if w.get("ignore_nulls"):
+            values = fn("drop_nulls", [values], x.dtype)
+        if kind == "WINDOW_NTH_VALUE":
+            position = _constant_int(kids[1])
+            assert position is not None
+            values = fn("slice", [values, lit(position - 1, INT64), lit(1, INT64)], x.dtype)
+        which = "last" if kind == "WINDOW_LAST_VALUE" else "first"
+        value: Expr = cast(Agg(which, values, x.dtype), dtype)
+    else:
+        rel, (value,) = _per_row_constants(t, rel, [t.agg(_as_aggregate(w), cols, where)])
+        if t.errors:
+            raise _Failed()
+    if b < a:
+        offset, period = f"{_UNBOUNDED_ROWS}i", "1i"  # no row: every frame is empty
+    else:
+        offset, period = f"{a - 1}i", f"{b - a + 1}i"
+    name = t.fresh("framed")
+    rolling_schema = Schema.of(
+        [*((g.name, g.dtype) for g in group), (row.name, INT64), (name, value.dtype)]
+    )
+    rolling = RollingGroupBy(
+        rel.node,
+        row.name,
+        period,
+        offset,
+        "right",  # (t + a - 1, t + b]: the rows t + a .. t + b
+        tuple(group),
+        (NamedExpr(name, value),),
+        rolling_schema,
+    )
+    at = t.fresh("frame_of")
+    right_schema = Schema.of([(at, INT64), (name, value.dtype)])
+    right = Project(
+        rolling,
+        (NamedExpr(at, Col(row.name, INT64)), NamedExpr(name, Col(name, value.dtype))),
+        right_schema,
+    )
+    left = t.exact(rel)
+    schema = Schema(left.node.schema.fields + right_schema.fields)
+    joined = Join(
+        left.node, right, (target,), (Col(at, INT64),), "left", "_r", False, False, schema
+    )
+    out = Rel(joined, left.cols)
+    return add(out, "framed", cast(Col(name, value.dtype), dtype))
 
 
 def _range_window(
@@ -1597,15 +2020,35 @@ def _union(t: Translator, op: dict[str, Any]) -> Rel:
 @_register("LOGICAL_EXCEPT", "LOGICAL_INTERSECT")
 def _except_intersect(t: Translator, op: dict[str, Any]) -> Rel:
     kind = op["type"]
-    if op.get("setop_all"):
-        t.error(kind, "EXCEPT ALL / INTERSECT ALL are not supported")
-        raise _Failed()
     left, right = _aligned(t, t.children(op), kind)
+    right = t.renamed(right)
+    how: JoinHow = "semi" if kind == "LOGICAL_INTERSECT" else "anti"
+    if op.get("setop_all"):
+        # Bag semantics: the k-th copy of a row stays when the right side has at least
+        # (INTERSECT ALL) or fewer than (EXCEPT ALL) k copies of it. Copies are numbered
+        # within each group of equal rows (NULLs equal) on both sides and the copy
+        # number joins with the row.
+        def numbered(rel: Rel) -> Rel:
+            rel = t.exact(rel)
+            copy = _over(fn("int_range", [], INT64, start=1), list(rel.cols), INT64)
+            return t.project(rel, [*((c.name, c) for c in rel.cols), ("copy", copy)])
+
+        nleft, nright = numbered(left), numbered(right)
+        node: PlanNode = Join(
+            nleft.node,
+            nright.node,
+            tuple(nleft.cols),
+            tuple(nright.cols),
+            how,
+            "_r",
+            True,
+            False,
+            nleft.node.schema,
+        )
+        return t.project(Rel(node, nleft.cols), [(c.name, c) for c in nleft.cols[:-1]])
     # Set semantics: distinct left rows with (INTERSECT) or without (EXCEPT) an equal
     # right row, NULLs comparing equal.
-    right = t.renamed(right)
     dleft = Distinct(left.node, None, "any", False, left.node.schema)
-    how: JoinHow = "semi" if kind == "LOGICAL_INTERSECT" else "anti"
     node = Join(
         dleft,
         right.node,

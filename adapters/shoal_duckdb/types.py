@@ -131,6 +131,12 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
     """
     tid = t.get("id")
     info = t.get("type_info") or {}
+    if info.get("alias") == "AGGREGATE_STATE":
+        # DuckDB's internal state of an aggregate (EXPORT_STATE): its layout is DuckDB's
+        # own (a STRUCT or a value whose NULL means something else), not a plain value.
+        raise UnsupportedError(
+            "aggregate state export (EXPORT_STATE, AGGREGATE_STATE values) is not supported"
+        )
     if info.get("collation"):
         raise UnsupportedError(
             f"type VARCHAR COLLATE {info['collation']}: collations change comparisons"
@@ -150,8 +156,25 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
 
 
 def dtype_of(t: dict[str, Any]) -> DataType:
-    """The shoal IR type of a serialised DuckDB type (see :func:`arrow_of` for errors)."""
+    """The shoal IR type of a serialised DuckDB type (see :func:`arrow_of` for errors).
+
+    A top-level ENUM is the IR's Enum with DuckDB's categories in their order (which is
+    its sort order, as in DuckDB); an ENUM inside a LIST or STRUCT is refused."""
+    categories = enum_categories(t)
+    if categories is not None:
+        return DataType.from_polars(pl.Enum(list(categories)))
     return DataType(arrow_of(t))
+
+
+def enum_categories(t: dict[str, Any]) -> tuple[str, ...] | None:
+    """The categories of a serialised DuckDB ENUM type, in order (None: not an ENUM)."""
+    if t.get("id") != "ENUM":
+        return None
+    info = t.get("type_info") or {}
+    values = info.get("values")
+    if not isinstance(values, list) or info.get("alias") == "AGGREGATE_STATE":
+        return None
+    return tuple(str(v) for v in values)
 
 
 def is_type(t: dict[str, Any], *ids: str) -> bool:
@@ -253,6 +276,12 @@ def value_of(v: dict[str, Any]) -> Any:
     if tid == "VARCHAR":
         arrow_of(t)  # refuses collations
         return str(raw)
+    categories = enum_categories(t) if tid == "ENUM" else None
+    if categories is not None:  # the category's position, or its name
+        if isinstance(raw, str):
+            return raw
+        if isinstance(raw, int) and 0 <= raw < len(categories):
+            return categories[raw]
     if tid == "DATE":
         return _temporal(int(raw), lambda r: _EPOCH + datetime.timedelta(days=r))
     if tid == "TIME":
