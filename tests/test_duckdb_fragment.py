@@ -354,3 +354,26 @@ def test_on_ray(ray_runner: None, con: duckdb.DuckDBPyConnection) -> None:
     ray = CONFIG.replace(runner="ray")
     check(con, FUNCTIONS[0], config=ray)
     check(con, "SELECT g, max(printf('%s/%d', s, i)) AS m FROM t GROUP BY g", config=ray)
+
+
+def test_text_to_time_casts_run_on_duckdb() -> None:
+    """Polars cannot cast text to TIME at all (the task failed with InvalidOperationError
+    where DuckDB answers): the cast is computed by DuckDB in the tasks, with DuckDB's
+    ConversionException for a bad value and NULL for TRY_CAST."""
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE tt AS SELECT * FROM (VALUES ('01:02:03.5'), ('12:00:00'), (NULL), "
+        "('23:59:59.999999'), ('00:00:00'), ('x')) v(s)"
+    )
+    good = "SELECT s, s::TIME AS t FROM tt WHERE s <> 'x'"
+    want = sorted(c.sql(good).fetchall(), key=repr)
+    got = shoal.duckdb.sql(c, good, raise_on_fail=True, config=CONFIG).fetchall()
+    assert sorted(got, key=repr) == want
+    tried = "SELECT s, TRY_CAST(s AS TIME) AS t FROM tt"
+    want = sorted(c.sql(tried).fetchall(), key=repr)
+    got = shoal.duckdb.sql(c, tried, raise_on_fail=True, config=CONFIG).fetchall()
+    assert sorted(got, key=repr) == want
+    with pytest.raises(duckdb.ConversionException):
+        c.sql("SELECT s::TIME AS t FROM tt").fetchall()
+    with pytest.raises(duckdb.ConversionException):
+        shoal.duckdb.sql(c, "SELECT s::TIME AS t FROM tt", raise_on_fail=True, config=CONFIG)
