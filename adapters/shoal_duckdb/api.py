@@ -26,7 +26,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import duckdb
 import pyarrow as pa
@@ -453,9 +453,13 @@ def explain(
     *,
     runner: RunnerKind | None = None,
     config: Config | None = None,
+    analyze: bool = False,
+    format: Literal["text", "mermaid"] = "text",
 ) -> str:
     """The settings, logical plan (shoal IR) and physical plan (stages and exchanges) that
-    shoal would run for ``query``, as :func:`shoal.explain` gives them; nothing runs.
+    shoal would run for ``query``, as :func:`shoal.explain` gives them; nothing runs unless
+    ``analyze=True``, which runs the query and adds its per-stage profile (as DuckDB's
+    ``EXPLAIN ANALYZE`` does); ``format="mermaid"`` gives the stage graph.
 
     For a query that :func:`sql` would run on DuckDB itself, the text says so and gives
     every reason, as the fallback warning does (nothing raises). DuckDB's own errors for
@@ -464,4 +468,11 @@ def explain(
     from shoal.api import explain as explain_ir
 
     frame = _caller_frame()
-    return explain_ir(query, runner=runner, config=config, to_ir=lambda q: _to_ir(con, q, frame))
+    return explain_ir(
+        query,
+        runner=runner,
+        config=config,
+        to_ir=lambda q: _to_ir(con, q, frame),
+        analyze=analyze,
+        format=format,
+    )

@@ -65,13 +65,22 @@ from shoal_polars import udf as _polars_udf  # noqa: E402, F401
 
 
 def explain(
-    query: Any, *, runner: Literal["ray", "local"] | None = None, config: Config | None = None
+    query: Any,
+    *,
+    runner: Literal["ray", "local"] | None = None,
+    config: Config | None = None,
+    analyze: bool = False,
+    format: Literal["text", "mermaid"] = "text",
 ) -> str:
     """The settings, logical plan (shoal IR) and physical plan (stages, exchanges, partition
     counts) of ``query``: a shoal IR plan or a Polars ``LazyFrame`` (for the DuckDB
     frontend, ``shoal.duckdb.explain``). A LazyFrame that would fall back gets the reasons
-    instead. See :func:`shoal.api.explain`."""
-    return _explain(query, runner=runner, config=config, to_ir=_polars_to_ir)
+    instead. ``analyze=True`` runs the query and adds its per-stage profile (rows, bytes,
+    task times min/median/max, skew and exchange warnings); ``format="mermaid"`` gives the
+    stage graph as a mermaid flowchart. See :func:`shoal.api.explain`."""
+    return _explain(
+        query, runner=runner, config=config, to_ir=_polars_to_ir, analyze=analyze, format=format
+    )
 
 
 def to_ray_dataset(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -115,8 +115,17 @@ def explain(
     runner: RunnerKind | None = None,
     config: Config | None = None,
     to_ir: Callable[[Any], PlanNode] | None = None,
+    analyze: bool = False,
+    format: Literal["text", "mermaid"] = "text",
 ) -> str:
     """The logical (shoal IR) and physical plan (stages and exchanges) of ``query``.
+
+    ``analyze=True`` runs the query (its result is dropped) and adds its profile: per
+    stage, the tasks, rows in and out, bytes written, task wall time min / median / max
+    (seconds), the nodes used, and warnings for skew, large shuffles and broadcasts
+    (:func:`shoal.runners.profile.analyze_text`). ``format="mermaid"`` returns the stage
+    graph as a mermaid flowchart instead of text (with rows out per stage when analyzing).
+    Raises ``ValueError`` for another ``format``.
 
     ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode`, or a frontend's query that
     ``to_ir`` translates (``shoal.explain``, the facade, passes the Polars adapter's for a
@@ -128,6 +137,8 @@ def explain(
     from shoal.ir.explain import explain as explain_ir
     from shoal.planner.physical import plan_physical
 
+    if format not in ("text", "mermaid"):
+        raise ValueError(f"explain: format must be 'text' or 'mermaid', not {format!r}")
     cfg = _resolve(runner, config)
     changed = cfg.non_defaults()
     settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
@@ -140,12 +151,25 @@ def explain(
         except UnsupportedError as exc:
             # What collect(engine="dist") would do: fall back, for these reasons.
             return header + f"Falls back to the frontend's own engine:\n{exc}"
-    from shoal.runners.session import running_cpus
+    from shoal.runners import profile
+    from shoal.runners.session import last_query, running_cpus
 
-    physical = plan_physical(query, cfg, running_cpus(cfg))
-    return header + (
+    report = None
+    if analyze:
+        execute(query, config=cfg)
+        report = last_query()
+        assert report is not None
+        physical = report.physical
+    else:
+        physical = plan_physical(query, cfg, running_cpus(cfg))
+    if format == "mermaid":
+        return profile.mermaid(physical, report)
+    text = header + (
         "Logical plan:\n" + explain_ir(query) + "\n\nPhysical plan:\n" + physical.explain()
     )
+    if report is not None:
+        text += "\n\n" + profile.analyze_text(report)
+    return text
 
 
 def shutdown() -> None:
