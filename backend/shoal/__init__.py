@@ -130,9 +130,23 @@ __all__ = [
 ]
 
 
+def _duckdb_adapter() -> Any:
+    """The DuckDB adapter, or a ``ModuleNotFoundError`` naming the extra to install."""
+    try:
+        return importlib.import_module("shoal_duckdb")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("duckdb", "numpy"):
+            raise
+        raise ModuleNotFoundError(
+            f"shoal.duckdb needs {exc.name}, which comes with an extra of shoal: "
+            "pip install 'shoal[duckdb]'",
+            name=exc.name,
+        ) from exc
+
+
 def __getattr__(name: str) -> Any:
     if name == "duckdb":
-        return importlib.import_module("shoal_duckdb")
+        return _duckdb_adapter()
     raise AttributeError(f"module 'shoal' has no attribute {name!r}")
 
 
@@ -147,7 +161,7 @@ class _DuckDBAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return importlib.util.spec_from_loader(fullname, self)
 
     def create_module(self, spec: Any) -> Any:
-        return importlib.import_module("shoal_duckdb")
+        return _duckdb_adapter()
 
     def exec_module(self, module: Any) -> None:
         """Nothing to run: the adapter ran when it was imported."""

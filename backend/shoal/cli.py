@@ -210,7 +210,12 @@ def _run_query(number: int, tables: dict[str, pl.LazyFrame], runner: RunnerKind)
 
 def _tpch_duckdb(args: argparse.Namespace, data_dir: Path) -> int:
     """``shoal tpch --frontend duckdb``: the SQL queries, shoal against native DuckDB."""
-    import duckdb
+    try:
+        import duckdb
+    except ModuleNotFoundError as exc:  # pragma: no cover - the extra is not installed
+        raise SystemExit(
+            "shoal tpch --frontend duckdb needs DuckDB: pip install 'shoal[tpch]'"
+        ) from exc
 
     print(f"data:   {data_dir}")
     print(f"runner: {args.runner}")

@@ -232,7 +232,7 @@ def discover_gpus() -> tuple[int, ...]:
     """
     try:
         import pynvml
-    except ImportError:  # pragma: no cover - nvidia-ml-py is a dependency
+    except ImportError:  # pragma: no cover - the gpu extra (nvidia-ml-py) is not installed
         return ()
     try:
         pynvml.nvmlInit()

@@ -42,11 +42,19 @@ from typing import Any
 
 import polars as pl
 import pyarrow as pa
-from google.protobuf import any_pb2, struct_pb2
-from substrait import algebra_pb2 as stalg
-from substrait import plan_pb2 as stp
-from substrait import type_pb2 as stt
-from substrait.extensions import extensions_pb2 as ste
+
+try:
+    from google.protobuf import any_pb2, struct_pb2
+    from substrait import algebra_pb2 as stalg
+    from substrait import plan_pb2 as stp
+    from substrait import type_pb2 as stt
+    from substrait.extensions import extensions_pb2 as ste
+except ModuleNotFoundError as _missing:  # pragma: no cover - the extra is not installed
+    raise ModuleNotFoundError(
+        "shoal.plan.substrait needs the substrait package, an extra of shoal: "
+        "pip install 'shoal[substrait]'",
+        name=_missing.name,
+    ) from _missing
 
 from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.expr import (

@@ -46,7 +46,7 @@ def find_tpchgen() -> Path:
     if found is None:
         raise FileNotFoundError(
             "tpchgen-cli not found next to the Python interpreter or on PATH; "
-            "install it with `pip install tpchgen-cli`"
+            "install it with `pip install 'shoal[tpch]'` (or `pip install tpchgen-cli`)"
         )
     return Path(found)
 
