@@ -128,13 +128,14 @@ class QueryResult:
         to the plan's schema by a small Ray task beside it; no row passes through the
         driver. Local runner: the tables (already in this process) are put into Ray with
         ``ray.data.from_arrow`` (starting a local Ray instance if none is running). Needs
-        Ray Data (``pip install "ray[data]"``: it imports pandas); raises ``ImportError``
-        saying so when it is missing."""
+        Ray Data (the ``data`` extra, ``pip install "shoal[data]"``: it imports pandas);
+        raises ``ImportError`` saying so when it is missing."""
         try:
             import ray.data
         except ImportError as exc:
             raise ImportError(
-                f"to_ray_dataset needs Ray Data: pip install 'ray[data]' ({exc})"
+                f"to_ray_dataset needs Ray Data, which comes with an extra of shoal: "
+                f"pip install 'shoal[data]' ({exc})"
             ) from exc
         if self._refs.runner != "ray":
             tables = list(self.pieces()) or [self.schema.empty_table()]

@@ -244,8 +244,9 @@ def check_reachable(address: str, timeout_s: float) -> None:
             pass
     except OSError as exc:
         raise ShoalError(
-            f"shoal: the Ray cluster at {redact(address)!r} is unreachable (no answer within "
-            f"{timeout_s:g} s: {exc}); check the address (SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
+            f"shoal: the Ray cluster at {redact(address)!r} is unreachable ({exc}; "
+            f"ray_connect_timeout_s is {timeout_s:g} s); check the address "
+            "(SHOAL_RAY_ADDRESS / RAY_ADDRESS)"
         ) from None
     import grpc  # a dependency of Ray
 
