@@ -41,7 +41,8 @@ def test_query_at_scale_0_1(
     engine = shoal.DistEngine(
         runner=runner,
         raise_on_fail=True,
-        config=shoal.Config(target_partition_bytes=PARTITION_BYTES),
+        # the distributed path (small_query_bytes=0): this test checks stages and exchanges
+        config=shoal.Config(target_partition_bytes=PARTITION_BYTES, small_query_bytes=0),
     )
     got = QUERIES[q](scan_tables(tpch_sf01_dir)).collect(engine=engine)
     assert_frames_match(got, expected[q], sort_keys=SORT_KEYS.get(q))
