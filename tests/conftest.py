@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,3 +44,36 @@ def ray_runner() -> Iterator[None]:
     yield
     shoal.shutdown()
     shoal.set_config(num_cpus=None, ray_temp_dir=None)
+
+
+@contextlib.contextmanager
+def ray_test_cluster(
+    head_cpus: int, worker_cpus: list[int], name: str
+) -> Iterator[tuple[Any, list[Any]]]:
+    """A ``ray.cluster_utils.Cluster`` on this machine (a head with ``head_cpus`` CPUs and
+    one worker node per entry of ``worker_cpus``), set as shoal's Ray address for the
+    block; yields the cluster and its worker nodes, and shuts everything down after."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    shoal.shutdown()
+    if ray.is_initialized():  # pragma: no cover
+        ray.shutdown()
+    # Cluster writes Ray's address file under /tmp/ray without creating the folder: on a
+    # machine where no Ray ever ran, it raised FileNotFoundError.
+    os.makedirs("/tmp/ray", exist_ok=True)
+    c = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": head_cpus, "temp_dir": f"/tmp/shoal-ray-{name}-{os.getpid()}"},
+    )
+    workers = [c.add_node(num_cpus=n) for n in worker_cpus]
+    c.wait_for_nodes()
+    shoal.set_config(ray_address=c.address)
+    try:
+        yield c, workers
+    finally:
+        shoal.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()
+        shoal.set_config(ray_address=None)
+        c.shutdown()

@@ -23,6 +23,8 @@ from shoal.config import Config
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
 
+from .conftest import ray_test_cluster
+
 pytestmark = pytest.mark.slow
 
 #: Process titles of the processes the chaos thread may kill: shoal's stage tasks and the
@@ -32,29 +34,8 @@ VICTIMS = ("ray::shoal-stage", "ray::_UdfActor")
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    shoal.shutdown()
-    if ray.is_initialized():  # pragma: no cover
-        ray.shutdown()
-    os.makedirs("/tmp/ray", exist_ok=True)  # Cluster writes its address file there
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "temp_dir": f"/tmp/shoal-ray-chaos-{os.getpid()}"},
-    )
-    for _ in range(2):
-        c.add_node(num_cpus=1)
-    c.wait_for_nodes()
-    shoal.set_config(ray_address=c.address)
-    try:
+    with ray_test_cluster(1, [1, 1], "chaos") as (c, _workers):
         yield c
-    finally:
-        shoal.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-        shoal.set_config(ray_address=None)
-        c.shutdown()
 
 
 def _victims() -> list[int]:

@@ -3,7 +3,6 @@ spread over the nodes, and survive losing a worker node mid-query."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
 
+from .conftest import ray_test_cluster
 from .irplans import agg_sort_plan
 from .test_object_storage import BUCKET as S3_BUCKET
 from .test_object_storage import _queries as _s3_queries
@@ -27,30 +27,8 @@ from .test_object_storage import s3  # noqa: F401, F811  (the moto S3 server fix
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[object]:
-    import ray
-    from ray.cluster_utils import Cluster
-
-    shoal.shutdown()
-    if ray.is_initialized():  # pragma: no cover
-        ray.shutdown()
-    # Cluster writes Ray's address file under /tmp/ray without creating the folder: on a
-    # machine where no Ray ever ran, it raised FileNotFoundError.
-    os.makedirs("/tmp/ray", exist_ok=True)
-    c = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "temp_dir": f"/tmp/shoal-ray-mn-{os.getpid()}"},
-    )
-    workers = [c.add_node(num_cpus=1) for _ in range(2)]
-    c.wait_for_nodes()
-    shoal.set_config(ray_address=c.address)
-    try:
+    with ray_test_cluster(0, [1, 1], "mn") as (c, workers):
         yield c, workers
-    finally:
-        shoal.shutdown()
-        if ray.is_initialized():
-            ray.shutdown()
-        shoal.set_config(ray_address=None)
-        c.shutdown()
 
 
 def test_tasks_spread_over_the_worker_nodes(cluster: object, tpch_dir: Path) -> None:
