@@ -210,3 +210,12 @@ def test_version_is_exposed() -> None:
     cli = Path(sys.executable).with_name("shoal")  # the console script pip installed
     out = subprocess.run([str(cli), "--version"], capture_output=True, text=True)
     assert out.stdout.strip() == f"shoal {shoal.__version__}"
+
+
+def test_unknown_setting_names_the_closest_one() -> None:
+    """A misspelt keyword got Python's bare "unexpected keyword argument" (issue 18)."""
+    with pytest.raises(
+        TypeError, match="'default_partiton' is no shoal setting; did you mean 'default_partitions'"
+    ):
+        shoal.Config(default_partiton=8)  # type: ignore[call-arg]
+    assert shoal.Config(default_partitions=8).default_partitions == 8

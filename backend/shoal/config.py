@@ -383,6 +383,19 @@ class Config:
         ),
     )
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Config:
+        """Refuse an unknown setting with the closest name (``default_partiton`` ->
+        ``default_partitions``), as ``DistEngine(**settings)`` does."""
+        unknown = sorted(set(kwargs) - {f.name for f in dataclasses.fields(cls)})
+        if unknown:
+            import difflib
+
+            names = [f.name for f in dataclasses.fields(cls)]
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"Config: {unknown[0]!r} is no shoal setting{hint}")
+        return super().__new__(cls)
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
