@@ -1,4 +1,5 @@
-"""Running IR plans: :func:`execute`, :func:`execute_batches`, :func:`explain`, :func:`shutdown`."""
+"""Running IR plans: :func:`execute`, :func:`execute_many`, :func:`execute_batches`,
+:func:`explain`, :func:`shutdown`."""
 
 from __future__ import annotations
 
@@ -55,6 +56,43 @@ def execute(
         sink.abort(plan)
         raise
     return sink.commit(plan, written)
+
+
+def execute_many(
+    plans: list[PlanNode],
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    cancel: CancelToken | None = None,
+) -> list[pa.Table]:
+    """Run several plans as one query and return each one's result as an Arrow table, in
+    order (``pl.collect_all(..., engine=DistEngine())`` runs here).
+
+    One physical plan computes them all: a sub-plan the plans share (the same IR node
+    object, as a frontend's common sub-plan elimination leaves it) runs once, as one stage
+    that each use reads, and stages of different plans run side by side on the cluster;
+    ``shoal.runners.session.last_query()`` reports them together. ``runner``, ``config`` and
+    ``cancel`` as for :func:`execute`. Raises as :func:`execute` does; ``PlanError`` for a
+    :class:`~shoal.ir.nodes.Sink` plan (run it with :func:`execute`), ``ValueError`` for
+    no plans.
+    """
+    from shoal.runners.session import run_plans
+
+    plans = list(plans)
+    if not plans:
+        raise ValueError("execute_many: no plans")
+    if any(isinstance(p, Sink) for p in plans):
+        raise PlanError("execute_many: a Sink plan writes files; run it with shoal.execute")
+    cfg = _resolve(runner, config)
+    if len(plans) == 1:
+        return [execute(plans[0], config=cfg, cancel=cancel)]
+    try:
+        return run_plans(plans, cfg, cancel)
+    except RecursionError:
+        raise PlanError(
+            "shoal: a plan or an expression in it is nested too deeply to plan (over "
+            "about half of Python's recursion limit in levels)"
+        ) from None
 
 
 def execute_background(

@@ -458,6 +458,19 @@ class DispatchLoop:
             self.tracer.counter("bytes held", self.ledger.held)
         return refs
 
+    def take_outputs(self, stage_id: int) -> list[Any]:
+        """After :meth:`run`: the output references of finished result stage ``stage_id``
+        (a plan of several queries, ``PhysicalPlan.results``), every partition's in
+        order, released from the ledger: the caller holds them now. The root's are what
+        :meth:`run` returned."""
+        st = self.states[stage_id]
+        refs: list[Any] = []
+        for p in range(st.stage.num_tasks):
+            refs.extend(st.outputs[p][0])
+            st.outputs[p][0] = []
+            self.ledger.read((stage_id, p, 0))
+        return refs
+
     def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
         """When the actor that held a pool task died, the pool replaces it and the task's
         partition is queued to be sent again (its outputs were never recorded, so no row is

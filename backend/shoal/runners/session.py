@@ -18,7 +18,7 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import frame_to_arrow
-from shoal.planner.physical import PhysicalPlan, plan_physical
+from shoal.planner.physical import PhysicalPlan, plan_physical, plan_physical_many
 from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
@@ -154,18 +154,25 @@ def start_runner(config: Config) -> None:
 
 
 def _start(
-    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None = None
+    plan: PlanNode | list[PlanNode],
+    config: Config,
+    tracer: QueryTracer | None,
+    cancel: CancelToken | None = None,
 ) -> tuple[PhysicalPlan, Any, DispatchLoop]:
-    """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
-    with one actor pool per stage of a stateful or GPU user function (started by the loop
-    when the stage becomes runnable, closed when it ends or the query does)."""
+    """Plan ``plan`` (a list: several queries in one plan), start (or reuse) its runner,
+    and set up the query's dispatch loop, with one actor pool per stage of a stateful or
+    GPU user function (started by the loop when the stage becomes runnable, closed when it
+    ends or the query does)."""
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
     # Sized by the cluster as it is now (an autoscaled cluster may have grown since the
     # last query), not by the driver's CPUs.
     cpus = _cpus(config)
     with tracer.span("plan") if tracer else NO_SPAN:
-        physical = plan_physical(plan, config, cpus)
+        if isinstance(plan, list):
+            physical = plan_physical_many(plan, config, cpus)
+        else:
+            physical = plan_physical(plan, config, cpus)
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -204,6 +211,40 @@ def _run_plan(
         result = conform(backend.fetch(refs), plan)
     _last = _report(physical, loop, config)
     return result
+
+
+def run_plans(
+    plans: list[PlanNode], config: Config, cancel: CancelToken | None = None
+) -> list[pa.Table]:
+    """Run several plans as one query (``pl.collect_all``): one physical plan in which
+    sub-plans they share (the same node objects) are computed once
+    (:func:`shoal.planner.planner.build_many`), one dispatch loop, one report
+    (:func:`last_query`). Returns each plan's result with exactly its schema, in order.
+    Raises as :func:`run_plan` does."""
+    tracer = start_query(config)
+    if tracer is None:
+        return _run_plans(plans, config, None, cancel)
+    with tracer:
+        return _run_plans(plans, config, tracer, cancel)
+
+
+def _run_plans(
+    plans: list[PlanNode],
+    config: Config,
+    tracer: QueryTracer | None,
+    cancel: CancelToken | None,
+) -> list[pa.Table]:
+    global _last
+    physical, backend, loop = _start(list(plans), config, tracer, cancel)
+    refs = {physical.root.id: loop.run()}
+    for sid in physical.result_stages:
+        if sid not in refs:
+            refs[sid] = loop.take_outputs(sid)
+    with tracer.span("fetch result") if tracer else NO_SPAN:
+        tables = {sid: backend.fetch(r) for sid, r in refs.items()}
+        out = [conform(tables[sid], p) for sid, p in zip(physical.results, plans, strict=True)]
+    _last = _report(physical, loop, config)
+    return out
 
 
 @dataclass
