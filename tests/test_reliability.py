@@ -166,6 +166,15 @@ def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent(actors: int
     # The dead actor was replaced (whether its replacement got a batch before the stage
     # ended depends on timing: the surviving actor may have taken the rest).
     assert report.actors_replaced >= 1
+    # The batch the dead actor held was sent again: the profile counts it for that stage.
+    (pool_stage,) = [st.id for st in report.physical.stages if st.name.startswith("actor-pool")]
+    assert report.resent.get(pool_stage, 0) >= 1
+    from shoal.runners import profile
+
+    line = next(
+        ln for ln in profile.analyze_text(report).splitlines() if ln.startswith(f"{pool_stage} [")
+    )
+    assert int(line.split()[-2]) == report.resent[pool_stage]
     assert ray.util.list_named_actors(all_namespaces=True) == []
 
 

@@ -160,7 +160,10 @@ def explain(
 
     ``analyze=True`` runs the query (its result is dropped) and adds its profile: per
     stage, the tasks, rows in and out, bytes written, task wall time min / median / max
-    (seconds), the nodes used, and warnings for skew, large shuffles and broadcasts
+    (seconds), the nodes used, tasks sent again and bytes Ray spilled, warnings for skew,
+    large shuffles and broadcasts, and per operator the rows the kernel counts (stage
+    inputs, scans, each fragment's output, exchange buckets) and the tasks' time split
+    into reading inputs, the Polars query and writing the output
     (:func:`shoal.runners.profile.analyze_text`). ``format="mermaid"`` returns the stage
     graph as a mermaid flowchart instead of text (with rows out per stage when analyzing).
     Raises ``ValueError`` for another ``format``.
@@ -190,11 +193,12 @@ def explain(
             # What collect(engine="dist") would do: fall back, for these reasons.
             return header + f"Falls back to the frontend's own engine:\n{exc}"
     from shoal.runners import profile
-    from shoal.runners.session import last_query, running_cpus
+    from shoal.runners.session import last_query, profiling, running_cpus
 
     report = None
     if analyze:
-        execute(query, config=cfg)
+        with profiling():
+            execute(query, config=cfg)
         report = last_query()
         assert report is not None
         physical = report.physical

@@ -415,5 +415,26 @@ class RayBackend:
             with contextlib.suppress(Exception):
                 self._ray.get(ref, timeout=READ_TIMEOUT_S)
 
+    def spill_counters(self) -> tuple[int, int, int, int] | None:
+        """Ray's object spilling counters for the whole cluster, since it started: bytes
+        and objects spilled to ``spill_dir``, bytes and objects restored from it (what
+        ``ray memory --stats-only`` prints). None where Ray does not answer (a Ray Client
+        connection, a raylet that does not reply within 5 s, a Ray whose private
+        ``internal_api`` changed): the profile then says spilling is unknown. About 10 ms
+        per call (one gRPC request to a raylet, which asks every node)."""
+        try:
+            from ray._private import internal_api
+            from ray._private.state import state
+
+            stats = internal_api.get_memory_info_reply(state, timeout_seconds=5.0).store_stats
+            return (
+                int(stats.spilled_bytes_total),
+                int(stats.spilled_objects_total),
+                int(stats.restored_bytes_total),
+                int(stats.restored_objects_total),
+            )
+        except Exception:
+            return None
+
     def close(self) -> None:
         self._outputs.clear()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -22,6 +24,7 @@ from shoal.planner.physical import PhysicalPlan, plan_physical, plan_physical_ma
 from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
+from shoal.runners.profile import SpillReport, SpillSampler
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
 _lock = threading.RLock()
@@ -43,11 +46,42 @@ class QueryReport:
     runner: str
     memory: MemoryReport | None = None
     actors_replaced: int = 0
+    #: Tasks the dispatch loop sent again, by stage id (see ``DispatchLoop.resent``).
+    resent: dict[int, int] = field(default_factory=dict)
+    #: Ray's spilling during the query, by stage (a query run under :func:`profiling` on
+    #: the Ray runner; else None): see :class:`~shoal.runners.profile.SpillReport`.
+    spill: SpillReport | None = None
 
 
 def _report(physical: PhysicalPlan, loop: DispatchLoop, config: Config) -> QueryReport:
     replaced = sum(getattr(pool, "replaced", 0) for pool in loop.pools.values())
-    return QueryReport(physical, loop.task_stats, config.runner, loop.memory_report(), replaced)
+    sampler = loop.on_stage_done
+    spill = sampler.finish() if isinstance(sampler, SpillSampler) else None
+    return QueryReport(
+        physical,
+        loop.task_stats,
+        config.runner,
+        loop.memory_report(),
+        replaced,
+        resent=loop.resent(),
+        spill=spill,
+    )
+
+
+_profiling: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_profiling", default=False)
+
+
+@contextlib.contextmanager
+def profiling() -> Iterator[None]:
+    """Queries this thread runs inside the block also record what costs a little to read
+    (``explain(analyze=True)`` runs its query so): on the Ray runner, the cluster's spill
+    counters at the query's start, at the end of each stage and at its end (about 10 ms
+    each), which :func:`last_query` reports as ``spill``."""
+    token = _profiling.set(True)
+    try:
+        yield
+    finally:
+        _profiling.reset(token)
 
 
 _last: QueryReport | None = None
@@ -187,6 +221,9 @@ def _start(
         max_task_input_bytes=config.max_task_input_bytes,
         cancel=cancel,
     )
+    read_spill = getattr(backend, "spill_counters", None)
+    if _profiling.get() and read_spill is not None:
+        loop.on_stage_done = SpillSampler(read_spill)
     if any(pool_udf(st) for st in physical.stages):
         loop.pools = make_pools(
             physical,
