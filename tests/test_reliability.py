@@ -27,13 +27,32 @@ def _big_frame(rows: int) -> pl.DataFrame:
 
 
 def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, str]]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    found = []
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if args.startswith(stage_prefix):
-            found.append((int(pid), args))
-    return found
+    """Processes of this test's own Ray instance (descendants of this process: its raylet
+    and workers) whose title starts with ``stage_prefix``. Never another program's: the
+    machine may run other Ray instances, whose workers have the same titles."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
+    parent: dict[int, int] = {}
+    titles: dict[int, str] = {}
+    for line in out.stdout.splitlines():
+        pid, ppid, *rest = line.split(None, 2)
+        parent[int(pid)] = int(ppid)
+        titles[int(pid)] = rest[0] if rest else ""
+    me = os.getpid()
+
+    def ours(pid: int) -> bool:
+        seen = set()
+        while pid not in (0, 1) and pid not in seen:
+            if pid == me:
+                return True
+            seen.add(pid)
+            pid = parent.get(pid, 0)
+        return False
+
+    return [
+        (pid, args)
+        for pid, args in titles.items()
+        if args.startswith(stage_prefix) and pid != me and ours(pid)
+    ]
 
 
 class _Killer(threading.Thread):
