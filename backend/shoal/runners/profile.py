@@ -304,13 +304,41 @@ def spill_line(report: QueryReport) -> str:
     )
 
 
+def _scans_read(st: Stage) -> str:
+    """What the stage's scans read, short: a file's name, or a directory's name and its
+    file count (never a whole path), or "in-memory table"."""
+    import os
+
+    from shoal.ir.nodes import FileSource, ParquetSource, Scan
+
+    out = []
+    for node in st.fragment.walk():
+        if not isinstance(node, Scan):
+            continue
+        src = node.source
+        if isinstance(src, ParquetSource | FileSource) and src.paths:
+            paths = [p.rstrip("/") for p in src.paths]
+            if len(paths) == 1:
+                out.append(os.path.basename(paths[0]))
+            else:
+                common = os.path.basename(os.path.commonpath(paths)) or "files"
+                out.append(f"{common}/ ({len(paths)} files)")
+        else:
+            out.append("in-memory table")
+    return ", ".join(dict.fromkeys(out))
+
+
 def mermaid(physical: PhysicalPlan, report: QueryReport | None = None) -> str:
     """The stage graph as a mermaid ``flowchart`` (renders on GitHub and in Jupyter with
-    mermaid support): one box per stage with its task count and output partitioning
-    (rows out when ``report`` is given), one arrow per input labelled with its mode."""
+    mermaid support): one box per stage with its task count, output partitioning and what
+    its scans read (rows out when ``report`` is given), one arrow per input labelled with
+    its mode."""
     lines = ["flowchart BT"]
     for st in physical.stages:
         label = f"stage {st.id}: {st.name}<br/>{st.num_tasks} task(s), {st.describe_output()}"
+        reads = _scans_read(st)
+        if reads:
+            label += f"<br/>reads {reads}"
         if report is not None:
             rows = sum(s.rows_out for (sid, _), s in report.task_stats.items() if sid == st.id)
             label += f"<br/>{rows:,} rows out"
