@@ -88,6 +88,27 @@ class _DropNotMainThreadWarning(logging.Filter):
         return "not the main thread" not in record.getMessage()
 
 
+#: The logger of Ray's notice that a local instance starts with token authentication on.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _TokenAuthNotice(logging.Filter):
+    """Ray 2.60 warns, at the start of every local instance, that token authentication is
+    on (its default), on stderr, in the middle of whatever the program prints. For the
+    private instance shoal starts that is no news to act on (shoal keeps it on): the
+    notice goes to the ``shoal`` logger at INFO instead. Ray's warning that token
+    authentication is *off* (``RAY_AUTH_MODE=disabled``) is left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Token authentication is enabled"):
+            _log.info(
+                "shoal: the local Ray instance uses Ray's token authentication (%s)",
+                record.getMessage(),
+            )
+            return False
+        return True
+
+
 def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
 
@@ -134,6 +155,9 @@ def _start_ray(config: Config) -> bool:
             ray_worker_log = logging.getLogger("ray._private.worker")
             quiet = _DropNotMainThreadWarning()
             ray_worker_log.addFilter(quiet)
+            auth_log = logging.getLogger(RAY_AUTH_LOGGER)
+            notice = _TokenAuthNotice()
+            auth_log.addFilter(notice)
             try:
                 for attempt in range(START_ATTEMPTS):
                     try:
@@ -157,6 +181,7 @@ def _start_ray(config: Config) -> bool:
                             ray.shutdown()
             finally:
                 ray_worker_log.removeFilter(quiet)
+                auth_log.removeFilter(notice)
     except Exception as exc:
         where = f"cluster at {redact(address)!r}" if address else "a local Ray instance"
         hint = (
