@@ -538,7 +538,7 @@ def test_validate_types_and_schemas() -> None:
         Schema.of([("a", INT64)]),
     )
     with pytest.raises(
-        PlanError, match=r"function 'frobnicate' .* not in the kernel's function table"
+        PlanError, match=r"function 'frobnicate' .* not in the IR's function table"
     ):
         validate(unknown_fn)
     other = _scan(a=pl.Int32)

@@ -44,6 +44,7 @@ import pyarrow as pa
 from shoal.errors import PlanError
 from shoal.ir.expr import AGG_FUNCTIONS, Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr
 from shoal.ir.expr import Ternary as IRTernary
+from shoal.ir.functions import FUNCTION_NAMES
 from shoal.ir.nodes import (
     Aggregate,
     AsofStrategy,
@@ -587,11 +588,9 @@ class _Resolver:
         raise TypeError(f"not an expression: {u!r}")  # pragma: no cover
 
     def function(self, u: _UFn) -> Expr:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        if u.name not in FUNCTIONS:
+        if u.name not in FUNCTION_NAMES:
             raise PlanError(
-                f"{self.where}: function {u.name!r} is not in the kernel's function table"
+                f"{self.where}: function {u.name!r} is not in the IR's function table"
             )
         if not u.args:
             return self.typed(Function(u.name, (), u.options, NULL))

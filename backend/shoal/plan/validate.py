@@ -47,6 +47,7 @@ from shoal.ir.nodes import (
     SqlMap,
     Union,
 )
+from shoal.ir.functions import FUNCTION_NAMES
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal.lowering.infer import infer_dtypes, input_types
 
@@ -63,7 +64,8 @@ def validate(
     """Check ``plan`` and every node below it; return None when it is valid.
 
     ``functions`` are the function names allowed in :class:`~shoal.ir.expr.Function`
-    expressions (default: the kernel's table, ``shoal.lowering.expressions.FUNCTIONS``).
+    expressions (default: the IR's function table, ``shoal.ir.functions.FUNCTION_NAMES``,
+    which the kernel's lowering implements name for name).
     With ``check_sources``, Parquet scans read their files' footers to check that the
     columns exist with the scan's dtypes (missing files raise ``FileNotFoundError``);
     in-memory scans are always checked against their table.
@@ -72,9 +74,7 @@ def validate(
     parents), its path (``$.plan.input.left``), the column or expression and the types.
     """
     if functions is None:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        functions = FUNCTIONS.keys()
+        functions = FUNCTION_NAMES
     if not isinstance(plan, PlanNode):
         raise PlanError(f"$.plan: expected a plan node, got {type(plan).__name__}")
     _validate_node(plan, "$.plan", frozenset(functions), check_sources, set())
@@ -230,9 +230,7 @@ def check_expr(
     ``dtype`` is the one Polars infers. Raises :class:`shoal.PlanError` naming ``where``
     (e.g. ``"Filter at $.plan.input"``), the sub-expression's path and the types."""
     if functions is None:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        functions = FUNCTIONS.keys()
+        functions = FUNCTION_NAMES
     subs = list(_subexprs(expr, path))
     for p, e in subs:
         if not isinstance(getattr(e, "dtype", None), DataType):
@@ -251,7 +249,7 @@ def check_expr(
             raise PlanError(f"{where}: unknown binary operator {e.op!r} at {p}")
         elif isinstance(e, Function) and e.name not in functions:
             raise PlanError(
-                f"{where}: function {e.name!r} at {p} is not in the kernel's function table"
+                f"{where}: function {e.name!r} at {p} is not in the IR's function table"
             )
         elif isinstance(e, Agg):
             if e.name not in AGG_FUNCTIONS:
