@@ -133,8 +133,8 @@ _BOOLEAN = "functions_boolean"
 _GENERIC = "functions_aggregate_generic"
 
 # --- aggregates (Agg nodes): Polars' Expr.<name>() over one group
-_agg("sum", ("any",), "sum", split=Split("sum"), substrait=(_ARITH, "sum0"))
-_agg("mean", ("any",), "mean", split=Split("sum", ("sum", "count"), "sum/count"),
+_agg("sum", ("num",), "sum", split=Split("sum"), substrait=(_ARITH, "sum0"))
+_agg("mean", ("num",), "mean", split=Split("sum", ("sum", "count"), "sum/count"),
      substrait=(_ARITH, "avg"))  # fmt: skip
 _agg("min", ("any",), "same", split=Split("min"), substrait=(_ARITH, "min"))
 _agg("max", ("any",), "same", split=Split("max"), substrait=(_ARITH, "max"))
@@ -258,13 +258,14 @@ _add("row", "str.json_path_match", ("str", "str"), "str")
 _add("row", "str.normalize", ("str",), "str", options=("form",))
 # --- row-wise: dates and times
 _add("row", ("dt.year", "dt.iso_year"), ("temporal",), "i32")
-_add("row", ("dt.quarter", "dt.month", "dt.day", "dt.hour", "dt.minute", "dt.second",
-             "dt.weekday", "dt.week", "dt.days_in_month"), ("temporal",), "polars")  # fmt: skip
-_add("row", ("dt.millisecond", "dt.microsecond", "dt.nanosecond"), ("temporal",), "i32")
+_add("row", ("dt.quarter", "dt.month", "dt.day", "dt.weekday", "dt.week", "dt.days_in_month"),
+     ("temporal",), "polars")  # fmt: skip
+_add("row", ("dt.hour", "dt.minute", "dt.second"), ("datetime",), "polars")
+_add("row", ("dt.millisecond", "dt.microsecond", "dt.nanosecond"), ("datetime",), "i32")
 _add("row", ("dt.ordinal_day", "dt.century", "dt.millennium"), ("temporal",), "polars")
 _add("row", "dt.is_leap_year", ("temporal",), "bool")
 _add("row", "dt.date", ("temporal",), "date")
-_add("row", "dt.time", ("temporal",), "time")
+_add("row", "dt.time", ("datetime",), "time")
 _add("row", ("dt.month_start", "dt.month_end"), ("temporal",), "same")
 _add("row", ("dt.truncate", "dt.round"), ("temporal", "str"), "same")
 _add("row", "dt.offset_by", ("temporal", "str"), "same", min_args=1, options=("by",))
@@ -275,7 +276,7 @@ _add("row", ("dt.total_days", "dt.total_hours", "dt.total_minutes", "dt.total_se
 _add("row", "dt.convert_time_zone", ("datetime",), "polars", options=("time_zone",))
 _add("row", "dt.replace_time_zone", ("datetime", "str"), "polars", min_args=1,
      options=("time_zone", "non_existent"))  # fmt: skip
-_add("row", "dt.cast_time_unit", ("temporal",), "polars", options=("time_unit",))
+_add("row", "dt.cast_time_unit", ("datetime",), "polars", options=("time_unit",))
 _add("row", "dt.timestamp", ("temporal",), "i64", options=("time_unit",))
 _add("row", "dt.combine", ("temporal", "time"), "polars", options=("time_unit",))
 _add("row", "dt.replace", ("temporal", "int", "int", "int", "int", "int", "int", "int", "str"),
@@ -284,24 +285,25 @@ _add("row", "datetime", ("int", "int", "int", "int", "int", "int", "int", "str")
      options=("time_unit", "time_zone"))  # fmt: skip
 _add("row", "duration", ("int",) * 8, "polars", options=("time_unit",))
 # --- row-wise: lists, arrays and structs (each value on its own)
-_add("row", ("list.len", "arr.len"), ("list",), "u32")
-_add("row", ("list.sum", "list.min", "list.max", "list.mean", "list.median", "list.std",
-             "list.var", "arr.sum", "arr.max", "arr.min", "arr.mean", "arr.median", "arr.std",
-             "arr.var"), ("list",), "polars", options=("ddof",))  # fmt: skip
-_add("row", ("list.arg_min", "list.arg_max", "arr.arg_min", "arr.arg_max"), ("list",), "u32")
-_add("row", ("list.contains", "arr.contains"), ("list", "any"), "bool", options=("nulls_equal",))
-_add("row", ("list.join", "arr.join"), ("list", "str"), "str", options=("ignore_nulls",))
-_add("row", ("list.get", "arr.get"), ("list", "int"), "polars", options=("null_on_oob",))
-_add("row", ("list.sort", "arr.sort"), ("list",), "same", options=("descending", "nulls_last"))
+for _c in ("list", "array"):
+    _p = "list" if _c == "list" else "arr"
+    _add("row", f"{_p}.len", (_c,), "u32")
+    _add("row", [f"{_p}.{n}" for n in ("sum", "min", "max", "mean", "median", "std", "var")],
+         (_c,), "polars", options=("ddof",))  # fmt: skip
+    _add("row", (f"{_p}.arg_min", f"{_p}.arg_max"), (_c,), "u32")
+    _add("row", f"{_p}.contains", (_c, "any"), "bool", options=("nulls_equal",))
+    _add("row", f"{_p}.join", (_c, "str"), "str", options=("ignore_nulls",))
+    _add("row", f"{_p}.get", (_c, "int"), "polars", options=("null_on_oob",))
+    _add("row", f"{_p}.sort", (_c,), "same", options=("descending", "nulls_last"))
+    _add("row", f"{_p}.shift", (_c, "int"), "same")
+    _add("row", f"{_p}.count_matches", (_c, "any"), "u32")
+    _add("row", f"{_p}.to_struct", (_c,), "polars", options=("fields",))
 _add("row", "list.slice", ("list", "int", "int"), "same")
-_add("row", ("list.shift", "arr.shift"), ("list", "int"), "same")
-_add("row", ("list.count_matches", "arr.count_matches"), ("list", "any"), "u32")
 _add("row", "list.drop_nulls", ("list",), "same")
 _add("row", "list.diff", ("list",), "polars", options=("n", "null_behavior"))
 _add("row", "list.set_operation", ("list", "list"), "polars", options=("operation",))
 _add("row", "list.gather_every", ("list", "int", "int"), "same")
 _add("row", "list.gather", ("list", "list"), "same", options=("null_on_oob",))
-_add("row", ("list.to_struct", "arr.to_struct"), ("list",), "polars", options=("fields",))
 _add("row", "list.to_array", ("list",), "polars", options=("width",))
 _add("row", "arr.to_list", ("array",), "polars")
 _add("row", "arr.dot", ("array", "array"), "polars")
@@ -389,15 +391,11 @@ AGG_NAMES = frozenset(n for n, f in FUNCTION_TABLE.items() if f.node == "agg")
 #: Names a :class:`~shoal.ir.expr.Function` node may carry.
 FUNCTION_NAMES = frozenset(n for n, f in FUNCTION_TABLE.items() if f.node == "function")
 #: ``Function`` nodes that aggregate (one value per group, or a new set of rows).
-AGGREGATING_NAMES = frozenset(
-    n for n in FUNCTION_NAMES if FUNCTION_TABLE[n].kind == "aggregate"
-)
+AGGREGATING_NAMES = frozenset(n for n in FUNCTION_NAMES if FUNCTION_TABLE[n].kind == "aggregate")
 #: ``Function`` nodes whose value on a row depends on other rows or on their order.
 ORDER_DEPENDENT_NAMES = frozenset(n for n in FUNCTION_NAMES if FUNCTION_TABLE[n].order_dependent)
 #: Aggregates with an exact partial/merge split, by name.
-SPLITS: Mapping[str, Split] = {
-    n: f.split for n, f in FUNCTION_TABLE.items() if f.split is not None
-}
+SPLITS: Mapping[str, Split] = {n: f.split for n, f in FUNCTION_TABLE.items() if f.split is not None}
 
 
 def lookup(name: str) -> FunctionDef:

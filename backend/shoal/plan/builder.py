@@ -589,9 +589,7 @@ class _Resolver:
 
     def function(self, u: _UFn) -> Expr:
         if u.name not in FUNCTION_NAMES:
-            raise PlanError(
-                f"{self.where}: function {u.name!r} is not in the IR's function table"
-            )
+            raise PlanError(f"{self.where}: function {u.name!r} is not in the IR's function table")
         if not u.args:
             return self.typed(Function(u.name, (), u.options, NULL))
         first = self.expr(u.args[0])

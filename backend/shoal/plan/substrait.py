@@ -141,9 +141,9 @@ _FROM_STD_BINARY = {name: op for op, (_, name) in _STD_BINARY.items()}
 _FROM_STD_FUNCTIONS = {name: fn for fn, (_, name) in _STD_FUNCTIONS.items()}
 #: Standard aggregates of one argument -> IR aggregates (``count`` is read on its own: with
 #: no argument it is ``len``); SQL's ``sum`` (null for no values) is read as ``sum`` too.
-_FROM_STD_AGGS = {
-    name: agg for agg, (_, name) in _STD_AGGS.items() if name != "count"
-} | {"sum": "sum"}
+_FROM_STD_AGGS = {name: agg for agg, (_, name) in _STD_AGGS.items() if name != "count"} | {
+    "sum": "sum"
+}
 
 _JOIN_TYPES = {
     "inner": stalg.JoinRel.JOIN_TYPE_INNER,

@@ -33,6 +33,7 @@ from shoal.ir.expr import (
     Lit,
     NamedExpr,
 )
+from shoal.ir.functions import FUNCTION_NAMES
 from shoal.ir.nodes import (
     SINK_SCHEMA,
     AsofJoin,
@@ -47,7 +48,6 @@ from shoal.ir.nodes import (
     SqlMap,
     Union,
 )
-from shoal.ir.functions import FUNCTION_NAMES
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal.lowering.infer import infer_dtypes, input_types
 
