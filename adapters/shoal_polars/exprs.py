@@ -459,9 +459,10 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     name, options = found
     low, high = FUNCTION_TABLE[name].arity()
     if len(args) < low or (high is not None and len(args) > high):
+        takes = str(low) if low == high else f"{low} to {'any number' if high is None else high}"
         t.error(
             f"{where}: expression Function({key})",
-            f"{len(args)} arguments where the IR's {name!r} takes {low} to {high} "
+            f"{len(args)} arguments where the IR's {name!r} takes {takes} "
             "(a NodeTraverser change?)",
         )
         return t.placeholder_expr(dtype)

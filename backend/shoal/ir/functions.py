@@ -311,7 +311,9 @@ _add("row", "list.eval", ("list",), "polars", options=("eval", "element"))
 _add("row", "concat_list", ("any",), "polars", variadic=True)
 _add("row", "as_list", ("any",), "polars", variadic=True)
 _add("row", ("int_ranges",), ("int", "int", "int"), "polars", options=("dtype",))
-_add("row", "linear_spaces", ("num", "num", "int"), "polars", options=("closed", "array_width"))
+# (start, end, count), or (start, end) with the count as option ``array_width``
+_add("row", "linear_spaces", ("num", "num", "int"), "polars", min_args=2,
+     options=("closed", "array_width"))  # fmt: skip
 _add("row", ("datetime_ranges", "date_ranges", "time_ranges"), ("temporal", "temporal"),
      "polars", options=("interval", "closed"))  # fmt: skip
 _add("row", "struct.field", ("struct",), "polars", options=("name",))
