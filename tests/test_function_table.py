@@ -242,7 +242,6 @@ ARGS: dict[str, list[Any]] = {
     "pct_change": ["f", (1, pl.Int64)],
     "filter": ["i", "b"],
     "slice": ["i", (1, pl.Int64), (3, pl.Int64)],
-    "gather": ["i", ([0, 2], pl.List(pl.Int64))],
     "repeat": [(5, pl.Int64), (2, pl.Int64)],
     "sort_by": ["s", "i"],
     "ewm_mean_by": ["f", "dt"],
@@ -640,3 +639,28 @@ def test_the_ir_path_lowers_a_table_entry() -> None:
     schema = Schema.from_polars(_frame().schema)
     e = _ir(FUNCTION_TABLE["abs"], ["i"], schema)
     assert isinstance(to_polars(e), pl.Expr)
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [("log", 0), ("abs", 1), ("str.slice", 1), ("is_between", 3), ("fused", 4)],
+)
+def test_builder_and_validator_check_the_table_arity(name: str, args: int) -> None:
+    """A function called with more or fewer arguments than its table signature allows is a
+    :class:`shoal.PlanError` naming the function, from the builder and from the validator
+    (it was an ``IndexError`` from the lowering for too few, and the extra arguments were
+    dropped silently for too many)."""
+    from shoal.errors import PlanError
+    from shoal.ir import col, from_polars, validate
+
+    frame = from_polars(pl.DataFrame({"x": [1.0, -2.0]}))
+    extra = [col("x")] * args
+    with pytest.raises(PlanError, match=rf"function {name!r} .*{args + 1} argument"):
+        frame.select(col("x").fn(name, *extra).alias("y"))
+    schema = Schema.from_polars({"x": pl.Float64})
+    x = Col("x", schema["x"])
+    scan = Scan(InMemorySource(pl.DataFrame({"x": [1.0]}).to_arrow()), schema)
+    bad = Function(name, (x, *[x] * args), (), schema["x"])
+    plan = Project(scan, (NamedExpr("y", bad),), Schema.of([("y", schema["x"])]))
+    with pytest.raises(PlanError, match=rf"function {name!r} .*{args + 1} argument"):
+        validate(plan)

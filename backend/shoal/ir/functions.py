@@ -409,6 +409,24 @@ def lookup(name: str) -> FunctionDef:
         raise KeyError(f"function {name!r} is not in the IR's function table") from None
 
 
+def arity_error(name: str, count: int) -> str | None:
+    """Why ``count`` positional arguments do not fit function ``name``'s signature
+    (``"takes 2 arguments, not 1"``), or None when they fit or the table has no such name."""
+    f = FUNCTION_TABLE.get(name)
+    if f is None:
+        return None
+    low, high = f.arity()
+    if low <= count and (high is None or count <= high):
+        return None
+    if low == high:
+        takes = f"{low} argument{'s' if low != 1 else ''}"
+    elif high is None:
+        takes = f"at least {low} argument{'s' if low != 1 else ''}"
+    else:
+        takes = f"{low} to {high} arguments"
+    return f"takes {takes}, not {count}"
+
+
 def output_type(
     f: FunctionDef,
     args: Sequence[DataType],

@@ -44,7 +44,7 @@ import pyarrow as pa
 from shoal.errors import PlanError
 from shoal.ir.expr import AGG_FUNCTIONS, Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr
 from shoal.ir.expr import Ternary as IRTernary
-from shoal.ir.functions import FUNCTION_NAMES
+from shoal.ir.functions import FUNCTION_NAMES, arity_error
 from shoal.ir.nodes import (
     Aggregate,
     AsofStrategy,
@@ -590,6 +590,12 @@ class _Resolver:
     def function(self, u: _UFn) -> Expr:
         if u.name not in FUNCTION_NAMES:
             raise PlanError(f"{self.where}: function {u.name!r} is not in the IR's function table")
+        wrong = arity_error(u.name, len(u.args))
+        if wrong is not None:
+            raise PlanError(
+                f"{self.where}: function {u.name!r} {wrong} (called with {len(u.args)} "
+                "arguments; its signature in the IR's function table)"
+            )
         if not u.args:
             return self.typed(Function(u.name, (), u.options, NULL))
         first = self.expr(u.args[0])

@@ -33,7 +33,7 @@ from shoal.ir.expr import (
     Lit,
     NamedExpr,
 )
-from shoal.ir.functions import FUNCTION_NAMES
+from shoal.ir.functions import FUNCTION_NAMES, arity_error
 from shoal.ir.nodes import (
     SINK_SCHEMA,
     AsofJoin,
@@ -250,6 +250,12 @@ def check_expr(
         elif isinstance(e, Function) and e.name not in functions:
             raise PlanError(
                 f"{where}: function {e.name!r} at {p} is not in the IR's function table"
+            )
+        elif isinstance(e, Function) and arity_error(e.name, len(e.args)) is not None:
+            raise PlanError(
+                f"{where}: function {e.name!r} at {p} {arity_error(e.name, len(e.args))} "
+                f"(called with {len(e.args)} arguments; its signature in the IR's function "
+                "table)"
             )
         elif isinstance(e, Agg):
             if e.name not in AGG_FUNCTIONS:
