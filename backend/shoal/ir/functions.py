@@ -318,7 +318,8 @@ _add("row", ("datetime_ranges", "date_ranges", "time_ranges"), ("temporal", "tem
      "polars", options=("interval", "closed"))  # fmt: skip
 _add("row", "struct.field", ("struct",), "polars", options=("name",))
 _add("row", "struct.rename_fields", ("struct",), "polars", options=("names",))
-_add("row", "struct.with_fields", ("struct", "any"), "polars", variadic=True, options=("names",))
+_add("row", "struct.with_fields", ("struct", "any"), "polars", variadic=True, min_args=1,
+     options=("names",))  # fmt: skip
 _add("row", "struct.json_encode", ("struct",), "str")
 _add("row", "as_struct", ("any",), "polars", variadic=True, options=("fields",))
 
