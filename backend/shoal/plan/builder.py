@@ -67,6 +67,7 @@ from shoal.ir.nodes import (
 from shoal.ir.nodes import Union as UnionNode
 from shoal.ir.types import BOOL, NULL, DataType, Schema
 from shoal.lowering.infer import empty_frame, infer_dtypes
+from shoal.lowering.plan import lower_plan, no_scan
 from shoal.plan.validate import check_expr
 
 if TYPE_CHECKING:
@@ -743,12 +744,10 @@ def _flatten(items: Iterable[Any]) -> list[Any]:
 
 def _kernel_schema(shell: PlanNode, inputs: Sequence[Schema], where: str) -> Schema:
     """The schema the kernel produces for ``shell`` (a node whose inputs are
-    :class:`StageInput` leaves over ``inputs``)."""
-    from shoal.execution.kernel import build
-
+    :class:`StageInput` leaves over ``inputs``), lowered as the kernel lowers it."""
     frames = [pl.DataFrame(schema=s.to_polars()) for s in inputs]
     try:
-        return Schema.from_polars(build(shell, frames, None).collect_schema())
+        return Schema.from_polars(lower_plan(shell, frames, no_scan).collect_schema())
     except PlanError as exc:
         raise PlanError(f"{where}: {exc}") from exc
     except Exception as exc:

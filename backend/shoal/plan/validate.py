@@ -50,6 +50,7 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal.lowering.infer import infer_dtypes, input_types
+from shoal.lowering.plan import lower_plan, no_scan
 
 #: Fields of single-input nodes that name input columns (``Distinct.subset``, ...).
 _COLUMN_LIST_FIELDS = frozenset({"columns", "subset", "index", "on", "inputs"})
@@ -478,9 +479,8 @@ def _same_columns(node: Scan, path: str, have: Schema, what: str) -> None:
 
 
 def _check_node_schema(node: PlanNode, path: str) -> None:
-    """Build ``node`` over empty inputs with the kernel and compare the schema Polars
-    gives with ``node.schema``."""
-    from shoal.execution.kernel import build
+    """Lower ``node`` over empty inputs as the kernel does (:mod:`shoal.lowering.plan`)
+    and compare the schema Polars gives with ``node.schema``."""
     from shoal.ir.nodes import StageInput
 
     kids = [c for _, c in child_nodes(node, path)]
@@ -488,7 +488,7 @@ def _check_node_schema(node: PlanNode, path: str) -> None:
     frames = [pl.DataFrame(schema=k.schema.to_polars()) for k in kids]
     try:
         shell = node.with_children(leaves) if kids else node
-        got = build(shell, frames, None).collect_schema()
+        got = lower_plan(shell, frames, no_scan).collect_schema()
     except UnsupportedError as exc:
         raise _fail(node, path, f"the kernel cannot run this node: {exc}") from exc
     except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:
