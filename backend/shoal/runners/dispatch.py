@@ -40,6 +40,7 @@ from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
+from shoal.runners import adaptive
 from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
 from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
@@ -154,6 +155,9 @@ class _StageState:
     splits: dict[int, tuple[int, list[list[int]]]] = field(default_factory=dict)
     queued: list[tuple[int, int]] = field(default_factory=list)
     parts: dict[int, dict[int, TaskResult]] = field(default_factory=dict)
+    #: Adaptive execution: the buckets task ``p`` reads (``buckets[p]``), when they are not
+    #: one per task as planned (coalesced or skipped; see :mod:`shoal.runners.adaptive`).
+    buckets: list[list[int]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -216,6 +220,8 @@ class DispatchLoop:
         max_bytes_held: int | None = None,
         max_task_input_bytes: int | None = None,
         cancel: CancelToken | None = None,
+        adaptive: bool = False,
+        coalesce_bytes: int | None = None,
     ) -> None:
         self.plan = plan
         #: Tasks cancelled because another task of the query failed.
@@ -241,6 +247,12 @@ class DispatchLoop:
         self.cancel = cancel
         #: Set once :meth:`stream` has run every task: pools may then be parked.
         self._completed = False
+        #: Adaptive execution (:mod:`shoal.runners.adaptive`): on or off; the most bytes of
+        #: shuffle buckets one task reads when coalescing (None: no coalescing); what it
+        #: changed, one line per stage (``adaptations``).
+        self.adaptive = adaptive
+        self.coalesce_bytes = coalesce_bytes
+        self.adaptations: list[str] = []
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -254,6 +266,10 @@ class DispatchLoop:
             if not st.undispatched or free <= 0 or not self._ready(st):
                 continue
             if st.output is None:
+                if self.adaptive:
+                    self._adapt(st)
+                    if not st.undispatched:  # it runs no task
+                        continue
                 st.output = self._resolve_output(st)
                 self._plan_splits(st)
             first_ready = first_ready or st
@@ -534,7 +550,8 @@ class DispatchLoop:
         if spec.mode == "pointwise":
             return [(spec.stage, partition, 0)]
         if spec.mode == "bucket":
-            return [(spec.stage, i, partition) for i in range(n_up)]
+            ids = st.buckets[partition] if st.buckets is not None else [partition]
+            return [(spec.stage, i, b) for b in ids for i in range(n_up)]
         return [(spec.stage, i, 0) for i in range(n_up)]
 
     def _plan_splits(self, st: _StageState) -> None:
@@ -569,6 +586,130 @@ class DispatchLoop:
             self._memory.splits[(sid, p)] = len(groups)
             if self.tracer is not None:
                 self.tracer.task_split(sid, p, len(groups))
+
+    # -- adaptive execution (see shoal.runners.adaptive) --------------------------------
+
+    def _rows(self, key: PieceKey) -> int | None:
+        """Rows of the finished piece ``key`` (None when its task did not say)."""
+        s, p, o = key
+        stats = self.states[s].stats.get(p)
+        if stats is None or not stats.output_rows:
+            return None
+        return stats.output_rows[o]
+
+    def _input_empty(self, st: _StageState, index: int) -> bool:
+        """Whether stage input ``index`` of ``st`` holds no rows at all (every piece that
+        any task of the stage reads is known to be empty)."""
+        spec = st.stage.inputs[index]
+        for s in spec.stages:
+            up = self.states[s]
+            outs = up.stage.output.num_outputs if spec.mode == "bucket" else 1
+            for p in range(up.stage.num_tasks):
+                for o in range(outs):
+                    if self._rows((s, p, o)) != 0:
+                        return False
+        return True
+
+    def _adapt(self, st: _StageState) -> None:
+        """Re-plan ``st`` (now runnable: its inputs have finished) from what its inputs
+        produced: run no task when its output is certainly empty, skip empty buckets and
+        coalesce small ones into fewer tasks (:mod:`shoal.runners.adaptive`)."""
+        stage = st.stage
+        label = f"stage {stage.id} [{stage.name}]"
+        if not stage.num_tasks:
+            return
+        empty = {i for i in range(len(stage.inputs)) if self._input_empty(st, i)}
+        if empty and adaptive.empty_output(stage.fragment, empty):
+            why = adaptive.retask_blocker(self.plan, stage)
+            ins = ", ".join(f"stage {stage.inputs[i].stage}" for i in sorted(empty))
+            if why is None:
+                for p in range(stage.num_tasks):  # (broadcast pieces: in _retask)
+                    for i, spec in enumerate(stage.inputs):
+                        if spec.mode != "all":
+                            self._release(self._pieces(st, i, p))
+                tasks = stage.num_tasks
+                self._retask(stage, 0, f"skipped: its input {ins} is empty")
+                self._note(f"{label}: {tasks} task(s) skipped: input from {ins} is empty")
+                return
+            self._note(f"{label}: input from {ins} is empty, not skipped: {why}")
+        bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
+        if not bucket_inputs:
+            return
+        n = stage.num_tasks
+        sizes = [0] * n
+        skip = []
+        for b in range(n):
+            empties = set(empty)
+            for i in bucket_inputs:
+                keys = self._pieces(st, i, b)
+                sizes[b] += sum(self.ledger.nbytes(k) for k in keys)
+                if all(self._rows(k) == 0 for k in keys):
+                    empties.add(i)
+            skip.append(bool(empties) and adaptive.empty_output(stage.fragment, empties))
+        total = sum(sizes)
+        target = None
+        if self.coalesce_bytes is not None:
+            target = adaptive.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
+        groups = adaptive.group_buckets(sizes, skip, target)
+        if len(groups) == n:
+            return  # one bucket per task, as planned
+        why = adaptive.coalesce_blocker(self.plan, stage)
+        if why is not None:
+            self._note(f"{label}: {n} buckets not coalesced: {why}")
+            return
+        skipped = [b for b in range(n) if skip[b]]
+        for b in skipped:
+            for i in bucket_inputs:
+                self._release(self._pieces(st, i, b))
+        st.buckets = groups
+        what = f"{n} buckets ({adaptive.size(total)}) read by {len(groups)} task(s)"
+        if target is not None and len(groups) < n - len(skipped):
+            what = (
+                f"{n} buckets ({adaptive.size(total)}) coalesced into {len(groups)} task(s) "
+                f"(target {adaptive.size(target)} each)"
+            )
+        if skipped:
+            what += f"; {len(skipped)} empty bucket(s) skipped"
+        self._retask(stage, len(groups), what)
+        self._note(f"{label}: {what}")
+
+    def _release(self, keys: Sequence[PieceKey]) -> None:
+        """Pieces no task will read after all: one reader fewer each."""
+        for key in keys:
+            if self.ledger.read(key):
+                s, p, o = key
+                self.states[s].outputs[p][o] = []
+
+    def _retask(self, stage: Stage, n: int, why: str) -> None:
+        """Give ``stage`` (not started) ``n`` tasks, and every stage that follows its
+        partitions one by one (pointwise or concatenated readers) as many as it then
+        needs; the readers counted for the broadcast pieces they read change with them."""
+        old = stage.num_tasks
+        if n == old:
+            return
+        stage.num_tasks = n
+        for spec in stage.inputs:
+            if spec.mode != "all":
+                continue
+            for s in spec.stages:
+                for p in range(self.states[s].stage.num_tasks):
+                    if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers((s, p, 0), old - n):
+                        self.states[s].outputs[p][0] = []
+        if self.tracer is not None:
+            self.tracer.stage_retasked(stage.id, old, n, why)
+        for c in self.plan.consumers(stage.id):
+            for spec in c.inputs:
+                if stage.id not in spec.stages:
+                    continue
+                if spec.mode == "pointwise":
+                    self._retask(c, n, f"follows stage {stage.id}")
+                elif spec.mode == "concat":
+                    self._retask(c, c.num_tasks + n - old, f"follows stage {stage.id}")
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+
+    def _note(self, line: str) -> None:
+        self.adaptations.append(line)
+        _log.info("shoal: adaptive: %s", line)
 
     def _not_split(self, stage_id: int, partition: int, nbytes: int, why: str) -> None:
         self._memory.not_split.append((stage_id, partition, why))

@@ -94,12 +94,22 @@ def analyze_text(report: QueryReport) -> str:
             + f"; {mem.held_back} times held back, {mem.forced} forced, "
             f"{len(mem.splits)} tasks split"
         )
+    lines.extend(adaptive_lines(report))
     if report.actors_replaced:
         lines.append(f"UDF actors replaced after dying: {report.actors_replaced}")
     if warnings:
         lines.append("Warnings:")
         lines.extend("  " + w for w in warnings)
     return "\n".join(lines)
+
+
+def adaptive_lines(report: QueryReport) -> list[str]:
+    """What adaptive execution changed in the query (``Config.adaptive``): a heading and
+    one line per stage (buckets coalesced or skipped, stages skipped over empty inputs,
+    and why a change was not made); nothing when it changed nothing."""
+    if not report.adaptive:
+        return []
+    return ["Adaptive execution:", *("  " + line for line in report.adaptive)]
 
 
 def mermaid(physical: PhysicalPlan, report: QueryReport | None = None) -> str:

@@ -1,0 +1,238 @@
+"""Adaptive execution (``Config.adaptive``, :mod:`shoal.runners.adaptive`): stages re-planned
+from what their inputs produced (empty stages and buckets skipped, small shuffle buckets
+coalesced into fewer tasks).
+
+Every query is checked against native Polars (or DuckDB) on data split into several
+partitions, with nulls, duplicate and skewed keys and buckets left empty; the re-planning
+itself is checked through the query's report (what changed, and the tasks that ran).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import shoal
+from shoal.runners import adaptive
+from shoal.runners.profile import analyze_text
+from shoal.runners.session import QueryReport, last_query
+
+#: Sizes of a coalesced task: every bucket alone, a few buckets a task, one task.
+TARGETS = [1, 12_000, 10**9]
+
+
+def _config(target: int, **more: object) -> dict[str, object]:
+    """The distributed path on 6 partitions per table, hash joins, ``target`` bytes."""
+    base: dict[str, object] = dict(
+        runner="local",
+        small_query_bytes=0,
+        default_partitions=6,
+        broadcast_join_threshold_bytes=0,
+        target_partition_bytes=target,
+    )
+    base.update(more)
+    return base
+
+
+def _facts(rows: int = 3000, seed: int = 0) -> pl.DataFrame:
+    """Key 1 holds most rows (skew); some keys null; values with NaN and duplicates."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 40, rows)
+    keys[rng.random(rows) < 0.6] = 1
+    k = pl.Series("k", keys).cast(pl.Int64)
+    k = pl.when(pl.int_range(rows) % 17 == 0).then(None).otherwise(k)
+    return pl.DataFrame({"i": range(rows)}).with_columns(
+        k=k,
+        v=pl.Series(rng.integers(-50, 50, rows)).cast(pl.Float64),
+        s=pl.Series([f"s{x % 7}" for x in range(rows)]),
+    ).with_columns(v=pl.when(pl.col("i") % 23 == 0).then(float("nan")).otherwise(pl.col("v")))
+
+
+def _dims() -> pl.DataFrame:
+    """Few keys (most hash buckets of this side stay empty), one twice, and a null."""
+    return pl.DataFrame({"k": [1, 3, 3, 5, None, 77], "name": ["a", "b", "bb", "c", "n", "z"]})
+
+
+def _run(q: pl.LazyFrame, cfg: dict[str, object]) -> tuple[pl.DataFrame, QueryReport]:
+    got = q.collect(engine=shoal.DistEngine(raise_on_fail=True, **cfg))
+    report = last_query()
+    assert report is not None
+    return got, report
+
+
+def _same(got: pl.DataFrame, q: pl.LazyFrame, ordered: bool = False) -> None:
+    want = q.collect(engine="in-memory")
+    if not ordered:
+        got, want = got.sort(got.columns, nulls_last=True), want.sort(want.columns, nulls_last=True)
+    assert_frame_equal(got, want, check_exact=False)
+
+
+def _tasks(report: QueryReport) -> int:
+    return len(report.task_stats)
+
+
+JOINS: dict[str, Callable[[pl.LazyFrame, pl.LazyFrame], pl.LazyFrame]] = {
+    how: (lambda a, b, how=how: a.join(b, on="k", how=how))  # type: ignore[misc]
+    for how in ("inner", "left", "right", "full", "semi", "anti")
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("how", sorted(JOINS))
+def test_hash_joins_with_empty_and_coalesced_buckets(how: str, target: int) -> None:
+    a, b = _facts().lazy(), _dims().lazy()
+    q = JOINS[how](a, b)
+    got, report = _run(q, _config(target))
+    _same(got, q)
+    if how in ("inner", "semi") and target == 1:  # buckets with no dims key: not run
+        assert any("empty bucket(s) skipped" in line for line in report.adaptive)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_join_then_group_by_with_and_without_keys(target: int) -> None:
+    a, b = _facts().lazy(), _dims().lazy()
+    joined = a.join(b, on="k")
+    keyed = joined.group_by("name", "s").agg(pl.len(), pl.col("v").sum(), vmax=pl.col("v").max())
+    keyless = joined.select(pl.len(), pl.col("v").sum(), pl.col("i").min())
+    for q in (keyed, keyless):
+        got, _ = _run(q, _config(target))
+        _same(got, q)
+
+
+def test_coalescing_runs_fewer_tasks_with_the_same_answer() -> None:
+    q = _facts().lazy().group_by("k").agg(pl.col("v").sum(), pl.len())
+    got, report = _run(q, _config(10**9))
+    _same(got, q)
+    assert any("coalesced into 1 task" in line for line in report.adaptive), report.adaptive
+    off, plain = _run(q, _config(10**9, adaptive=False))
+    _same(off, q)
+    assert plain.adaptive == ()
+    assert _tasks(report) < _tasks(plain)
+    text = analyze_text(report)
+    assert "Adaptive execution:" in text and "coalesced" in text
+
+
+def test_explicit_shuffle_partitions_are_not_coalesced() -> None:
+    q = _facts().lazy().group_by("k").agg(pl.col("v").sum())
+    got, report = _run(q, _config(10**9, shuffle_partitions=5))
+    _same(got, q)
+    assert not any("coalesced" in line for line in report.adaptive)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "sort",
+    [
+        dict(by=["k", "i"]),
+        dict(by=["k", "v", "i"], descending=[True, False, True], nulls_last=True),
+        dict(by="s", maintain_order=True),
+    ],
+    ids=["asc", "desc-nulls-last", "stable"],
+)
+def test_sorts_keep_their_order_across_coalesced_ranges(
+    sort: dict[str, object], target: int
+) -> None:
+    q = _facts().lazy().sort(**sort)  # type: ignore[arg-type]
+    got, _ = _run(q, _config(target))
+    _same(got, q, ordered=True)
+
+
+def test_group_by_then_sort_then_cumulative_sum() -> None:
+    """The sort's stage is read pointwise beside a shuffle (the prefix plan): it keeps its
+    tasks, and the answer its order."""
+    q = (
+        _facts()
+        .lazy()
+        .group_by("k")
+        .agg(pl.col("i").sum())
+        .sort("k")
+        .with_columns(c=pl.col("i").cum_sum())
+        .with_row_index()
+    )
+    got, _ = _run(q, _config(12_000))
+    _same(got, q, ordered=True)
+
+
+def test_window_over_keys_keeps_row_order() -> None:
+    q = _facts().lazy().with_columns(w=pl.col("v").sum().over("k"), m=pl.col("i").max().over("k"))
+    got, report = _run(q, _config(10**9))
+    _same(got, q, ordered=True)
+    assert any("not coalesced" in line for line in report.adaptive), report.adaptive
+
+
+def test_distinct_after_shuffle() -> None:
+    q = _facts().lazy().select("k", "s").unique()
+    got, _ = _run(q, _config(12_000))
+    _same(got, q)
+
+
+def test_an_empty_join_side_skips_the_stage_but_keyless_aggregates_keep_their_row() -> None:
+    a = _facts().lazy()
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    inner = a.join(nothing, on="k")
+    keyed = inner.group_by("s").agg(pl.len(), pl.col("v").sum())
+    got, report = _run(keyed, _config(1))
+    _same(got, keyed)
+    assert any("skipped" in line for line in report.adaptive), report.adaptive
+    # Without keys the partial aggregate above the join emits a row per task: not skipped.
+    q = inner.select(pl.len(), pl.col("v").sum(), vmin=pl.col("v").min(), smax=pl.col("s").max())
+    got, _ = _run(q, _config(1))
+    _same(got, q)
+    assert got.height == 1
+    for how in ("left", "anti", "full"):  # an empty right side keeps every left row
+        q2 = a.join(nothing, on="k", how=how).group_by("s").agg(pl.len())  # type: ignore[arg-type]
+        got2, _ = _run(q2, _config(1))
+        _same(got2, q2)
+
+
+def test_an_empty_broadcast_side_skips_the_probe_scan() -> None:
+    a = _facts().lazy()
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    q = a.join(nothing, on="k").select("i", "name")
+    got, report = _run(q, _config(1, broadcast_join_threshold_bytes=10**9))
+    _same(got, q)
+    skipped = [line for line in report.adaptive if "skipped" in line]
+    assert skipped and "scan" in skipped[0], report.adaptive
+    left = a.join(nothing, on="k", how="left")  # every probe row stays: nothing skipped
+    got, report = _run(left, _config(1, broadcast_join_threshold_bytes=10**9))
+    _same(got, left)
+    assert not any("skipped" in line for line in report.adaptive)
+
+
+def test_duckdb_join_group_by_order_by() -> None:
+    con = duckdb.connect()
+    con.register("f", _facts().to_arrow())
+    con.register("d", _dims().to_arrow())
+    con.execute("CREATE TABLE facts AS SELECT * FROM f").fetchall()
+    con.execute("CREATE TABLE dims AS SELECT * FROM d").fetchall()
+    cfg = shoal.Config(**_config(12_000))  # type: ignore[arg-type]
+    for query in (
+        "SELECT name, s, count(*) AS n, sum(v) AS v FROM facts JOIN dims USING (k) "
+        "GROUP BY ALL ORDER BY name, s",
+        "SELECT k, count(*) AS n FROM facts LEFT JOIN dims USING (k) GROUP BY k "
+        "ORDER BY k NULLS FIRST",
+        "SELECT i, k, v FROM facts WHERE k IN (SELECT k FROM dims) ORDER BY i DESC",
+    ):
+        got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=cfg).pl()
+        want = con.sql(query).pl()
+        assert_frame_equal(got, want, check_exact=False)
+
+
+def test_group_buckets_and_targets() -> None:
+    assert adaptive.group_buckets([5, 5, 5, 5], [False] * 4, 10) == [[0, 1], [2, 3]]
+    assert adaptive.group_buckets([5, 50, 5, 0], [False, False, False, True], 10) == [
+        [0],
+        [1],
+        [2],
+    ]
+    assert adaptive.group_buckets([1, 1], [False, False], None) == [[0], [1]]
+    assert adaptive.group_buckets([1, 1], [True, True], 10) == []
+    mib = 1024 * 1024
+    assert adaptive.coalesce_target(100 * mib, 4, 128 * mib) == 25 * mib
+    assert adaptive.coalesce_target(mib, 4, 128 * mib) == adaptive.MIN_TASK_BYTES
+    assert adaptive.coalesce_target(10**12, 2, 128 * mib) == 128 * mib
