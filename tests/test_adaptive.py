@@ -236,3 +236,18 @@ def test_group_buckets_and_targets() -> None:
     assert adaptive.coalesce_target(100 * mib, 4, 128 * mib) == 25 * mib
     assert adaptive.coalesce_target(mib, 4, 128 * mib) == adaptive.MIN_TASK_BYTES
     assert adaptive.coalesce_target(10**12, 2, 128 * mib) == 128 * mib
+
+
+def test_window_over_a_coalesced_group_by() -> None:
+    """The window's shuffle stage follows a coalesced aggregation: its rows are routed back
+    to the partitions that ran, in order."""
+    q = (
+        _facts()
+        .lazy()
+        .group_by("k", "s")
+        .agg(pl.col("v").sum())
+        .with_columns(w=pl.col("v").sum().over("k"), r=pl.col("v").rank().over("k"))
+    )
+    got, report = _run(q, _config(12_000))
+    _same(got, q)
+    assert any("coalesced" in line for line in report.adaptive), report.adaptive
