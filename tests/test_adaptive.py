@@ -9,7 +9,9 @@ itself is checked through the query's report (what changed, and the tasks that r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -46,11 +48,15 @@ def _facts(rows: int = 3000, seed: int = 0) -> pl.DataFrame:
     keys[rng.random(rows) < 0.6] = 1
     k = pl.Series("k", keys).cast(pl.Int64)
     k = pl.when(pl.int_range(rows) % 17 == 0).then(None).otherwise(k)
-    return pl.DataFrame({"i": range(rows)}).with_columns(
-        k=k,
-        v=pl.Series(rng.integers(-50, 50, rows)).cast(pl.Float64),
-        s=pl.Series([f"s{x % 7}" for x in range(rows)]),
-    ).with_columns(v=pl.when(pl.col("i") % 23 == 0).then(float("nan")).otherwise(pl.col("v")))
+    return (
+        pl.DataFrame({"i": range(rows)})
+        .with_columns(
+            k=k,
+            v=pl.Series(rng.integers(-50, 50, rows)).cast(pl.Float64),
+            s=pl.Series([f"s{x % 7}" for x in range(rows)]),
+        )
+        .with_columns(v=pl.when(pl.col("i") % 23 == 0).then(float("nan")).otherwise(pl.col("v")))
+    )
 
 
 def _dims() -> pl.DataFrame:
@@ -115,6 +121,19 @@ def test_coalescing_runs_fewer_tasks_with_the_same_answer() -> None:
     assert _tasks(report) < _tasks(plain)
     text = analyze_text(report)
     assert "Adaptive execution:" in text and "coalesced" in text
+    explained = shoal.explain(q, config=shoal.Config(**_config(10**9)), analyze=True)  # type: ignore[arg-type]
+    assert "Adaptive execution:" in explained and "coalesced into 1 task" in explained
+
+
+def test_the_trace_marks_each_change(tmp_path: Path) -> None:
+    q = _facts().lazy().join(_dims().lazy(), on="k").group_by("name").agg(pl.len())
+    trace = tmp_path / "q.json"
+    got, report = _run(q, _config(12_000, trace=str(trace)))
+    _same(got, q)
+    events = json.loads(trace.read_text())["traceEvents"]
+    marks = [e["args"] for e in events if e.get("name") == "adaptive plan"]
+    assert marks and all(m["tasks"] < m["tasks_planned"] for m in marks), marks
+    assert {m["stage"] for m in marks} <= {s.id for s in report.physical.stages}
 
 
 def test_explicit_shuffle_partitions_are_not_coalesced() -> None:

@@ -115,9 +115,7 @@ def _fragment_blocker(stage: Stage, plan: PhysicalPlan) -> str | None:
             return None
         if isinstance(node, Sort) and not isinstance(parent, Slice):
             # A sort is exact over several buckets only when they are ranges of its keys.
-            ranges = [
-                plan.stage(i.stage).output for i in stage.inputs if i.mode == "bucket"
-            ]
+            ranges = [plan.stage(i.stage).output for i in stage.inputs if i.mode == "bucket"]
             same = all(
                 isinstance(o, RangeOutput)
                 and (o.by, o.descending, o.nulls_last)
@@ -180,7 +178,9 @@ def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
     return min(target_partition_bytes, max(share, MIN_TASK_BYTES))
 
 
-def group_buckets(sizes: Sequence[int], skip: Sequence[bool], target: int | None) -> list[list[int]]:
+def group_buckets(
+    sizes: Sequence[int], skip: Sequence[bool], target: int | None
+) -> list[list[int]]:
     """Bucket ids (indices of ``sizes``, in order, without those ``skip`` marks) cut into
     consecutive groups of at most ``target`` bytes each (a bucket over ``target`` is a group
     of its own); ``target`` None: one bucket per group."""

@@ -693,7 +693,9 @@ class DispatchLoop:
                 continue
             for s in spec.stages:
                 for p in range(self.states[s].stage.num_tasks):
-                    if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers((s, p, 0), old - n):
+                    if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers(
+                        (s, p, 0), old - n
+                    ):
                         self.states[s].outputs[p][0] = []
         if self.tracer is not None:
             self.tracer.stage_retasked(stage.id, old, n, why)
