@@ -270,3 +270,50 @@ def test_window_over_a_coalesced_group_by() -> None:
     got, report = _run(q, _config(12_000))
     _same(got, q)
     assert any("coalesced" in line for line in report.adaptive), report.adaptive
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "semi", "anti", "right", "full"])
+def test_a_hash_join_whose_filtered_side_turns_out_small_runs_as_a_broadcast_join(
+    how: str,
+) -> None:
+    """The filtered side is estimated at a fifth of its table (over the threshold), and
+    holds a few rows: its join runs in the other side's partitions, never shuffled. A full
+    join cannot broadcast either side: it stays a hash join."""
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    left, right = (small, probe) if how == "right" else (probe, small)
+    q = left.join(right, on="k", how=how)  # type: ignore[arg-type]
+    cfg = _config(12_000, broadcast_join_threshold_bytes=8_000)
+    got, report = _run(q, cfg)
+    _same(got, q)
+    switched = [line for line in report.adaptive if "run as a broadcast join" in line]
+    assert bool(switched) == (how != "full"), report.adaptive
+    if switched:
+        skipped = [s for s in report.physical.stages if s.num_tasks == 0]
+        assert len(skipped) == 1 and "shuffle" in skipped[0].name
+    off, plain = _run(q, {**cfg, "adaptive": False})
+    _same(off, q)
+    assert plain.adaptive == ()
+
+
+def test_a_broadcast_switch_under_aggregation_and_sort() -> None:
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") < 40).group_by("k").agg(n=pl.len())
+    q = (
+        probe.join(small, on="k")
+        .group_by("s")
+        .agg(pl.col("n").sum(), pl.col("v").mean(), c=pl.len())
+        .sort("s")
+    )
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=4_000))
+    _same(got, q, ordered=True)
+    assert any("run as a broadcast join" in line for line in report.adaptive), report.adaptive
+
+
+def test_a_large_side_stays_a_hash_join() -> None:
+    probe = _facts(seed=1).lazy()
+    big = _facts(seed=2).lazy().filter(pl.col("i") % 2 == 0).select("k", w="v")
+    q = probe.join(big, on="k").group_by("k").agg(pl.len())
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
+    _same(got, q)
+    assert any("stays a hash join" in line for line in report.adaptive), report.adaptive

@@ -33,6 +33,7 @@ event.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 from shoal.ir.nodes import (
     Aggregate,
@@ -42,14 +43,16 @@ from shoal.ir.nodes import (
     Join,
     PlanNode,
     Project,
+    Scan,
     Slice,
     Sort,
     SqlMap,
     StageInput,
     UdfProject,
     Unnest,
+    transform,
 )
-from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput, Stage
+from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput, Stage, StageInputSpec
 
 #: The smallest input a coalesced task is given when the data allows (bytes): below this,
 #: the fixed cost of a task (scheduling, a fresh Polars query) outweighs running buckets in
@@ -204,3 +207,111 @@ def size(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} GiB"  # pragma: no cover
+
+
+# ------------------------------------------------ a hash join turned broadcast join
+
+
+@dataclass(frozen=True)
+class BroadcastSwitch:
+    """A planned hash join (stage ``join``) that may run as a broadcast join instead: if
+    stage ``build`` (one side's shuffle) turns out at most ``broadcast_join_threshold_bytes``
+    while stage ``probe`` (the other side's shuffle) has not started, the probe stage's
+    fragment runs in the join stage, on its own partitions, with every bucket of ``build``
+    read whole; the probe side is never shuffled. ``probe_input`` and ``build_input`` are
+    the join stage's input indices of the two sides.
+
+    Until ``build`` has finished, the loop holds ``probe`` back (it starts no task of it):
+    that is the price of the switch, so a switch is planned only where the build side's
+    size was a guess (:func:`_size_is_a_guess`)."""
+
+    join: int
+    probe: int
+    build: int
+    probe_input: int
+    build_input: int
+
+
+def _size_is_a_guess(stage: Stage) -> bool:
+    """Whether the planner's size of ``stage``'s output was a guess (filters, aggregations,
+    joins, other stages' outputs), not read from footers or table sizes."""
+    for node in stage.fragment.walk():
+        if isinstance(node, Scan):
+            if node.predicate is not None:
+                return True
+        elif not isinstance(node, Project):
+            return True
+    return False
+
+
+def broadcast_switches(plan: PhysicalPlan) -> list[BroadcastSwitch]:
+    """The hash joins of ``plan`` that may turn into broadcast joins at run time.
+
+    A join stage qualifies when it reads exactly two shuffles, each read by it alone; its
+    join lets the probe side's rows be partitioned in any way (each probe row meets the
+    whole build side: inner, left/semi/anti probing with the left side, right with the
+    right; see :func:`shoal.runners.skew.split_sides`, the same rule), every other input is
+    a broadcast, and the stages after it may follow another task count
+    (:func:`retask_blocker`). For an inner join the side with the smaller estimate is the
+    build side."""
+    from shoal.runners.skew import split_sides
+
+    found = []
+    for st in plan.stages:
+        buckets = [i for i, spec in enumerate(st.inputs) if spec.mode == "bucket"]
+        if len(buckets) != 2 or any(
+            spec.mode != "all" for i, spec in enumerate(st.inputs) if i not in buckets
+        ):
+            continue
+        ups = [plan.stage(st.inputs[i].stage) for i in buckets]
+        if any(
+            not isinstance(u.output, HashOutput)
+            or len(st.inputs[i].stages) != 1
+            or [c.id for c in plan.consumers(u.id)] != [st.id]
+            or u.boundaries_from is not None
+            for i, u in zip(buckets, ups, strict=True)
+        ):
+            continue
+        sides = split_sides(st)
+        if isinstance(sides, str) or retask_blocker(plan, st) is not None:
+            continue
+        options = []
+        for probe_input in sides[1]:
+            build_input = next(i for i in buckets if i != probe_input)
+            probe = plan.stage(st.inputs[probe_input].stage)
+            build = plan.stage(st.inputs[build_input].stage)
+            if _size_is_a_guess(build):
+                options.append(
+                    (
+                        build.est_bytes,
+                        BroadcastSwitch(st.id, probe.id, build.id, probe_input, build_input),
+                    )
+                )
+        if options:
+            found.append(min(options, key=lambda o: o[0])[1])
+    return found
+
+
+def fuse_probe(
+    join: Stage, probe: Stage, sw: BroadcastSwitch
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
+    """The join stage's new fragment and inputs once ``probe``'s fragment runs in it: the
+    probe stage's inputs first (its fragment unchanged, in place of the probe side's stage
+    input), then the join stage's other inputs in order, the build side read whole
+    (``"all"``: every bucket of every task)."""
+    offset = len(probe.inputs)
+    kept = [i for i in range(len(join.inputs)) if i != sw.probe_input]
+    index = {old: offset + k for k, old in enumerate(kept)}
+    inputs = list(probe.inputs)
+    for old in kept:
+        spec = join.inputs[old]
+        inputs.append(replace(spec, mode="all") if old == sw.build_input else spec)
+
+    def swap(node: PlanNode) -> PlanNode | None:
+        if isinstance(node, StageInput):
+            if node.index == sw.probe_input:
+                return probe.fragment
+            return replace(node, index=index[node.index])
+        return None
+
+    return transform(join.fragment, swap), tuple(inputs)

@@ -40,7 +40,7 @@ from shoal.execution.kernel import TaskStats, choose_boundaries
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
-from shoal.runners import adaptive
+from shoal.runners import adaptive as adapt
 from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
 from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
@@ -253,6 +253,14 @@ class DispatchLoop:
         self.adaptive = adaptive
         self.coalesce_bytes = coalesce_bytes
         self.adaptations: list[str] = []
+        #: Hash joins that may turn into broadcast joins (by join stage id), and the probe
+        #: stages held back until their build side has finished (probe id -> build id).
+        threshold = config.broadcast_join_threshold_bytes if config is not None else 0
+        self.broadcast_bytes = threshold if adaptive else 0
+        self._switches: dict[int, adapt.BroadcastSwitch] = {}
+        if self.broadcast_bytes:
+            self._switches = {sw.join: sw for sw in adapt.broadcast_switches(plan)}
+        self._held = {sw.probe: sw.build for sw in self._switches.values()}
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -262,8 +270,12 @@ class DispatchLoop:
         batch: list[TaskSpec] = []
         reserved = sum(self._reserved.values())
         first_ready: _StageState | None = None
+        if self._switches:
+            self._decide_switches()
         for st in self.states:
             if not st.undispatched or free <= 0 or not self._ready(st):
+                continue
+            if st.stage.id in self._held:  # its hash join may become a broadcast join
                 continue
             if st.output is None:
                 if self.adaptive:
@@ -549,6 +561,9 @@ class DispatchLoop:
             return [(s_id, p_id, 0)]
         if spec.mode == "pointwise":
             return [(spec.stage, partition, 0)]
+        if spec.mode == "all":  # every output of every task (a broadcast)
+            outs = self.states[spec.stage].stage.output.num_outputs
+            return [(spec.stage, i, o) for i in range(n_up) for o in range(outs)]
         if spec.mode == "bucket":
             ids = st.buckets[partition] if st.buckets is not None else [partition]
             return [(spec.stage, i, b) for b in ids for i in range(n_up)]
@@ -603,7 +618,7 @@ class DispatchLoop:
         spec = st.stage.inputs[index]
         for s in spec.stages:
             up = self.states[s]
-            outs = up.stage.output.num_outputs if spec.mode == "bucket" else 1
+            outs = up.stage.output.num_outputs if spec.mode in ("bucket", "all") else 1
             for p in range(up.stage.num_tasks):
                 for o in range(outs):
                     if self._rows((s, p, o)) != 0:
@@ -619,8 +634,8 @@ class DispatchLoop:
         if not stage.num_tasks:
             return
         empty = {i for i in range(len(stage.inputs)) if self._input_empty(st, i)}
-        if empty and adaptive.empty_output(stage.fragment, empty):
-            why = adaptive.retask_blocker(self.plan, stage)
+        if empty and adapt.empty_output(stage.fragment, empty):
+            why = adapt.retask_blocker(self.plan, stage)
             ins = ", ".join(f"stage {stage.inputs[i].stage}" for i in sorted(empty))
             if why is None:
                 for p in range(stage.num_tasks):  # (broadcast pieces: in _retask)
@@ -645,15 +660,15 @@ class DispatchLoop:
                 sizes[b] += sum(self.ledger.nbytes(k) for k in keys)
                 if all(self._rows(k) == 0 for k in keys):
                     empties.add(i)
-            skip.append(bool(empties) and adaptive.empty_output(stage.fragment, empties))
+            skip.append(bool(empties) and adapt.empty_output(stage.fragment, empties))
         total = sum(sizes)
         target = None
         if self.coalesce_bytes is not None:
-            target = adaptive.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
-        groups = adaptive.group_buckets(sizes, skip, target)
+            target = adapt.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
+        groups = adapt.group_buckets(sizes, skip, target)
         if len(groups) == n:
             return  # one bucket per task, as planned
-        why = adaptive.coalesce_blocker(self.plan, stage)
+        why = adapt.coalesce_blocker(self.plan, stage)
         if why is not None:
             self._note(f"{label}: {n} buckets not coalesced: {why}")
             return
@@ -662,16 +677,78 @@ class DispatchLoop:
             for i in bucket_inputs:
                 self._release(self._pieces(st, i, b))
         st.buckets = groups
-        what = f"{n} buckets ({adaptive.size(total)}) read by {len(groups)} task(s)"
+        what = f"{n} buckets ({adapt.size(total)}) read by {len(groups)} task(s)"
         if target is not None and len(groups) < n - len(skipped):
             what = (
-                f"{n} buckets ({adaptive.size(total)}) coalesced into {len(groups)} task(s) "
-                f"(target {adaptive.size(target)} each)"
+                f"{n} buckets ({adapt.size(total)}) coalesced into {len(groups)} task(s) "
+                f"(target {adapt.size(target)} each)"
             )
         if skipped:
             what += f"; {len(skipped)} empty bucket(s) skipped"
         self._retask(stage, len(groups), what)
         self._note(f"{label}: {what}")
+
+    def _decide_switches(self) -> None:
+        """For each planned hash join whose build side has finished while its probe side
+        has not started: run it as a broadcast join when the build side is small enough,
+        else release the probe side to run as planned."""
+        for sw in list(self._switches.values()):
+            build = self.states[sw.build]
+            if not build.finished:
+                continue
+            del self._switches[sw.join]
+            self._held.pop(sw.probe, None)
+            probe, join = self.states[sw.probe], self.states[sw.join]
+            label = f"stage {join.stage.id} [{join.stage.name}]"
+            nbytes = sum(s.bytes_out for s in build.stats.values())
+            if probe.next_partition or join.next_partition or probe.output is not None:
+                continue  # (started after all: as planned)
+            if nbytes > self.broadcast_bytes:
+                self._note(
+                    f"{label}: stays a hash join: stage {sw.build} gave {adapt.size(nbytes)}"
+                    f" > broadcast_join_threshold_bytes"
+                )
+                continue
+            self._switch_to_broadcast(sw, nbytes)
+            self._note(
+                f"{label}: hash join run as a broadcast join of stage {sw.build} "
+                f"({adapt.size(nbytes)}, estimated {adapt.size(build.stage.est_bytes)}) "
+                f"in {join.stage.num_tasks} task(s) of stage {sw.probe}'s partitions; "
+                f"stage {sw.probe} not shuffled"
+            )
+
+    def _switch_to_broadcast(self, sw: adapt.BroadcastSwitch, nbytes: int) -> None:
+        """Rewrite the join stage of ``sw`` to run the probe stage's fragment with the build
+        side read whole (:func:`shoal.runners.adaptive.fuse_probe`); the probe stage runs no task."""
+        probe, join = self.plan.stage(sw.probe), self.plan.stage(sw.join)
+        old = join.num_tasks
+        fragment, inputs = adapt.fuse_probe(join, probe, sw)
+        others = [
+            s
+            for i, spec in enumerate(join.inputs)
+            if i not in (sw.probe_input, sw.build_input)
+            for s in spec.stages
+        ]
+        join.fragment, join.inputs = fragment, inputs
+        join.scan_partitions = probe.scan_partitions
+        join.num_tasks = n = probe.num_tasks
+        join.est_bytes = probe.est_bytes + nbytes
+        join.name = f"{probe.name.removesuffix('+shuffle')}+broadcast-join"
+        planned = probe.num_tasks
+        probe.inputs, probe.num_tasks, probe.scan_partitions = (), 0, None
+        build = self.states[sw.build]
+        for p in range(build.stage.num_tasks):  # read by every task now, not one
+            for o in range(build.stage.output.num_outputs):
+                self.ledger.add_readers((sw.build, p, o), n - 1)
+        for s in others:  # broadcast inputs: read by n tasks instead of old
+            for p in range(self.states[s].stage.num_tasks):
+                if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers((s, p, 0), old - n):
+                    self.states[s].outputs[p][0] = []
+        if self.tracer is not None:
+            self.tracer.stage_retasked(sw.probe, planned, 0, "runs in its join stage")
+            self.tracer.stage_retasked(sw.join, old, n, "broadcast join")
+        self._follow(join, old, n)
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
 
     def _release(self, keys: Sequence[PieceKey]) -> None:
         """Pieces no task will read after all: one reader fewer each."""
@@ -699,6 +776,12 @@ class DispatchLoop:
                         self.states[s].outputs[p][0] = []
         if self.tracer is not None:
             self.tracer.stage_retasked(stage.id, old, n, why)
+        self._follow(stage, old, n)
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+
+    def _follow(self, stage: Stage, old: int, n: int) -> None:
+        """The stages that follow ``stage``'s partitions one by one (pointwise or
+        concatenated readers) get as many tasks as it now has (``n`` instead of ``old``)."""
         for c in self.plan.consumers(stage.id):
             for spec in c.inputs:
                 if stage.id not in spec.stages:
@@ -707,7 +790,6 @@ class DispatchLoop:
                     self._retask(c, n, f"follows stage {stage.id}")
                 elif spec.mode == "concat":
                     self._retask(c, c.num_tasks + n - old, f"follows stage {stage.id}")
-        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
 
     def _note(self, line: str) -> None:
         self.adaptations.append(line)
