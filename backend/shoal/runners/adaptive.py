@@ -83,13 +83,17 @@ _EMPTY_PRESERVING = (Filter, Explode, Unnest, SqlMap, UdfProject, Distinct, Slic
 def empty_output(node: PlanNode, empty: set[int]) -> bool:
     """Whether ``node`` (a stage's fragment) certainly gives no rows when the stage inputs
     whose indices are in ``empty`` hold no rows. False whenever unsure: a scan, an
-    aggregation without keys (one row over nothing), a projection of literals, a full
-    join."""
+    aggregation without keys (one row over nothing), a projection of literals or with an
+    aggregate, a full join, any operator not named here."""
     if isinstance(node, StageInput):
         return node.index in empty
     if isinstance(node, Project):
-        reads = node.keep_height or any(e.expr.columns() for e in node.exprs)
-        return reads and empty_output(node.input, empty)
+        # Row-wise only: an aggregate in a projection (``select(a.sum() + 1)``) gives a row
+        # over nothing.
+        exprs = [e.expr for e in node.exprs]
+        rowwise = all(e.is_row_local() for e in exprs)
+        reads = node.keep_height or any(e.columns() for e in exprs)
+        return rowwise and reads and empty_output(node.input, empty)
     if isinstance(node, Aggregate):
         return bool(node.keys) and empty_output(node.input, empty)
     if isinstance(node, _EMPTY_PRESERVING):
