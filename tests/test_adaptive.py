@@ -317,3 +317,36 @@ def test_a_large_side_stays_a_hash_join() -> None:
     got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
     _same(got, q)
     assert any("stays a hash join" in line for line in report.adaptive), report.adaptive
+
+
+def test_every_piece_is_released_after_adaptive_changes() -> None:
+    """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
+    skipped stage each release what no task reads any more."""
+    from shoal.planner.physical import plan_physical
+    from shoal.runners.dispatch import DispatchLoop
+    from shoal.runners.local import LocalBackend
+    from shoal.runners.session import conform
+    from shoal_polars.engine import to_ir
+
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    queries = [  # (query, broadcast_join_threshold_bytes)
+        (probe.join(small, on="k").group_by("s").agg(pl.len()).sort("s"), 8_000),
+        (probe.join(_dims().lazy(), on="k", how="semi").sort("i"), 0),
+        (probe.join(nothing, on="k").select("i", "name"), 10**9),
+    ]
+    backend = LocalBackend(2)
+    try:
+        for q, threshold in queries:
+            cfg = shoal.Config(**_config(12_000, broadcast_join_threshold_bytes=threshold))  # type: ignore[arg-type]
+            plan = to_ir(q)
+            loop = DispatchLoop(
+                plan_physical(plan, cfg, 2), backend, 4, cfg, adaptive=True, coalesce_bytes=12_000
+            )
+            got = pl.DataFrame(conform(backend.fetch(loop.run()), plan))
+            _same(got, q, ordered=True)
+            assert loop.adaptations, q
+            assert loop.ledger.held == 0, loop.adaptations
+    finally:
+        backend.close()

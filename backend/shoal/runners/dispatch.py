@@ -736,14 +736,9 @@ class DispatchLoop:
         join.name = f"{probe.name.removesuffix('+shuffle')}+broadcast-join"
         planned = probe.num_tasks
         probe.inputs, probe.num_tasks, probe.scan_partitions = (), 0, None
-        build = self.states[sw.build]
-        for p in range(build.stage.num_tasks):  # read by every task now, not one
-            for o in range(build.stage.output.num_outputs):
-                self.ledger.add_readers((sw.build, p, o), n - 1)
+        self._drop_readers(sw.build, 1 - n)  # read by every task now, not one
         for s in others:  # broadcast inputs: read by n tasks instead of old
-            for p in range(self.states[s].stage.num_tasks):
-                if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers((s, p, 0), old - n):
-                    self.states[s].outputs[p][0] = []
+            self._drop_readers(s, old - n)
         if self.tracer is not None:
             self.tracer.stage_retasked(sw.probe, planned, 0, "runs in its join stage")
             self.tracer.stage_retasked(sw.join, old, n, "broadcast join")
@@ -769,15 +764,21 @@ class DispatchLoop:
             if spec.mode != "all":
                 continue
             for s in spec.stages:
-                for p in range(self.states[s].stage.num_tasks):
-                    if self.ledger.holds((s, p, 0)) and self.ledger.drop_readers(
-                        (s, p, 0), old - n
-                    ):
-                        self.states[s].outputs[p][0] = []
+                self._drop_readers(s, old - n)
         if self.tracer is not None:
             self.tracer.stage_retasked(stage.id, old, n, why)
         self._follow(stage, old, n)
         self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+
+    def _drop_readers(self, stage_id: int, n: int) -> None:
+        """Every piece of stage ``stage_id`` produced and held is read by ``n`` tasks fewer
+        (its broadcast reader runs fewer tasks; negative: more)."""
+        st = self.states[stage_id]
+        for p in range(st.stage.num_tasks):
+            for o in range(st.stage.output.num_outputs):
+                key = (stage_id, p, o)
+                if self.ledger.holds(key) and self.ledger.drop_readers(key, n):
+                    st.outputs[p][o] = []
 
     def _follow(self, stage: Stage, old: int, n: int) -> None:
         """The stages that follow ``stage``'s partitions one by one (pointwise or
