@@ -350,3 +350,21 @@ def test_every_piece_is_released_after_adaptive_changes() -> None:
             assert loop.ledger.held == 0, loop.adaptations
     finally:
         backend.close()
+
+
+def test_duckdb_filtered_side_turns_into_a_broadcast_join() -> None:
+    con = duckdb.connect()
+    con.register("f1", _facts(seed=1).to_arrow())
+    con.register("f2", _facts(seed=2).to_arrow())
+    con.execute("CREATE TABLE big AS SELECT * FROM f1").fetchall()
+    con.execute("CREATE TABLE other AS SELECT * FROM f2").fetchall()
+    cfg = shoal.Config(**_config(12_000, broadcast_join_threshold_bytes=8_000))  # type: ignore[arg-type]
+    query = (
+        "SELECT b.i, b.k, o.v AS w FROM big b LEFT JOIN (SELECT k, v FROM other "
+        "WHERE i % 97 = 3) o ON b.k = o.k ORDER BY b.i, w NULLS FIRST"
+    )
+    got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=cfg).pl()
+    assert_frame_equal(got, con.sql(query).pl(), check_exact=False)
+    report = last_query()
+    assert report is not None
+    assert any("run as a broadcast join" in line for line in report.adaptive), report.adaptive
