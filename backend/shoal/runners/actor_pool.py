@@ -72,6 +72,7 @@ from shoal.ir.nodes import StageInput, UdfProject
 from shoal.planner.physical import PhysicalPlan, Stage
 from shoal.resources import AcquiredResources, ResourceLedger, ResourceRequest
 from shoal.runners.dispatch import TaskResult, TaskSpec
+from shoal.runners.ray_runner import ship
 from shoal.udf import UDF
 
 #: Seconds a closing pool waits for its actors or processes to be gone.
@@ -462,13 +463,11 @@ class RayActorPool(_Parkable):
             if not free:  # pragma: no cover - the loop asks capacity() first
                 raise RuntimeError(f"actor pool of {self.udf.name!r}: no free actor")
             i = min(free)[1]  # the actor with the fewest batches in flight
-            refs = [r for group in task.inputs for r in group]
-            layout = [len(g) for g in task.inputs]
-            payload = (task.fragment, task.input_schemas, task.scan, task.output)
+            payload, layout, args = ship(task)
             out = (
                 self._actors[i]
                 .run.options(num_returns=1 + task.output.num_outputs)
-                .remote(payload, task.config, task.config_digest, layout, *refs)
+                .remote(payload, task.config, task.config_digest, layout, *args)
             )
             self._busy[i].append(out[0])
             self._actor_of[out[0]] = self._actors[i]
