@@ -57,7 +57,9 @@ def shoal_actors() -> list[str]:
 
 def _ray(default_partitions: int = 8) -> shoal.DistEngine:
     return shoal.DistEngine(
-        runner="ray", raise_on_fail=True, config=Config(default_partitions=default_partitions)
+        runner="ray",
+        raise_on_fail=True,
+        config=Config(default_partitions=default_partitions, udf_keep_warm=False),
     )
 
 
@@ -150,7 +152,7 @@ def test_warm_ray_pool_serves_the_next_query_then_shutdown_kills_it(tmp_path: Pa
     """udf_keep_warm on Ray: the second query runs on the first one's actor (no new
     __init__), same answer, although the parked actor holds one of the two CPUs (the
     other is left to the scan tasks); closing the parked pools leaves no named actor."""
-    warm = Config(default_partitions=6, udf_keep_warm=True)
+    warm = Config(default_partitions=6)  # udf_keep_warm is on by default
     engine = shoal.DistEngine(raise_on_fail=True, config=warm)
     counted = Counted.options(concurrency=1).with_init(str(tmp_path))
     df = frame(600)
@@ -174,7 +176,9 @@ def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:
     df = frame(400)
     lf = df.lazy().shoal.with_udf(one, inputs="a", output="who")
     got = lf.collect(
-        engine=shoal.DistEngine(raise_on_fail=True, config=Config(default_partitions=8))
+        engine=shoal.DistEngine(
+            raise_on_fail=True, config=Config(default_partitions=8, udf_keep_warm=False)
+        )
     )
     assert got.drop("who").equals(df) and got["who"].n_unique() == 1
     from shoal.config import get_config, query_digest
