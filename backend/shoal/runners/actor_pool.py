@@ -117,12 +117,13 @@ def _park(pool: Any) -> None:
         timer.start()
 
 
-def _expire(pool: Any, parking: int) -> None:
+def _expire(pool: _Parkable, parking: int) -> None:
     """Close ``pool`` if it is still parked since its ``parking``-th parking (it went
     unused for ``udf_keep_warm_idle_s``); a pool taken over by a query, or parked again
     since, is left alone."""
     with _parked_lock:
-        if _parked.get(pool.key) is not pool or pool.parkings != parking:
+        parked_now = _parked.get(pool.key)
+        if parked_now is not pool or pool.parkings != parking:
             return
         del _parked[pool.key]
     pool.close()
