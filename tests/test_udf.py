@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -495,21 +496,30 @@ def test_local_warm_pool_closes_after_its_idle_time(tmp_path: Path) -> None:
         shoal.shutdown()
 
 
-def test_idle_timer_of_an_earlier_parking_leaves_the_pool_alone() -> None:
-    """A pool parked, taken over and parked again is closed only by the timer of its last
-    parking (the timers are threads; here their callback is called directly)."""
+def _fake_pool() -> Any:
+    """A pool without actors, for the parking rules (warm pools)."""
     from shoal.runners import actor_pool
 
     class FakePool(actor_pool._Parkable):
         def __init__(self) -> None:
             self.key = ("local", uuid.uuid4().hex)
             self.udf = Offset
+            self.names: list[str] = []
+            self.keep_warm = True
             self._closed = False
 
         def close(self) -> None:
             self._closed = True
 
-    pool = FakePool()
+    return FakePool()
+
+
+def test_idle_timer_of_an_earlier_parking_leaves_the_pool_alone() -> None:
+    """A pool parked, taken over and parked again is closed only by the timer of its last
+    parking (the timers are threads; here their callback is called directly)."""
+    from shoal.runners import actor_pool
+
+    pool = _fake_pool()
     actor_pool._park(pool)  # idle_s 0: no timer thread
     assert actor_pool._take_parked(pool.key) is pool  # a query takes it over
     actor_pool._park(pool)  # and parks it again
@@ -517,3 +527,25 @@ def test_idle_timer_of_an_earlier_parking_leaves_the_pool_alone() -> None:
     assert not pool.closed
     actor_pool._expire(pool, 2)
     assert pool.closed and actor_pool._take_parked(pool.key) is None
+
+
+def test_a_query_ending_late_does_not_park_or_close_a_pool_taken_over() -> None:
+    """Query A parks its pool when the pool's stage ends and then, ending, finishes (or,
+    failing, closes) its pools again; meanwhile query B took the pool over. A's late calls
+    must leave B's pool alone: parked again it could be taken by a third query too, and
+    closed under B. The pools the loop holds are leases (``make_pools``)."""
+    from shoal.runners import actor_pool
+
+    pool = _fake_pool()
+    a = actor_pool._Lease(pool)
+    a.finish()  # A's UDF stage ended: parked
+    assert actor_pool._take_parked(pool.key) is pool  # B takes it over
+    b = actor_pool._Lease(pool)
+    a.finish()  # A ends
+    a.close()  # or fails later
+    assert not pool.closed
+    assert actor_pool._take_parked(pool.key) is None  # not parked while B uses it
+    b.finish()
+    assert actor_pool._take_parked(pool.key) is pool
+    b.close()
+    assert pool.closed

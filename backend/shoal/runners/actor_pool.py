@@ -149,6 +149,8 @@ class _Parkable:
     #: 0: until closed otherwise), and how many times it has been parked.
     idle_s: float = 0.0
     parkings: int = 0
+    #: Queries that have held the pool (see :class:`_Lease`).
+    leases: int = 0
 
     def finish(self) -> None:
         """The pool's stage is done: park it for the next query when its UDF stays warm
@@ -251,7 +253,7 @@ def make_pools(
             parked.adopt(config_handle, config_digest)
             parked.keep_warm, parked.reserve_cpus = keep_warm, reserve_cpus
             parked.idle_s = idle_s
-            pools[st.id] = parked
+            pools[st.id] = _Lease(parked)
             continue
 
         def name_of(_i: int, _u: UDF = u) -> str:
@@ -266,8 +268,55 @@ def make_pools(
             pool = LocalProcessPool(u, name_of, backend.resources, config_handle, config_digest)
         pool.key, pool.keep_warm, pool.reserve_cpus = key, keep_warm, reserve_cpus
         pool.idle_s = idle_s
-        pools[st.id] = pool
+        pools[st.id] = _Lease(pool)
     return pools
+
+
+class _Lease:
+    """One query's hold on a pool (what :func:`make_pools` hands the dispatch loop).
+
+    A parked pool may be taken over by another query while the query that parked it is
+    still ending (its stage finished first; the loop's closing calls ``finish()`` or, when
+    the query fails later, ``close()`` again). Only the latest lease of a pool may park or
+    close it: the earlier query's calls then do nothing, instead of parking a pool that
+    another query is using (a third query could take it too, and a query of another UDF
+    would close it under both) or closing it."""
+
+    def __init__(self, pool: Any) -> None:
+        with _parked_lock:
+            pool.leases += 1
+            self.number = pool.leases
+        self.pool = pool
+        self.names: list[str] = pool.names  # the pool's own list, which grows with it
+        self._done = False
+
+    @property
+    def replaced(self) -> int:
+        return getattr(self.pool, "replaced", 0)  # type: ignore[no-any-return]
+
+    def _current(self) -> bool:
+        with _parked_lock:
+            return bool(self.pool.leases == self.number)
+
+    def capacity(self, backlog: int) -> int:
+        return self.pool.capacity(backlog)  # type: ignore[no-any-return]
+
+    def submit(self, task: TaskSpec) -> Any:
+        return self.pool.submit(task)
+
+    def replace_lost(self, handle: Any, exc: BaseException) -> bool:
+        replace = getattr(self.pool, "replace_lost", None)
+        return bool(replace(handle, exc)) if replace is not None else False
+
+    def finish(self) -> None:
+        if not self._done and self._current():
+            self._done = True
+            self.pool.finish()
+
+    def close(self) -> None:
+        self._done = True
+        if self._current():
+            self.pool.close()
 
 
 def _fits(request: ResourceRequest, cpus: float, gpus: float, memory: float) -> int:
