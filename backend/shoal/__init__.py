@@ -39,6 +39,7 @@ from shoal.errors import (
     UnsupportedError,
     VersionMismatchError,
 )
+from shoal.execution import kernel as _kernel  # noqa: F401  (registers the nodes tasks run outside Polars)
 from shoal.result import QueryResult, execute_result
 from shoal.result import to_ray_dataset as _to_ray_dataset
 from shoal.tracing import trace
