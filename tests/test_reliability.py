@@ -27,7 +27,19 @@ def _big_frame(rows: int) -> pl.DataFrame:
 
 
 def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, str]]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
+    """Workers of this process's Ray instance (children of its raylet) whose title starts
+    with ``stage_prefix``. Only ours: other programs on the machine run Ray workers of the
+    same names, and killing one of theirs both broke them and made a test here believe it
+    had killed one of its own."""
+    if not ray.is_initialized():
+        return []
+    node = ray._private.worker._global_node
+    if node is None or "raylet" not in node.all_processes:
+        return []
+    raylet = node.all_processes["raylet"][0].process.pid
+    out = subprocess.run(
+        ["ps", "--ppid", str(raylet), "-o", "pid=,args="], capture_output=True, text=True
+    ).stdout
     found = []
     for line in out.splitlines():
         pid, _, args = line.strip().partition(" ")
