@@ -139,7 +139,9 @@ def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent(actors: int
     lf = df.lazy().shoal.with_udf(udf, inputs=["v"], output="v2")
     expected = lf.collect()  # native Polars runs the same UDF in-process
     engine = shoal.DistEngine(
-        runner="ray", raise_on_fail=True, config=Config(default_partitions=24, udf_batch_size=200)
+        runner="ray",
+        raise_on_fail=True,
+        config=Config(default_partitions=24, udf_batch_size=200, udf_keep_warm=False),
     )
     for _attempt in range(4):
         killer = _Killer(prefix="ray::_UdfActor.run")

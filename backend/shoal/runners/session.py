@@ -242,6 +242,7 @@ def _start(
             loop.config_digest,
             keep_warm=config.udf_keep_warm,
             reserve_cpus=config.task_cpus,
+            idle_s=config.udf_keep_warm_idle_s,
         )
     return physical, backend, loop
 
