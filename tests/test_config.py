@@ -97,6 +97,20 @@ def test_every_ray_task_sees_the_query_snapshot_and_the_next_query_the_new_one()
     assert _digests() == {second.digest()}
 
 
+def test_a_config_snapshot_reused_across_queries_follows_every_change() -> None:
+    """The Ray runner keeps a config snapshot in the object store for the next query with
+    an equal config (issue 17): each query's tasks still run under its own settings, when
+    they change, change back, and stay the same."""
+    plan, expected = agg_sort_plan(frame())
+    seen = []
+    for rows in (77, 78, 77, 77, 79, 78):
+        with shoal.execution_config(default_partitions=5, sort_sample_rows=rows):
+            want = shoal.get_config().digest()
+            assert pl.from_arrow(shoal.execute(plan, runner="ray")).equals(expected)
+        seen.append(_digests() == {want})
+    assert all(seen), seen
+
+
 def test_execution_config_changes_the_plan_of_queries_inside_only() -> None:
     plan, _ = agg_sort_plan(frame())
     with shoal.execution_config(default_partitions=4, shuffle_partitions=3):
