@@ -80,8 +80,8 @@ def test_plans_are_sized_by_the_cluster_as_it_is_now(cluster: object) -> None:
     i = pl.int_range(200_000, eager=True)
     df = pl.DataFrame({"k": i * 7919 % 5_000, "v": (i * 31 % 1000).cast(pl.Float64)})
     plan, expected = agg_sort_plan(df)
+    got = shoal.execute(plan, runner="ray")  # connects to the cluster when run alone
     before = int(ray.cluster_resources()["CPU"])
-    got = shoal.execute(plan, runner="ray")
     assert pl.from_arrow(got).equals(expected)
     report = last_query()
     assert report is not None
