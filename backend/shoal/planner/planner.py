@@ -184,6 +184,7 @@ class _Builder:
             scan_partitions=op.scan_partitions,
             boundaries_from=boundaries_from,
             est_bytes=op.est_bytes,
+            whole_buckets=op.whole_buckets,
         )
         self.plan.stages.append(st)
         return st
@@ -370,6 +371,13 @@ class _Builder:
             return op.wrap(
                 Aggregate(op.node, node.keys, node.aggs, node.maintain_order, node.schema)
             )
+        if not node.maintain_order and _co_located(op.hashed, node.keys):
+            # Every group's rows are in one partition already (an earlier hash exchange on
+            # a subset of the keys): the aggregation completes in place, with no exchange.
+            op.whole_buckets = "an aggregation completes in place on each bucket"
+            return op.wrap(
+                Aggregate(op.node, node.keys, node.aggs, node.maintain_order, node.schema)
+            )
         key_cols = tuple(NamedExpr(k.name, Col(k.name, k.dtype)) for k in node.keys)
         if agg2.can_split(node.aggs):
             tp = agg2.split(node.keys, node.aggs)
@@ -388,6 +396,7 @@ class _Builder:
                     name=f"{op.name}+partial-agg",
                 )
                 final = self.read(st, "bucket", n, "final-agg")
+                final.hashed = (tuple(k.name for k in key_cols),)
             else:
                 st = self.cut(op, SingleOutput(), name=f"{op.name}+partial-agg")
                 final = self.read(st, "all", 1, "final-agg")
@@ -397,6 +406,7 @@ class _Builder:
             n = self.shuffle_n(op)
             st = self.cut(op, HashOutput(tuple(k.expr for k in node.keys), n))
             final = self.read(st, "bucket", n, "agg")
+            final.hashed = _column_set(tuple(k.expr for k in node.keys))
         else:
             final = self.gather(op, "agg")
         return final.wrap(
@@ -443,7 +453,9 @@ class _Builder:
         joined = replace(
             node, left=StageInput(0, ls.fragment.schema), right=StageInput(1, rs.fragment.schema)
         )
-        return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
+        out = _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
+        out.hashed = _join_hashed(node)
+        return out
 
     def _ordered_join(self, node: Join, left: _Open, right: _Open) -> _Open:
         """A join whose output order Polars defines (``maintain_order``): the side whose
@@ -483,6 +495,7 @@ class _Builder:
         n = self.shuffle_n(op)
         st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
         final = self.read(st, "bucket", n, "distinct")
+        final.hashed = (tuple(names),)
         return final.wrap(Distinct(final.node, node.subset, node.keep, False, node.schema))
 
     def union(self, node: Union) -> _Open:
@@ -572,6 +585,39 @@ class _Builder:
             op.wrap(Slice(op.node, 0, node.offset + node.length, node.schema))
         g = self.gather(op, "limit")
         return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
+
+
+def _column_set(exprs: tuple[Expr, ...]) -> tuple[tuple[str, ...], ...]:
+    """``exprs`` (the keys of a hash exchange) as one column set, when each is a plain
+    column; else none."""
+    if exprs and all(isinstance(e, Col) for e in exprs):
+        return (tuple(e.name for e in exprs if isinstance(e, Col)),)
+    return ()
+
+
+def _join_hashed(node: Join) -> tuple[tuple[str, ...], ...]:
+    """The column sets of a hash join's output (both sides hash partitioned on their keys)
+    that its partitions are hash partitioned on: the left keys, unless a right or full join
+    emits left keys of null for unmatched right rows of any bucket; the right keys of an
+    inner or right join where the output keeps them under their own names. Equal values of
+    a right key meet in one bucket: both sides hash the same type (:func:`_hash_keys`)."""
+    out: list[tuple[str, ...]] = []
+    if node.how in ("inner", "left", "semi", "anti"):
+        out.extend(_column_set(node.left_on))
+    if node.how in ("inner", "right"):
+        rights = _column_set(node.right_on)
+        left_names = set(node.left.schema.names)
+        for cols in rights:
+            if all(c in node.schema.names and c not in left_names for c in cols):
+                out.append(cols)
+    return tuple(out)
+
+
+def _co_located(hashed: tuple[tuple[str, ...], ...], keys: tuple[NamedExpr, ...]) -> bool:
+    """Whether rows with equal ``keys`` (an aggregation's) are certainly in one partition:
+    some hashed column set of the input is among the keys' plain columns."""
+    plain = {k.expr.name for k in keys if isinstance(k.expr, Col)}
+    return any(cols and set(cols) <= plain for cols in hashed)
 
 
 def _hash_keys(
