@@ -82,6 +82,16 @@ from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 FILTER_SELECTIVITY = 0.2
 
 
+def scan_selectivity(split: ScanSplit) -> float:
+    """Fraction of a filtered scan's rows estimated to pass its predicate: what the
+    Parquet footers' min/max statistics say of its ``col <op> literal`` terms
+    (:attr:`ScanSplit.selectivity`), times :data:`FILTER_SELECTIVITY` when some terms (or
+    all) are beyond the statistics (column against column, ``is_in``, string functions)."""
+    known = 1.0 if split.selectivity is None else split.selectivity
+    unknown = split.unestimated or split.selectivity is None
+    return known * (FILTER_SELECTIVITY if unknown else 1.0)
+
+
 class _Builder:
     def __init__(
         self, config: Config, shared: set[int] | None = None, cpus: int | None = None
@@ -226,7 +236,7 @@ class _Builder:
             self.plan.row_groups_pruned += split.row_groups_pruned
             est = split.est_bytes
             if node.predicate is not None:
-                est = int(est * FILTER_SELECTIVITY)
+                est = int(est * scan_selectivity(split))
             return _Open(
                 node,
                 len(split.partitions),
