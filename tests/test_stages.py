@@ -16,6 +16,7 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.config import Config
+from shoal.ir.nodes import Join
 from shoal.planner.physical import HashOutput, plan_physical
 from shoal.runners.session import last_query
 from shoal.runners.skew import split_sides
@@ -253,3 +254,85 @@ def test_a_narrow_range_makes_a_side_small_enough_to_broadcast(dated):
     got = lf.collect(engine=shoal.DistEngine(runner="local", raise_on_fail=True, config=config))
     want = lf.collect(engine="in-memory")
     assert_frame_equal(got.sort("s"), want.sort("s"))
+
+
+# -- a semi join of a small left side with a large right side -----------------------------
+
+
+@pytest.fixture(scope="module")
+def semi(tmp_path_factory: pytest.TempPathFactory) -> tuple[pl.LazyFrame, pl.LazyFrame]:
+    """A small left side (duplicate rows, null keys, NaN) and a large right side (keys
+    repeated across its files, null keys, one file empty)."""
+    root = tmp_path_factory.mktemp("semi")
+    small = pl.DataFrame(
+        {
+            "k": [1, 2, 2, None, 5, 8, 13, 99, 2, None, 21, 1000],
+            "tag": ["a", "b", "b", "c", "d", "e", "f", "g", "b", "h", None, "i"],
+            "x": [
+                0.5,
+                float("nan"),
+                float("nan"),
+                -0.0,
+                1.0,
+                2.0,
+                3.0,
+                4.0,
+                float("nan"),
+                5.0,
+                6.0,
+                7.0,
+            ],
+        }
+    )
+    n = 30_000
+    big = pl.DataFrame(
+        {"rk": [None if i % 29 == 0 else i % 400 for i in range(n)], "w": [i % 3 for i in range(n)]}
+    )
+    return _write(small, root, "small", 2), _write(big, root, "big", 5)
+
+
+def _semi_config(**kw: object) -> Config:
+    return Config(
+        target_partition_bytes=32 * 1024,
+        broadcast_join_threshold_bytes=64 * 1024,
+        small_query_bytes=0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def test_a_small_semi_join_side_goes_to_the_large_sides_partitions(semi):
+    """The small left side is broadcast to the large right side's partitions (the right
+    side is neither broadcast nor shuffled); the answer is Polars' with null keys (equal
+    or not), duplicate left rows and right keys matched in several partitions."""
+    small, big = semi
+    for nulls_equal in (False, True):
+        # (w > 5: the footers say no row passes; that side is broadcast, as before)
+        empty = big.filter(pl.col("w") > 5)
+        for right in (big, big.filter(pl.col("w") == 1), empty):
+            lf = small.join(right, left_on="k", right_on="rk", how="semi", nulls_equal=nulls_equal)
+            config = _semi_config()
+            plan = plan_physical(to_ir(lf), config, 2)
+            joins = [s for s in plan.stages if any(isinstance(n, Join) for n in s.fragment.walk())]
+            assert len(joins) == 1
+            if right is not empty:  # in the large side's scan tasks, the small side broadcast
+                assert joins[0].num_tasks > 3 and joins[0].scan_partitions is not None
+                assert [i.mode for i in joins[0].inputs] == ["all"]
+            assert not any(isinstance(s.output, HashOutput) for s in plan.stages)
+            engine = shoal.DistEngine(runner="local", raise_on_fail=True, config=config)
+            got = lf.collect(engine=engine)
+            want = lf.collect(engine="in-memory")
+            assert_frame_equal(got.sort("k", "tag", "x"), want.sort("k", "tag", "x"))
+            assert got.equals(want)  # and in the left side's order
+
+
+def test_semi_join_by_the_large_side_then_aggregate_on_ray(ray_runner, semi):
+    small, big = semi
+    lf = (
+        small.join(big, left_on="k", right_on="rk", how="semi")
+        .group_by("tag")
+        .agg(pl.len(), pl.col("x").sum())
+    )
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, config=_semi_config())
+    got = lf.collect(engine=engine)
+    want = lf.collect(engine="in-memory")
+    assert_frame_equal(got.sort("tag"), want.sort("tag"))

@@ -30,6 +30,8 @@ import os
 from dataclasses import replace
 from typing import Any
 
+import polars as pl
+
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
@@ -55,7 +57,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import Schema
+from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
 from shoal.planner.context import OpenFragment as _Open
@@ -76,6 +78,13 @@ from shoal.planner.physical import (
     to_wire,
 )
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
+
+#: A semi join broadcasts its (small) left side to the right side's partitions when
+#: broadcasting the right side to the left's would move this many times more bytes.
+SEMI_BY_PROBE_FACTOR = 2
+#: Columns of a left row's identity in a semi join by the right side's partitions.
+_SEMI_ROW = "__shoal_semi_row"
+_SEMI_PART = "__shoal_semi_part"
 
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
 #: decision (no column statistics yet; DuckDB's optimizer uses the same default).
@@ -434,6 +443,15 @@ class _Builder:
         can_left = node.how in ("inner", "right", "cross")
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
+        if (
+            node.how == "semi"
+            and threshold
+            and left.est_bytes <= threshold
+            and right.num_tasks > 1
+            and left.num_tasks * right.est_bytes
+            > SEMI_BY_PROBE_FACTOR * right.num_tasks * left.est_bytes
+        ):
+            return self._semi_by_probe(node, left, right)
         candidates = []
         if can_right and (
             right.num_tasks == 1
@@ -466,6 +484,34 @@ class _Builder:
         out = _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
         out.hashed = _join_hashed(node)
         return out
+
+    def _semi_by_probe(self, node: Join, left: _Open, right: _Open) -> _Open:
+        """A semi join of a small left side with a large right side: the left side is
+        broadcast to the right side's partitions instead of the right side to the left's
+        (or both shuffled). Each left row gets an identity, (its task, its index in the
+        task); each right partition keeps the left rows that have a match in it; one task
+        then keeps each identity once, in the left side's order, and drops it. A left row
+        is in the output exactly when some right partition matched it, as the semi join
+        says; duplicate left rows keep their own identities, so they stay duplicated."""
+        idx = DataType.from_polars(pl.get_index_type())
+        indexed = Schema.of([(_SEMI_ROW, idx), *left.node.schema.items()])
+        left.wrap(RowIndex(left.node, _SEMI_ROW, 0, indexed))
+        rows = self.cut(left, SingleOutput(), name=f"{left.name}+broadcast")
+        tagged = Schema.of([*indexed.items(), (_SEMI_PART, DataType.from_polars(pl.UInt32))])
+        k = len(right.inputs)
+        right.inputs.append(StageInputSpec(rows.id, "all", tagged))
+        small = StageInput(k, tagged, source_column=_SEMI_PART)
+        right.wrap(replace(node, left=small, right=right.node, schema=tagged))
+        right.name = f"{right.name}+semi-join"
+        matched = self.cut(right, SingleOutput())
+        out = self.read(matched, "all", 1, "semi-join")
+        ident = (_SEMI_PART, _SEMI_ROW)
+        out.wrap(Distinct(out.node, ident, "any", False, tagged))
+        order = tuple(Col(c, tagged[c]) for c in ident)
+        out.wrap(Sort(out.node, order, (False, False), (False, False), False, tagged))
+        keep = tuple(NamedExpr(c, Col(c, t)) for c, t in node.schema.items())
+        out.est_bytes = left.est_bytes
+        return out.wrap(Project(out.node, keep, node.schema))
 
     def _ordered_join(self, node: Join, left: _Open, right: _Open) -> _Open:
         """A join whose output order Polars defines (``maintain_order``): the side whose
