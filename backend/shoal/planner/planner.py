@@ -450,6 +450,9 @@ class _Builder:
             and right.num_tasks > 1
             and left.num_tasks * right.est_bytes
             > SEMI_BY_PROBE_FACTOR * right.num_tasks * left.est_bytes
+            # One left task reading the right side whole is a gather: as good and a stage
+            # fewer, unless the right side is too big to gather.
+            and (left.num_tasks > 1 or right.est_bytes > threshold)
         ):
             return self._semi_by_probe(node, left, right)
         candidates = []
