@@ -537,9 +537,7 @@ def test_validate_types_and_schemas() -> None:
         (NamedExpr("a", Function("frobnicate", (Col("a", INT64),), (), INT64)),),
         Schema.of([("a", INT64)]),
     )
-    with pytest.raises(
-        PlanError, match=r"function 'frobnicate' .* not in the kernel's function table"
-    ):
+    with pytest.raises(PlanError, match=r"function 'frobnicate' .* not in the IR's function table"):
         validate(unknown_fn)
     other = _scan(a=pl.Int32)
     join = Join(

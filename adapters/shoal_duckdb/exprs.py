@@ -49,6 +49,7 @@ import pyarrow as pa
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
 from shoal.ir.expr import replace as replace_expr
+from shoal.ir.functions import lookup as lookup_function
 from shoal.ir.types import BOOL, DATE, FLOAT64, INT64, STRING, DataType
 from shoal_duckdb.types import (
     Interval,
@@ -124,7 +125,13 @@ def cast(e: Expr, dtype: DataType, strict: bool = True) -> Expr:
 
 
 def fn(name: str, args: Sequence[Expr], dtype: DataType, **options: Any) -> Function:
-    """Kernel function ``name`` (see ``shoal.lowering.expressions.FUNCTIONS``)."""
+    """IR function ``name`` (an entry of the IR's function table,
+    :data:`shoal.ir.functions.FUNCTION_TABLE`). Raises ``KeyError`` naming the function
+    when the table has no such name, and :class:`Unsupported` when the table's signature
+    takes another number of arguments."""
+    low, high = lookup_function(name).arity()
+    if len(args) < low or (high is not None and len(args) > high):
+        raise Unsupported(f"IR function {name!r} with {len(args)} arguments")
     return Function(name, tuple(args), tuple(sorted(options.items())), dtype)
 
 

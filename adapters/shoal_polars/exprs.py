@@ -20,6 +20,7 @@ import pyarrow as pa
 from polars._plr import PySeries
 
 from shoal.ir.expr import Agg, BinaryOp, Cast, Col, Expr, Function, Lit, Ternary
+from shoal.ir.functions import FUNCTION_TABLE
 from shoal.ir.types import BOOL, DataType
 from shoal_polars.functions import function_key, lookup
 from shoal_polars.rewrite import OPAQUE_EVAL, EvalStandIn, eval_stand_in
@@ -456,6 +457,15 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
         t.error(f"{where}: expression Function({key})", found)
         return t.placeholder_expr(dtype)
     name, options = found
+    low, high = FUNCTION_TABLE[name].arity()
+    if len(args) < low or (high is not None and len(args) > high):
+        takes = str(low) if low == high else f"{low} to {'any number' if high is None else high}"
+        t.error(
+            f"{where}: expression Function({key})",
+            f"{len(args)} arguments where the IR's {name!r} takes {takes} "
+            "(a NodeTraverser change?)",
+        )
+        return t.placeholder_expr(dtype)
     if name in _TYPED_FUNCTIONS:
         options += (("dtype", dtype),)
     return Function(name, args, options, dtype)

@@ -5,15 +5,18 @@ tuple whose first element names the function (an enum such as
 ``StringFunction.StartsWith``, or a plain string such as ``"abs"``) and whose other elements
 are the function's parameters. :data:`SCALAR_FUNCTIONS` maps that name to the IR function
 name and names the parameters, which become the IR ``Function.options`` in order. Every IR
-name emitted here has an implementation in :data:`shoal.lowering.expressions.FUNCTIONS`.
-Functions whose value on a row depends on other rows (``cum_sum``, ``shift``, ``rank``, ...)
-become IR functions listed in :data:`shoal.ir.expr.ORDER_DEPENDENT_FUNCTIONS`, which the
-planner evaluates after gathering their input in order, as Polars defines them.
+name emitted here is an entry of the IR's function table
+(:data:`shoal.ir.functions.FUNCTION_TABLE`, which says its signature, kind and type rule;
+``shoal.lowering.expressions.FUNCTIONS`` runs it). Functions whose value on a row depends on
+other rows (``cum_sum``, ``shift``, ``rank``, ...) are window or order functions there,
+which the planner evaluates after gathering their input in order, as Polars defines them.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from shoal.ir.functions import FUNCTION_TABLE
 
 #: Polars' trigonometric and angle functions (one IR function each, Polars' name).
 _TRIGONOMETRY = (
@@ -319,6 +322,8 @@ def lookup(key: str, extra: tuple[Any, ...]) -> tuple[str, tuple[tuple[str, Any]
     if spec is None:
         return UNSUPPORTED_FUNCTIONS.get(key, "no shoal function for it yet")
     name, option_names = spec
+    if name not in FUNCTION_TABLE:
+        return f"IR function {name!r} is not in the IR's function table"
     if len(extra) != len(option_names):
         return (
             f"expected parameters {list(option_names)}, got {list(extra)!r} "

@@ -357,8 +357,8 @@ class Config:
     progress: ProgressMode = field(
         default="auto",
         metadata=_doc(
-            "Progress bars per stage: 'auto' (on a TTY, for queries over about a second), "
-            "'always' or 'never'."
+            "Progress bars per stage: 'auto' (on a TTY or in a Jupyter notebook, for queries "
+            "over about a second), 'always' or 'never'."
         ),
     )
     udf_batch_size: int = field(

@@ -14,45 +14,36 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 import polars as pl
-import polars.selectors as cs
 import pyarrow as pa
-from polars.exceptions import PanicException
 
 from shoal.config import get_config
 from shoal.errors import UnsupportedError
-from shoal.execution.scope import TASK_ENGINE, task_scope
-from shoal.execution.temporal import TEMPORAL_NODES, build_temporal
-from shoal.ir.expr import Col, Function, NamedExpr
+from shoal.execution.scope import task_scope
 from shoal.ir.nodes import (
-    Aggregate,
-    Distinct,
-    Explode,
     FileSource,
-    Filter,
-    HConcat,
     InMemorySource,
-    Join,
     ParquetSource,
     PlanNode,
-    Project,
-    RowIndex,
     Scan,
     Sink,
-    Slice,
-    Sort,
     SqlMap,
     StageInput,
     StorageOptions,
     UdfProject,
-    Union,
-    Unnest,
-    Unpivot,
 )
 from shoal.ir.types import DataType, Schema, frame_to_arrow, restore_wide
+from shoal.lowering.engine import (  # noqa: F401  (the kernel's names, kept for callers)
+    IN_MEMORY_FUNCTIONS,
+    collect,
+    collect_optimizations,
+    in_memory,
+    needs_in_memory,
+)
 from shoal.lowering.expressions import to_polars
+from shoal.lowering.plan import lower_plan, register_foreign
 from shoal.planner.physical import (
     FilePartition,
     HashOutput,
@@ -258,186 +249,40 @@ def _reader_options(options: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
     return out
 
 
-_JOIN_HOW = {
-    "inner": "inner",
-    "left": "left",
-    "right": "right",
-    "full": "full",
-    "semi": "semi",
-    "anti": "anti",
-    "cross": "cross",
-}
-
-
 def build(
     node: PlanNode,
     inputs: Sequence[pl.DataFrame],
     scan: ScanInput | _ScanLookup | None,
 ) -> pl.LazyFrame:
-    """The Polars lazy query for ``node`` over this task's inputs."""
-    if isinstance(node, Scan):
-        return _scan(node, scan)
-    if isinstance(node, StageInput):
-        return inputs[node.index].lazy()
-    if isinstance(node, Project):
-        out = _project(build(node.input, inputs, scan), node)
-        return in_memory(out) if needs_in_memory(node.exprs) else out
-    if isinstance(node, Filter):
-        out = build(node.input, inputs, scan).filter(to_polars(node.predicate))
-        return in_memory(out) if needs_in_memory((NamedExpr("", node.predicate),)) else out
-    if isinstance(node, Aggregate):
-        lf = build(node.input, inputs, scan)
-        aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
-        if not node.keys:
-            out = lf.select(aggs)
-        else:
-            keys = [to_polars(e.expr).alias(e.name) for e in node.keys]
-            out = lf.group_by(keys, maintain_order=node.maintain_order).agg(aggs)
-        return in_memory(out) if needs_in_memory(node.aggs) else out
-    if isinstance(node, Join):
-        left = build(node.left, inputs, scan)
-        right = build(node.right, inputs, scan)
-        if node.how == "cross":
-            # Polars' in-memory engine pairs the rows left-major whatever maintain_order
-            # says; its streaming engine (a task's collect) interleaves morsels unless told
-            # to keep the order (a nested-loop join of SQL's IN subquery came back 4, 3).
-            cross_order = "left_right" if node.maintain_order == "none" else node.maintain_order
-            return left.join(
-                right,
-                how="cross",
-                suffix=node.suffix,
-                maintain_order=cross_order,  # type: ignore[arg-type]
-            )
-        # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
-        # in-memory engine does whatever maintain_order says (its streaming engine, which a
-        # task's collect runs, may not), so that a partition's rows stay in input order.
-        order = "left" if node.how in ("semi", "anti") else node.maintain_order
-        return left.join(
-            right,
-            left_on=[to_polars(e) for e in node.left_on],
-            right_on=[to_polars(e) for e in node.right_on],
-            how=_JOIN_HOW[node.how],  # type: ignore[arg-type]
-            suffix=node.suffix,
-            nulls_equal=node.nulls_equal,
-            coalesce=node.coalesce,
-            maintain_order=order,  # type: ignore[arg-type]
-        )
-    if isinstance(node, Sort):
-        lf = build(node.input, inputs, scan)
-        return lf.sort(
-            [to_polars(e) for e in node.by],
-            descending=list(node.descending),
-            nulls_last=list(node.nulls_last),
-            maintain_order=node.stable,
-        )
-    if isinstance(node, Slice):
-        return build(node.input, inputs, scan).slice(node.offset, node.length)
-    if isinstance(node, Distinct):
-        return build(node.input, inputs, scan).unique(
-            subset=list(node.subset) if node.subset is not None else None,
-            keep=node.keep,
-            maintain_order=node.maintain_order,
-        )
-    if isinstance(node, Union):
-        return pl.concat([build(i, inputs, scan) for i in node.inputs], how="vertical")
-    if isinstance(node, HConcat):
-        # Polars 2.1: "horizontal" is strict; "horizontal_extend" pads with nulls.
-        how: Literal["horizontal", "horizontal_extend"] = (
-            "horizontal" if node.strict else "horizontal_extend"
-        )
-        parts = [build(i, inputs, scan) for i in node.inputs]
-        if node.broadcast:
-            parts = _broadcast_unit_length([collect(p) for p in parts])
-        return pl.concat(parts, how=how)
-    if isinstance(node, Explode):
-        return build(node.input, inputs, scan).explode(
-            list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
-        )
-    if isinstance(node, Unnest):
-        return build(node.input, inputs, scan).unnest(list(node.columns), separator=node.separator)
-    if isinstance(node, Unpivot):
-        return _unpivot(node, build(node.input, inputs, scan))
-    if isinstance(node, RowIndex):
-        return build(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
-    if isinstance(node, TEMPORAL_NODES):
-        return build_temporal(node, [build(c, inputs, scan) for c in node.children()])
-    if isinstance(node, UdfProject):
-        # The user's function runs here, on this process's instance (an actor's, for a
-        # stateful or GPU UDF: the planner gives those an actor pool stage of their own).
-        from shoal.udf import apply_project
-
-        frame = collect(build(node.input, inputs, scan))
-        return apply_project(node, frame).lazy()
-    if isinstance(node, SqlMap):
-        # The node's row-wise SQL runs on DuckDB (shoal.execution.foreign) over this
-        # partition's rows; its columns are appended to them.
-        from shoal.execution.foreign import run_sql_map
-
-        return run_sql_map(node, collect(build(node.input, inputs, scan))).lazy()
-    if isinstance(node, Sink):
-        # This task writes its own partition's files; its result lists them.
-        from shoal.execution.sink import write_partition
-
-        frame = collect(build(node.input, inputs, scan))
-        return write_partition(frame, node).lazy()
-    raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+    """The Polars lazy query for ``node`` over this task's inputs: the lowering
+    (:func:`shoal.lowering.plan.lower_plan`) with this task's scan partitions."""
+    return lower_plan(node, inputs, lambda n: _scan(n, scan))
 
 
-_HEIGHT_TMP = "__shoal_keep_height"
+def _run_udf(node: PlanNode, frame: pl.DataFrame) -> pl.DataFrame:
+    from shoal.udf import apply_project
+
+    assert isinstance(node, UdfProject)
+    return apply_project(node, frame)
 
 
-def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
-    """``node`` (a :class:`Project`) over ``lf``. Polars' ``select`` gives one row when
-    every expression is a scalar and none without expressions (``keep_height`` False);
-    with ``keep_height`` the output keeps ``lf``'s height, which Polars' ``with_columns``
-    gives (scalars broadcast to it, also over a frame of no columns): the expressions are
-    added as temporary columns and then picked. Plain column references need no such
-    help (a column has the input's height); no expression at all drops every column."""
-    if not node.keep_height or all(isinstance(e.expr, Col) for e in node.exprs):
-        if node.keep_height and not node.exprs:
-            return lf.drop(cs.all())
-        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
-    computed = {
-        i: to_polars(e.expr).alias(f"{_HEIGHT_TMP}{i}")
-        for i, e in enumerate(node.exprs)
-        if not isinstance(e.expr, Col)
-    }
-    return lf.with_columns(list(computed.values())).select(
-        [
-            pl.col(f"{_HEIGHT_TMP}{i}").alias(e.name)
-            if i in computed
-            else to_polars(e.expr).alias(e.name)
-            for i, e in enumerate(node.exprs)
-        ]
-    )
+def _run_sql_map(node: PlanNode, frame: pl.DataFrame) -> pl.DataFrame:
+    from shoal.execution.foreign import run_sql_map
+
+    assert isinstance(node, SqlMap)
+    return run_sql_map(node, frame)
 
 
-def _broadcast_unit_length(frames: list[pl.DataFrame]) -> list[pl.LazyFrame]:
-    """Polars' horizontal concatenation with unit-length inputs as scalars: the height is
-    the largest that is not 1 (1 if every input has one row), and each one-row input is
-    repeated to it (:class:`~shoal.ir.nodes.HConcat` ``broadcast``)."""
-    height = max((f.height for f in frames if f.height != 1), default=1)
-    return [(f[[0] * height] if f.height == 1 else f).lazy() for f in frames]
+def _write_partition(node: PlanNode, frame: pl.DataFrame) -> pl.DataFrame:
+    from shoal.execution.sink import write_partition
+
+    assert isinstance(node, Sink)
+    return write_partition(frame, node)
 
 
-def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
-    """Unpivot column by column, as the IR defines it. Polars' own ``unpivot`` orders rows
-    by chunk of its input (the in-memory engine column by column within each chunk, the
-    streaming engine row by row), so a partitioned input would change the order. Values are
-    cast to the output's value type (the supertype of the ``on`` columns)."""
-    value_type = node.schema[node.value_name].to_polars()
-    index = [pl.col(i) for i in node.index]
-    parts = [
-        lf.select(
-            *index,
-            pl.lit(c, pl.String).alias(node.variable_name),
-            pl.col(c).cast(value_type).alias(node.value_name),
-        )
-        for c in node.on
-    ]
-    if not parts:
-        return pl.DataFrame(schema=node.schema.to_polars()).lazy()
-    return pl.concat(parts, how="vertical")
+register_foreign(UdfProject, _run_udf)
+register_foreign(SqlMap, _run_sql_map)
+register_foreign(Sink, _write_partition)
 
 
 def hash_buckets(keys: Sequence[pl.Expr], n: int) -> pl.Expr:
@@ -631,62 +476,6 @@ def sample_keys(df: pl.DataFrame, by: Sequence[Any], rows: int) -> pa.Table:
     return frame_to_arrow(keys)
 
 
-#: Functions whose answer from Polars' streaming engine (what a task's ``collect()`` runs)
-#: differs from its in-memory engine (what ``DistEngine`` users compare with): in Polars 2.1
-#: the streaming engine gives null where the in-memory engine gives NaN for ``corr`` of a
-#: group where a column has no value and ``entropy`` of the group whose key is null, and
-#: null where the in-memory engine gives false (true for ``bitwise_and``) for the bitwise
-#: aggregations of a Boolean group without a value; ``drop_nans`` in a group of nulls and
-#: NaN drops the nulls too in the streaming engine.
-IN_MEMORY_FUNCTIONS = frozenset(
-    {"corr", "entropy", "bitwise_and", "bitwise_or", "bitwise_xor", "drop_nans"}
-)
-
-
-def needs_in_memory(exprs: Sequence[NamedExpr]) -> bool:
-    """Whether any of ``exprs`` uses one of :data:`IN_MEMORY_FUNCTIONS`."""
-    return any(
-        isinstance(e, Function) and e.name in IN_MEMORY_FUNCTIONS
-        for ne in exprs
-        for e in ne.expr.walk()
-    )
-
-
-def in_memory(lf: pl.LazyFrame) -> pl.LazyFrame:
-    """``lf`` run now by Polars' in-memory engine, as a lazy frame over the result."""
-    return lf.collect(engine="in-memory", optimizations=collect_optimizations()).lazy()
-
-
-def collect(lf: pl.LazyFrame) -> pl.DataFrame:
-    """Run a task's query: Polars' :data:`~shoal.execution.scope.TASK_ENGINE` (named, so
-    that no engine affinity sends it back to shoal) with :func:`collect_optimizations`.
-
-    Where that engine panics, the query runs again on Polars' in-memory engine, as Polars
-    itself does for a query an engine cannot run: Polars 2.1's streaming engine panics on
-    some inputs the in-memory engine runs (``list.diff`` of some row ranges of an Arrow
-    list column). A panic there too fails the task (a ``PanicException`` is not an
-    ``Exception``: the query raises a plain :class:`shoal.TaskError` naming it).
-    """
-    try:
-        return lf.collect(engine=TASK_ENGINE, optimizations=collect_optimizations())
-    except PanicException:
-        return lf.collect(engine="in-memory", optimizations=collect_optimizations())
-
-
-def collect_optimizations() -> pl.QueryOptFlags:
-    """Polars' optimisations for a task's query: all of them except join reordering.
-
-    The join order is the plan's: the frontend's optimiser chose it over the whole data, and
-    the planner chose each join's strategy for it. Polars reordering a task's joins from its
-    partition-level row estimates can be far worse: in TPC-H Q5 from DuckDB's plan it joined
-    customer to supplier on the nation key first (millions of rows), 4.4 s per task instead
-    of 0.15 s at scale 1.
-    """
-    flags = pl.QueryOptFlags()
-    flags.join_order = False
-    return flags
-
-
 def run_fragment(
     fragment: PlanNode,
     inputs: Sequence[Sequence[pa.Table]],
@@ -722,7 +511,9 @@ def _run_fragment(
     source: ScanInput | _ScanLookup | None = scan
     if isinstance(scan, ScanSet):  # the small-query path: every scan of the plan, whole
         source = _ScanLookup(scans_of(fragment), [_whole(p) for p in scan.parts])
+    read = time.time()
     df = collect(build(fragment, frames, source))
+    ran = time.time()
     scan_rows = 0
     if isinstance(scan, ScanSet | ScanPartition):
         scan_rows = scan.rows
@@ -740,6 +531,7 @@ def _run_fragment(
         parts = _split_range(df, output)
     tables = [to_wire(frame_to_arrow(p)) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
+    end = time.time()
     stats = TaskStats(
         pid=os.getpid(),
         node_id=_node_id(),
@@ -748,12 +540,51 @@ def _run_fragment(
         rows_out=df.height,
         bytes_out=sum(sizes),
         start=start,
-        end=time.time(),
+        end=end,
         sample=sample,
         config_digest=get_config().digest(),
         output_bytes=sizes,
+        extra=_profile(frames, parts, output, (read - start, ran - read, end - ran)),
     )
     return stats, tables
+
+
+def _profile(
+    frames: Sequence[pl.DataFrame],
+    parts: Sequence[pl.DataFrame],
+    output: OutputSpec,
+    phases: tuple[float, float, float],
+) -> dict[str, Any]:
+    """What a task measures for the query's profile (``explain(analyze=True)``, read by
+    :mod:`shoal.runners.profile`) at no cost beyond counting: rows read from each stage
+    input (``input_rows``), rows of each output bucket of a hash or range exchange
+    (``bucket_rows``), and seconds spent turning the inputs into Polars frames, running
+    the fragment's Polars query, and partitioning and converting its output
+    (``phase_s``: inputs, query, output)."""
+    extra: dict[str, Any] = {
+        "input_rows": tuple(f.height for f in frames),
+        "phase_s": phases,
+    }
+    if not isinstance(output, SingleOutput):
+        extra["bucket_rows"] = tuple(p.height for p in parts)
+    return extra
+
+
+#: The keys of ``TaskStats.extra`` that :func:`_profile` fills: tuples of numbers that the
+#: stats of a partition run as subtasks sum element by element (:func:`merge_profile`).
+PROFILE_KEYS = ("input_rows", "phase_s", "bucket_rows")
+
+
+def merge_profile(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The profile entries of one partition that ran as several subtasks (their
+    ``TaskStats.extra``, in order): each of :data:`PROFILE_KEYS` summed element by element
+    where every subtask has it."""
+    out: dict[str, Any] = {}
+    for key in PROFILE_KEYS:
+        values = [e.get(key) for e in extras]
+        if values and all(v is not None for v in values):
+            out[key] = tuple(map(sum, zip(*values, strict=True)))
+    return out
 
 
 def _whole(part: ScanPartition | MemoryPiece | tuple[FilePartition, ...]) -> Any:

@@ -21,9 +21,11 @@ import threading
 from collections.abc import Iterator
 from typing import Final
 
-#: The Polars engine of every query a task runs: Polars 2.1's default (what a plain
-#: ``collect()`` runs when no affinity is set), named so that an affinity never applies.
-TASK_ENGINE: Final = "streaming"
+from shoal.lowering.engine import TASK_ENGINE as _TASK_ENGINE
+
+#: The Polars engine of every query a task runs (defined with the lowering, which
+#: collects with it too).
+TASK_ENGINE: Final = _TASK_ENGINE
 
 _state = threading.local()
 

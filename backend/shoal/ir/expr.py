@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from typing import Any
 
+from shoal.ir.functions import AGG_NAMES, AGGREGATING_NAMES, ORDER_DEPENDENT_NAMES
 from shoal.ir.types import DataType
 
 #: Binary operators: arithmetic, comparison and logic (``and``/``or``/``xor``: Kleene logic
@@ -25,34 +26,9 @@ COMPARISON_OPS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "eq_missing", "n
 BOOLEAN_OPS = frozenset({"and", "or", "xor"})
 BINARY_OPS = ARITHMETIC_OPS | COMPARISON_OPS | BOOLEAN_OPS
 
-#: Aggregate functions the IR knows.
-AGG_FUNCTIONS = frozenset(
-    {
-        "sum",
-        "mean",
-        "min",
-        "max",
-        "count",
-        "len",
-        "n_unique",
-        "first",
-        "last",
-        "median",
-        "std",
-        "var",
-        "null_count",
-        "nan_min",
-        "nan_max",
-        "first_non_null",
-        "last_non_null",
-        "quantile",
-        "implode",
-        "product",
-        "arg_min",
-        "arg_max",
-        "item",
-    }
-)
+#: Aggregate functions the IR knows (``Agg`` nodes): from the function table,
+#: :data:`shoal.ir.functions.FUNCTION_TABLE`.
+AGG_FUNCTIONS = AGG_NAMES
 
 #: Functions that aggregate: like an :class:`Agg`, one reads every row of its group (the
 #: whole input in a ``select``) and gives one value per group, or, for ``value_counts``
@@ -60,76 +36,14 @@ AGG_FUNCTIONS = frozenset(
 #: They take several arguments (``corr``) or give several rows, so they are functions, not
 #: ``Agg`` nodes; :meth:`Expr.has_agg` counts them and the planner aggregates their input
 #: rows once (after a gather, or a hash exchange on the group keys), which is exact.
-AGGREGATING_FUNCTIONS = frozenset(
-    {"corr", "entropy", "value_counts", "unique_counts", "bitwise_and", "bitwise_or", "bitwise_xor",
-     "any", "all", "has_nulls", "is_sorted", "skew", "kurtosis", "str.join", "index_of", "is_empty",
-     "max_by", "min_by", "search_sorted"}
-)  # fmt: skip
+#: The table's ``Function`` entries of kind ``"aggregate"``.
+AGGREGATING_FUNCTIONS = AGGREGATING_NAMES
 
 #: Functions whose value on a row depends on other rows or on row order. A plan node that
 #: evaluates one needs all its rows in order (the planner gathers its input first, which
-#: is exact); every other function is row-local and runs on any partition.
-ORDER_DEPENDENT_FUNCTIONS = frozenset(
-    {
-        "cum_sum",
-        "cumulative_eval",
-        "time_range",
-        "qcut",
-        "rolling_by",
-        "ewm_mean_by",
-        "peak_max",
-        "peak_min",
-        "arg_unique",
-        "explode",
-        "repeat",
-        "linear_space",
-        "datetime_range",
-        "date_range",
-        "shuffle",
-        "sample",
-        "cum_prod",
-        "cum_min",
-        "cum_max",
-        "cum_count",
-        "shift",
-        "diff",
-        "rank",
-        "over",
-        "row_index",
-        "int_range",
-        "pct_change",
-        "rolling",
-        "forward_fill",
-        "backward_fill",
-        "fill_null_strategy",
-        "gather_every",
-        "gather",
-        "drop_nulls",
-        "drop_nans",
-        "ewm_mean",
-        "ewm_std",
-        "ewm_var",
-        "series",
-        "reverse",
-        "head",
-        "tail",
-        "slice",
-        "sort",
-        "sort_by",
-        "unique",
-        "arg_sort",
-        "top_k",
-        "bottom_k",
-        "filter",
-        "is_unique",
-        "is_duplicated",
-        "is_first_distinct",
-        "is_last_distinct",
-        "rle_id",
-        "interpolate",
-    }
-    | AGGREGATING_FUNCTIONS
-)
+#: is exact); every other function is row-local and runs on any partition. The table's
+#: window and order functions, and the aggregating functions.
+ORDER_DEPENDENT_FUNCTIONS = ORDER_DEPENDENT_NAMES
 
 _SYMBOL = {
     "add": "+",
@@ -331,8 +245,9 @@ class Function(Expr):
     """A scalar function by name with positional ``args`` and keyword ``options``.
 
     Names are namespaced as in Polars (``str.starts_with``, ``dt.year``) or plain
-    (``is_null``, ``not``, ``abs``). The kernel's function table
-    (:mod:`shoal.execution.functions`) lists what runs.
+    (``is_null``, ``not``, ``abs``). The IR's function table
+    (:data:`shoal.ir.functions.FUNCTION_TABLE`) says what each name is;
+    :data:`shoal.lowering.expressions.FUNCTIONS` how Polars runs it.
     """
 
     name: str

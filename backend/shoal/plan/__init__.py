@@ -2,7 +2,7 @@
 
 A floor above the IR and its lowering to Polars: the builder and the validator type
 expressions by lowering them (:mod:`shoal.lowering.infer`) and check a node's schema by
-building it with the kernel (:func:`shoal.execution.kernel.build`). Importing this package
+lowering it as the kernel does (:func:`shoal.lowering.plan.lower_plan`). Importing this package
 adds the public names of the builder and :func:`~shoal.plan.validate.validate` to
 :mod:`shoal.ir` (``shoal.ir.col``, ``shoal.ir.Frame``, ``shoal.ir.validate``, ...), so
 that library authors find the whole interface there (docs/ir.md) while the IR itself

@@ -44,6 +44,7 @@ import pyarrow as pa
 from shoal.errors import PlanError
 from shoal.ir.expr import AGG_FUNCTIONS, Agg, BinaryOp, Cast, Col, Expr, Function, Lit, NamedExpr
 from shoal.ir.expr import Ternary as IRTernary
+from shoal.ir.functions import FUNCTION_NAMES, arity_error
 from shoal.ir.nodes import (
     Aggregate,
     AsofStrategy,
@@ -66,6 +67,7 @@ from shoal.ir.nodes import (
 from shoal.ir.nodes import Union as UnionNode
 from shoal.ir.types import BOOL, NULL, DataType, Schema
 from shoal.lowering.infer import empty_frame, infer_dtypes
+from shoal.lowering.plan import lower_plan, no_scan
 from shoal.plan.validate import check_expr
 
 if TYPE_CHECKING:
@@ -587,11 +589,13 @@ class _Resolver:
         raise TypeError(f"not an expression: {u!r}")  # pragma: no cover
 
     def function(self, u: _UFn) -> Expr:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        if u.name not in FUNCTIONS:
+        if u.name not in FUNCTION_NAMES:
+            raise PlanError(f"{self.where}: function {u.name!r} is not in the IR's function table")
+        wrong = arity_error(u.name, len(u.args))
+        if wrong is not None:
             raise PlanError(
-                f"{self.where}: function {u.name!r} is not in the kernel's function table"
+                f"{self.where}: function {u.name!r} {wrong} (called with {len(u.args)} "
+                "arguments; its signature in the IR's function table)"
             )
         if not u.args:
             return self.typed(Function(u.name, (), u.options, NULL))
@@ -740,12 +744,10 @@ def _flatten(items: Iterable[Any]) -> list[Any]:
 
 def _kernel_schema(shell: PlanNode, inputs: Sequence[Schema], where: str) -> Schema:
     """The schema the kernel produces for ``shell`` (a node whose inputs are
-    :class:`StageInput` leaves over ``inputs``)."""
-    from shoal.execution.kernel import build
-
+    :class:`StageInput` leaves over ``inputs``), lowered as the kernel lowers it."""
     frames = [pl.DataFrame(schema=s.to_polars()) for s in inputs]
     try:
-        return Schema.from_polars(build(shell, frames, None).collect_schema())
+        return Schema.from_polars(lower_plan(shell, frames, no_scan).collect_schema())
     except PlanError as exc:
         raise PlanError(f"{where}: {exc}") from exc
     except Exception as exc:

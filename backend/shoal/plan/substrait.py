@@ -70,6 +70,7 @@ from shoal.ir.expr import (
     NamedExpr,
     Ternary,
 )
+from shoal.ir.functions import FUNCTION_TABLE
 from shoal.ir.nodes import (
     Aggregate,
     InMemorySource,
@@ -122,29 +123,27 @@ _STD_BINARY: dict[str, tuple[str, str]] = {
     "or": (BOOLEAN, "or"),
     "xor": (BOOLEAN, "xor"),
 }
-#: IR scalar functions -> standard Substrait functions.
+#: IR scalar functions and aggregates -> standard Substrait functions: the ``substrait``
+#: names of the IR's function table (:mod:`shoal.ir.functions`).
 _STD_FUNCTIONS: dict[str, tuple[str, str]] = {
-    "not": (BOOLEAN, "not"),
-    "is_null": (COMPARISON, "is_null"),
-    "is_not_null": (COMPARISON, "is_not_null"),
-    "is_nan": (COMPARISON, "is_nan"),
-    "is_finite": (COMPARISON, "is_finite"),
-    "is_infinite": (COMPARISON, "is_infinite"),
-    "coalesce": (COMPARISON, "coalesce"),
-    "neg": (ARITHMETIC, "negate"),
-    "abs": (ARITHMETIC, "abs"),
+    name: (f"extension:io.substrait:{ext}", fn)
+    for name, f in FUNCTION_TABLE.items()
+    if f.node == "function" and f.substrait is not None
+    for ext, fn in [f.substrait]
 }
-#: IR aggregates -> standard Substrait aggregate functions.
 _STD_AGGS: dict[str, tuple[str, str]] = {
-    "sum": (ARITHMETIC, "sum0"),
-    "mean": (ARITHMETIC, "avg"),
-    "min": (ARITHMETIC, "min"),
-    "max": (ARITHMETIC, "max"),
-    "count": (AGGREGATE_GENERIC, "count"),
-    "len": (AGGREGATE_GENERIC, "count"),
+    name: (f"extension:io.substrait:{ext}", fn)
+    for name, f in FUNCTION_TABLE.items()
+    if f.node == "agg" and f.substrait is not None
+    for ext, fn in [f.substrait]
 }
 _FROM_STD_BINARY = {name: op for op, (_, name) in _STD_BINARY.items()}
 _FROM_STD_FUNCTIONS = {name: fn for fn, (_, name) in _STD_FUNCTIONS.items()}
+#: Standard aggregates of one argument -> IR aggregates (``count`` is read on its own: with
+#: no argument it is ``len``); SQL's ``sum`` (null for no values) is read as ``sum`` too.
+_FROM_STD_AGGS = {name: agg for agg, (_, name) in _STD_AGGS.items() if name != "count"} | {
+    "sum": "sum"
+}
 
 _JOIN_TYPES = {
     "inner": stalg.JoinRel.JOIN_TYPE_INNER,
@@ -1182,7 +1181,7 @@ class _Importer:
         if name == "count":
             agg = Agg("len", None, NULL) if arg is None else Agg("count", arg, NULL)
             return self.typed(agg, schema, declared)
-        ir_name = {"sum0": "sum", "sum": "sum", "avg": "mean", "min": "min", "max": "max"}.get(name)
+        ir_name = _FROM_STD_AGGS.get(name)
         if ir_name is None or arg is None:
             raise UnsupportedError(
                 f"Substrait import: aggregate function {name!r} ({urn}) is not supported by shoal"

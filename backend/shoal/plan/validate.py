@@ -33,6 +33,7 @@ from shoal.ir.expr import (
     Lit,
     NamedExpr,
 )
+from shoal.ir.functions import FUNCTION_NAMES, arity_error
 from shoal.ir.nodes import (
     SINK_SCHEMA,
     AsofJoin,
@@ -49,6 +50,7 @@ from shoal.ir.nodes import (
 )
 from shoal.ir.types import BOOL, DataType, Schema
 from shoal.lowering.infer import infer_dtypes, input_types
+from shoal.lowering.plan import lower_plan, no_scan
 
 #: Fields of single-input nodes that name input columns (``Distinct.subset``, ...).
 _COLUMN_LIST_FIELDS = frozenset({"columns", "subset", "index", "on", "inputs"})
@@ -63,7 +65,8 @@ def validate(
     """Check ``plan`` and every node below it; return None when it is valid.
 
     ``functions`` are the function names allowed in :class:`~shoal.ir.expr.Function`
-    expressions (default: the kernel's table, ``shoal.lowering.expressions.FUNCTIONS``).
+    expressions (default: the IR's function table, ``shoal.ir.functions.FUNCTION_NAMES``,
+    which the kernel's lowering implements name for name).
     With ``check_sources``, Parquet scans read their files' footers to check that the
     columns exist with the scan's dtypes (missing files raise ``FileNotFoundError``);
     in-memory scans are always checked against their table.
@@ -72,9 +75,7 @@ def validate(
     parents), its path (``$.plan.input.left``), the column or expression and the types.
     """
     if functions is None:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        functions = FUNCTIONS.keys()
+        functions = FUNCTION_NAMES
     if not isinstance(plan, PlanNode):
         raise PlanError(f"$.plan: expected a plan node, got {type(plan).__name__}")
     _validate_node(plan, "$.plan", frozenset(functions), check_sources, set())
@@ -230,9 +231,7 @@ def check_expr(
     ``dtype`` is the one Polars infers. Raises :class:`shoal.PlanError` naming ``where``
     (e.g. ``"Filter at $.plan.input"``), the sub-expression's path and the types."""
     if functions is None:
-        from shoal.lowering.expressions import FUNCTIONS
-
-        functions = FUNCTIONS.keys()
+        functions = FUNCTION_NAMES
     subs = list(_subexprs(expr, path))
     for p, e in subs:
         if not isinstance(getattr(e, "dtype", None), DataType):
@@ -251,7 +250,13 @@ def check_expr(
             raise PlanError(f"{where}: unknown binary operator {e.op!r} at {p}")
         elif isinstance(e, Function) and e.name not in functions:
             raise PlanError(
-                f"{where}: function {e.name!r} at {p} is not in the kernel's function table"
+                f"{where}: function {e.name!r} at {p} is not in the IR's function table"
+            )
+        elif isinstance(e, Function) and arity_error(e.name, len(e.args)) is not None:
+            raise PlanError(
+                f"{where}: function {e.name!r} at {p} {arity_error(e.name, len(e.args))} "
+                f"(called with {len(e.args)} arguments; its signature in the IR's function "
+                "table)"
             )
         elif isinstance(e, Agg):
             if e.name not in AGG_FUNCTIONS:
@@ -474,9 +479,8 @@ def _same_columns(node: Scan, path: str, have: Schema, what: str) -> None:
 
 
 def _check_node_schema(node: PlanNode, path: str) -> None:
-    """Build ``node`` over empty inputs with the kernel and compare the schema Polars
-    gives with ``node.schema``."""
-    from shoal.execution.kernel import build
+    """Lower ``node`` over empty inputs as the kernel does (:mod:`shoal.lowering.plan`)
+    and compare the schema Polars gives with ``node.schema``."""
     from shoal.ir.nodes import StageInput
 
     kids = [c for _, c in child_nodes(node, path)]
@@ -484,7 +488,7 @@ def _check_node_schema(node: PlanNode, path: str) -> None:
     frames = [pl.DataFrame(schema=k.schema.to_polars()) for k in kids]
     try:
         shell = node.with_children(leaves) if kids else node
-        got = build(shell, frames, None).collect_schema()
+        got = lower_plan(shell, frames, no_scan).collect_schema()
     except UnsupportedError as exc:
         raise _fail(node, path, f"the kernel cannot run this node: {exc}") from exc
     except (pl.exceptions.PolarsError, TypeError, ValueError) as exc:

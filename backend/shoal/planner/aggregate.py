@@ -1,5 +1,6 @@
 """Two-phase aggregation: split aggregates into a partial part (per partition) and a final
-part (after the exchange), where that split is exact.
+part (after the exchange), where that split is exact. Which aggregates split, and how, is
+the ``split`` of their entry in the IR's function table (:mod:`shoal.ir.functions`).
 
 ``sum``, ``count``, ``len``, ``min``, ``max``, ``nan_min``, ``nan_max``, ``product`` and
 ``null_count`` combine exactly; ``mean`` becomes ``sum / count`` (null when the count is 0,
@@ -26,20 +27,14 @@ from shoal.ir.expr import (
     Ternary,
     replace,
 )
+from shoal.ir.functions import SPLITS
 from shoal.ir.types import FLOAT64, DataType
 
-_FINAL = {
-    "sum": "sum",
-    "count": "sum",
-    "len": "sum",
-    "min": "min",
-    "max": "max",
-    "null_count": "sum",
-    "nan_min": "nan_min",
-    "nan_max": "nan_max",
-    "product": "product",
-}
-DECOMPOSABLE = frozenset(_FINAL) | {"mean"}
+#: Aggregates whose split is the aggregate itself per partition, merged by another one
+#: (``count`` partials are summed), and those whose partials are other aggregates
+#: (``mean``: a sum and a count): the IR's function table says which.
+_FINAL = {name: sp.merge for name, sp in SPLITS.items() if not sp.partial}
+DECOMPOSABLE = frozenset(SPLITS)
 
 
 @dataclass(frozen=True)
@@ -122,7 +117,7 @@ def split(keys: tuple[NamedExpr, ...], aggs: tuple[NamedExpr, ...]) -> TwoPhase:
             return None
         if e in memo:
             return memo[e]
-        if e.name == "mean":
+        if SPLITS[e.name].final == "sum/count":
             assert e.arg is not None
             idx = DataType.from_polars(_idx())
             if e.arg.dtype.is_decimal:

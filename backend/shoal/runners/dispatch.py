@@ -36,7 +36,7 @@ import pyarrow as pa
 
 from shoal import config as _config
 from shoal.errors import QueryCancelledError, task_error
-from shoal.execution.kernel import TaskStats, choose_boundaries
+from shoal.execution.kernel import TaskStats, choose_boundaries, merge_profile
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
@@ -241,6 +241,9 @@ class DispatchLoop:
         self.cancel = cancel
         #: Set once :meth:`stream` has run every task: pools may then be parked.
         self._completed = False
+        #: Called with a stage's id when its last task has been recorded (None: nothing);
+        #: the session's profiling samples Ray's spill counters here.
+        self.on_stage_done: Any = None
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -386,6 +389,8 @@ class DispatchLoop:
         st.stats[p] = stats
         st.done += 1
         self.task_stats[(sid, p)] = stats
+        if st.finished and self.on_stage_done is not None:
+            self.on_stage_done(sid)
 
     def memory_report(self) -> MemoryReport:
         """What backpressure and task splitting did in this run."""
@@ -457,6 +462,25 @@ class DispatchLoop:
         if self.tracer is not None:
             self.tracer.counter("bytes held", self.ledger.held)
         return refs
+
+    def take_outputs(self, stage_id: int) -> list[Any]:
+        """After :meth:`run`: the output references of finished result stage ``stage_id``
+        (a plan of several queries, ``PhysicalPlan.results``), every partition's in
+        order, released from the ledger: the caller holds them now. The root's are what
+        :meth:`run` returned."""
+        st = self.states[stage_id]
+        refs: list[Any] = []
+        for p in range(st.stage.num_tasks):
+            refs.extend(st.outputs[p][0])
+            st.outputs[p][0] = []
+            self.ledger.read((stage_id, p, 0))
+        return refs
+
+    def resent(self) -> dict[int, int]:
+        """Tasks the loop sent again, by stage id (stages that re-sent none left out): a
+        pool task whose actor died. Ray's own retries of a task whose worker died or whose
+        output was lost (``task_max_retries``) happen inside Ray, unseen here."""
+        return {s.stage.id: sum(s.resent.values()) for s in self.states if s.resent}
 
     def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
         """When the actor that held a pool task died, the pool replaces it and the task's
@@ -628,6 +652,6 @@ def merge_stats(parts: Sequence[TaskStats]) -> TaskStats:
         start=min(p.start for p in parts),
         end=max(p.end for p in parts),
         sample=pa.concat_tables(samples) if samples else None,
-        extra={**first.extra, "subtasks": len(parts)},
+        extra={**first.extra, **merge_profile([p.extra for p in parts]), "subtasks": len(parts)},
         output_bytes=tuple(map(sum, zip(*sizes, strict=True))) if sizes else (),
     )

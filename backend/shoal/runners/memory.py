@@ -36,7 +36,7 @@ def readers(plan: PhysicalPlan, stage_id: int) -> int:
         for spec in c.inputs:
             if stage_id in spec.stages:
                 n += c.num_tasks if spec.mode == "all" else 1
-    if stage_id == plan.root.id:
+    if stage_id in plan.result_stages:
         n += 1
     return n
 

@@ -333,8 +333,8 @@ class QueryTracer:
             self._stage_bytes[st.id] = 0
         for sid in self._stages:
             self._readers_left[sid] = sum(sid in ins for ins in self._inputs.values())
-        root = physical.stages[-1].id
-        self._readers_left[root] += 1  # the result fetch reads the root's outputs
+        for root in physical.result_stages:
+            self._readers_left[root] += 1  # the result fetch reads the root's outputs
         self._emit(
             QueryPlanned(
                 self.query_id, now, tuple(infos), cpus, self.config.task_cpus, max_in_flight

@@ -1,4 +1,4 @@
-"""Kernel side of the temporal and ordered operators: each IR node becomes the Polars
+"""Lowering of the temporal and ordered operators: each IR node becomes the Polars
 method of the same meaning (``join_asof``, ``group_by_dynamic``, ``rolling``,
 ``merge_sorted``) over the Polars queries of its inputs."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import polars as pl
 
-from shoal.execution.scope import TASK_ENGINE
 from shoal.ir.nodes import (
     AsofJoin,
     DynamicGroupBy,
@@ -15,6 +14,7 @@ from shoal.ir.nodes import (
     RestoreGroupOrder,
     RollingGroupBy,
 )
+from shoal.lowering.engine import TASK_ENGINE
 from shoal.lowering.expressions import to_polars
 
 #: The plan nodes this module builds.

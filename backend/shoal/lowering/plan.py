@@ -1,0 +1,238 @@
+"""IR plan nodes -> one Polars lazy query: what the kernel runs for a fragment
+(:mod:`shoal.execution.kernel` supplies this task's scan partitions), and what the builder
+and the validator (:mod:`shoal.plan`) read a node's output schema from, over empty inputs.
+
+Nodes that Polars does not run (``UdfProject``, ``SqlMap``, ``Sink``) run over their
+collected input with a runner the kernel registers (:func:`register_foreign`), so that this
+floor imports nothing above the IR.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import polars as pl
+import polars.selectors as cs
+
+from shoal.errors import UnsupportedError
+from shoal.ir.expr import Col, NamedExpr
+from shoal.ir.nodes import (
+    Aggregate,
+    Distinct,
+    Explode,
+    Filter,
+    HConcat,
+    Join,
+    PlanNode,
+    Project,
+    RowIndex,
+    Scan,
+    Slice,
+    Sort,
+    StageInput,
+    Union,
+    Unnest,
+    Unpivot,
+)
+from shoal.lowering.engine import collect, in_memory, needs_in_memory
+from shoal.lowering.expressions import to_polars
+from shoal.lowering.temporal import TEMPORAL_NODES, build_temporal
+
+#: A runner of a node Polars does not run: (the node, its collected input) -> its output.
+ForeignRunner = Callable[[PlanNode, pl.DataFrame], pl.DataFrame]
+
+_FOREIGN: dict[type[PlanNode], ForeignRunner] = {}
+
+
+def no_scan(node: Scan) -> pl.LazyFrame:
+    """The ``scan`` of :func:`lower_plan` where no partition is at hand (the plan checks
+    lower nodes over :class:`~shoal.ir.nodes.StageInput` leaves): raises ``RuntimeError``
+    naming the scan."""
+    raise RuntimeError(f"scan without its partition: {node.label}")
+
+
+def register_foreign(node_class: type[PlanNode], runner: ForeignRunner) -> None:
+    """Make :func:`lower_plan` run nodes of ``node_class`` with ``runner`` (the kernel
+    registers ``UdfProject``, ``SqlMap`` and ``Sink`` when it is imported; ``import
+    shoal`` imports it)."""
+    _FOREIGN[node_class] = runner
+
+
+_JOIN_HOW = {
+    "inner": "inner",
+    "left": "left",
+    "right": "right",
+    "full": "full",
+    "semi": "semi",
+    "anti": "anti",
+    "cross": "cross",
+}
+
+
+def lower_plan(
+    node: PlanNode,
+    inputs: Sequence[pl.DataFrame],
+    scan: Callable[[Scan], pl.LazyFrame],
+) -> pl.LazyFrame:
+    """The Polars lazy query for ``node``: ``inputs[i]`` are the rows of
+    :class:`~shoal.ir.nodes.StageInput` ``i``; ``scan`` gives the rows of a
+    :class:`~shoal.ir.nodes.Scan` (the kernel: this task's partition of it). A node that
+    Polars does not run (a UDF, DuckDB's SQL, a sink) runs over its collected input with
+    the runner registered for its class (:func:`register_foreign`).
+
+    Raises :class:`shoal.UnsupportedError` for a node nothing here can lower."""
+    if isinstance(node, Scan):
+        return scan(node)
+    if isinstance(node, StageInput):
+        return inputs[node.index].lazy()
+    if isinstance(node, Project):
+        out = _project(lower_plan(node.input, inputs, scan), node)
+        return in_memory(out) if needs_in_memory(node.exprs) else out
+    if isinstance(node, Filter):
+        out = lower_plan(node.input, inputs, scan).filter(to_polars(node.predicate))
+        return in_memory(out) if needs_in_memory((NamedExpr("", node.predicate),)) else out
+    if isinstance(node, Aggregate):
+        lf = lower_plan(node.input, inputs, scan)
+        aggs = [to_polars(e.expr).alias(e.name) for e in node.aggs]
+        if not node.keys:
+            out = lf.select(aggs)
+        else:
+            keys = [to_polars(e.expr).alias(e.name) for e in node.keys]
+            out = lf.group_by(keys, maintain_order=node.maintain_order).agg(aggs)
+        return in_memory(out) if needs_in_memory(node.aggs) else out
+    if isinstance(node, Join):
+        left = lower_plan(node.left, inputs, scan)
+        right = lower_plan(node.right, inputs, scan)
+        if node.how == "cross":
+            # Polars' in-memory engine pairs the rows left-major whatever maintain_order
+            # says; its streaming engine (a task's collect) interleaves morsels unless told
+            # to keep the order (a nested-loop join of SQL's IN subquery came back 4, 3).
+            cross_order = "left_right" if node.maintain_order == "none" else node.maintain_order
+            return left.join(
+                right,
+                how="cross",
+                suffix=node.suffix,
+                maintain_order=cross_order,  # type: ignore[arg-type]
+            )
+        # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
+        # in-memory engine does whatever maintain_order says (its streaming engine, which a
+        # task's collect runs, may not), so that a partition's rows stay in input order.
+        order = "left" if node.how in ("semi", "anti") else node.maintain_order
+        return left.join(
+            right,
+            left_on=[to_polars(e) for e in node.left_on],
+            right_on=[to_polars(e) for e in node.right_on],
+            how=_JOIN_HOW[node.how],  # type: ignore[arg-type]
+            suffix=node.suffix,
+            nulls_equal=node.nulls_equal,
+            coalesce=node.coalesce,
+            maintain_order=order,  # type: ignore[arg-type]
+        )
+    if isinstance(node, Sort):
+        lf = lower_plan(node.input, inputs, scan)
+        return lf.sort(
+            [to_polars(e) for e in node.by],
+            descending=list(node.descending),
+            nulls_last=list(node.nulls_last),
+            maintain_order=node.stable,
+        )
+    if isinstance(node, Slice):
+        return lower_plan(node.input, inputs, scan).slice(node.offset, node.length)
+    if isinstance(node, Distinct):
+        return lower_plan(node.input, inputs, scan).unique(
+            subset=list(node.subset) if node.subset is not None else None,
+            keep=node.keep,
+            maintain_order=node.maintain_order,
+        )
+    if isinstance(node, Union):
+        return pl.concat([lower_plan(i, inputs, scan) for i in node.inputs], how="vertical")
+    if isinstance(node, HConcat):
+        # Polars 2.1: "horizontal" is strict; "horizontal_extend" pads with nulls.
+        how: Literal["horizontal", "horizontal_extend"] = (
+            "horizontal" if node.strict else "horizontal_extend"
+        )
+        parts = [lower_plan(i, inputs, scan) for i in node.inputs]
+        if node.broadcast:
+            parts = _broadcast_unit_length([collect(p) for p in parts])
+        return pl.concat(parts, how=how)
+    if isinstance(node, Explode):
+        return lower_plan(node.input, inputs, scan).explode(
+            list(node.columns), empty_as_null=node.empty_as_null, keep_nulls=node.keep_nulls
+        )
+    if isinstance(node, Unnest):
+        return lower_plan(node.input, inputs, scan).unnest(
+            list(node.columns), separator=node.separator
+        )
+    if isinstance(node, Unpivot):
+        return _unpivot(node, lower_plan(node.input, inputs, scan))
+    if isinstance(node, RowIndex):
+        return lower_plan(node.input, inputs, scan).with_row_index(node.name, offset=node.offset)
+    if isinstance(node, TEMPORAL_NODES):
+        return build_temporal(node, [lower_plan(c, inputs, scan) for c in node.children()])
+    runner = _FOREIGN.get(type(node))
+    if runner is not None:
+        # A UdfProject runs the user's function on this process's instance (an actor's,
+        # for a stateful or GPU UDF: the planner gives those a stage of their own); a
+        # SqlMap runs its row-wise SQL on DuckDB over this partition's rows; a Sink writes
+        # this task's own partition's files and lists them.
+        (child,) = node.children()
+        return runner(node, collect(lower_plan(child, inputs, scan))).lazy()
+    raise UnsupportedError(f"plan node {node.label} is not supported by the kernel")
+
+
+_HEIGHT_TMP = "__shoal_keep_height"
+
+
+def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
+    """``node`` (a :class:`Project`) over ``lf``. Polars' ``select`` gives one row when
+    every expression is a scalar and none without expressions (``keep_height`` False);
+    with ``keep_height`` the output keeps ``lf``'s height, which Polars' ``with_columns``
+    gives (scalars broadcast to it, also over a frame of no columns): the expressions are
+    added as temporary columns and then picked. Plain column references need no such
+    help (a column has the input's height); no expression at all drops every column."""
+    if not node.keep_height or all(isinstance(e.expr, Col) for e in node.exprs):
+        if node.keep_height and not node.exprs:
+            return lf.drop(cs.all())
+        return lf.select([to_polars(e.expr).alias(e.name) for e in node.exprs])
+    computed = {
+        i: to_polars(e.expr).alias(f"{_HEIGHT_TMP}{i}")
+        for i, e in enumerate(node.exprs)
+        if not isinstance(e.expr, Col)
+    }
+    return lf.with_columns(list(computed.values())).select(
+        [
+            pl.col(f"{_HEIGHT_TMP}{i}").alias(e.name)
+            if i in computed
+            else to_polars(e.expr).alias(e.name)
+            for i, e in enumerate(node.exprs)
+        ]
+    )
+
+
+def _broadcast_unit_length(frames: list[pl.DataFrame]) -> list[pl.LazyFrame]:
+    """Polars' horizontal concatenation with unit-length inputs as scalars: the height is
+    the largest that is not 1 (1 if every input has one row), and each one-row input is
+    repeated to it (:class:`~shoal.ir.nodes.HConcat` ``broadcast``)."""
+    height = max((f.height for f in frames if f.height != 1), default=1)
+    return [(f[[0] * height] if f.height == 1 else f).lazy() for f in frames]
+
+
+def _unpivot(node: Unpivot, lf: pl.LazyFrame) -> pl.LazyFrame:
+    """Unpivot column by column, as the IR defines it. Polars' own ``unpivot`` orders rows
+    by chunk of its input (the in-memory engine column by column within each chunk, the
+    streaming engine row by row), so a partitioned input would change the order. Values are
+    cast to the output's value type (the supertype of the ``on`` columns)."""
+    value_type = node.schema[node.value_name].to_polars()
+    index = [pl.col(i) for i in node.index]
+    parts = [
+        lf.select(
+            *index,
+            pl.lit(c, pl.String).alias(node.variable_name),
+            pl.col(c).cast(value_type).alias(node.value_name),
+        )
+        for c in node.on
+    ]
+    if not parts:
+        return pl.DataFrame(schema=node.schema.to_polars()).lazy()
+    return pl.concat(parts, how="vertical")
