@@ -6,7 +6,7 @@ runner, beside native Polars running the same function with ``map_batches``; eve
 is checked against native's. The runs are listed one by one (a slowdown from run to run
 shows as a rising column), then medians::
 
-    python -m benchmarks.udf --rows 3000000 --runs 5 --runner ray [--keep-warm]
+    python -m benchmarks.udf --rows 3000000 --runs 5 --runner ray [--no-keep-warm]
 
 ``--json PATH`` writes every timing.
 """
@@ -27,7 +27,12 @@ def main() -> None:
     p.add_argument("--rows", type=int, default=3_000_000)
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--runner", choices=["local", "ray"], default="ray")
-    p.add_argument("--keep-warm", action="store_true", help="udf_keep_warm: reuse the actor pool")
+    p.add_argument(
+        "--keep-warm",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="udf_keep_warm: reuse the actor pool across queries (default: the setting's, on)",
+    )
     p.add_argument("--json", default=None)
     args = p.parse_args()
 
@@ -50,7 +55,9 @@ def main() -> None:
     native_lf = lf.with_columns(b=pl.col("a").map_batches(double, return_dtype=pl.Int64))
     expected = native_lf.collect()
     t0 = time.perf_counter()
-    shoal.set_config(runner=args.runner, udf_keep_warm=args.keep_warm)
+    shoal.set_config(runner=args.runner)
+    if args.keep_warm is not None:
+        shoal.set_config(udf_keep_warm=args.keep_warm)
     from shoal.runners.session import start_runner
 
     start_runner(shoal.get_config())
@@ -97,7 +104,16 @@ def main() -> None:
         )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": args.rows, "runner": args.runner, "times": times}, f, indent=1)
+            json.dump(
+                {
+                    "rows": args.rows,
+                    "runner": args.runner,
+                    "udf_keep_warm": shoal.get_config().udf_keep_warm,
+                    "times": times,
+                },
+                f,
+                indent=1,
+            )
     shoal.shutdown()
 
 

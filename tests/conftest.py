@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,3 +78,35 @@ def ray_test_cluster(
             ray.shutdown()
         shoal.set_config(ray_address=None)
         c.shutdown()
+
+
+def own_ray_processes(
+    stage_prefix: str | tuple[str, ...] = "ray::shoal-stage",
+) -> list[tuple[int, str]]:
+    """Processes of this test's own Ray instance or cluster (descendants of this process:
+    its raylets and workers) whose title starts with ``stage_prefix`` (one prefix or a
+    tuple of them). Never another program's: the machine may run other Ray instances,
+    whose workers have the same titles."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
+    parent: dict[int, int] = {}
+    titles: dict[int, str] = {}
+    for line in out.stdout.splitlines():
+        pid, ppid, *rest = line.split(None, 2)
+        parent[int(pid)] = int(ppid)
+        titles[int(pid)] = rest[0] if rest else ""
+    me = os.getpid()
+
+    def ours(pid: int) -> bool:
+        seen = set()
+        while pid not in (0, 1) and pid not in seen:
+            if pid == me:
+                return True
+            seen.add(pid)
+            pid = parent.get(pid, 0)
+        return False
+
+    return [
+        (pid, args)
+        for pid, args in titles.items()
+        if args.startswith(stage_prefix) and pid != me and ours(pid)
+    ]

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ from shoal.config import Config
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
 
-from .conftest import ray_test_cluster
+from .conftest import own_ray_processes, ray_test_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -39,13 +38,9 @@ def cluster() -> Iterator[object]:
 
 
 def _victims() -> list[int]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    pids = []
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if args.startswith(VICTIMS):
-            pids.append(int(pid))
-    return pids
+    """Task workers and UDF actors of this module's own Ray cluster (never another
+    program's Ray instance on the machine)."""
+    return [pid for pid, _ in own_ray_processes(VICTIMS)]
 
 
 class _Chaos(threading.Thread):

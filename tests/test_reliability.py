@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import subprocess
 import threading
 import time
 
@@ -16,6 +15,7 @@ import ray
 import shoal
 from shoal.config import Config
 
+from .conftest import own_ray_processes
 from .irplans import agg_sort_plan
 
 pytestmark = pytest.mark.usefixtures("ray_runner")
@@ -24,35 +24,6 @@ pytestmark = pytest.mark.usefixtures("ray_runner")
 def _big_frame(rows: int) -> pl.DataFrame:
     i = pl.int_range(rows, eager=True)
     return pl.DataFrame({"k": i * 7919 % 50_000, "v": (i * 31 % 1000).cast(pl.Float64)})
-
-
-def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, str]]:
-    """Processes of this test's own Ray instance (descendants of this process: its raylet
-    and workers) whose title starts with ``stage_prefix``. Never another program's: the
-    machine may run other Ray instances, whose workers have the same titles."""
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
-    parent: dict[int, int] = {}
-    titles: dict[int, str] = {}
-    for line in out.stdout.splitlines():
-        pid, ppid, *rest = line.split(None, 2)
-        parent[int(pid)] = int(ppid)
-        titles[int(pid)] = rest[0] if rest else ""
-    me = os.getpid()
-
-    def ours(pid: int) -> bool:
-        seen = set()
-        while pid not in (0, 1) and pid not in seen:
-            if pid == me:
-                return True
-            seen.add(pid)
-            pid = parent.get(pid, 0)
-        return False
-
-    return [
-        (pid, args)
-        for pid, args in titles.items()
-        if args.startswith(stage_prefix) and pid != me and ours(pid)
-    ]
 
 
 class _Killer(threading.Thread):
@@ -70,10 +41,10 @@ class _Killer(threading.Thread):
         deadline = time.monotonic() + 30
         while not self.stop.is_set() and time.monotonic() < deadline:
             if self.prefix is not None:
-                workers = _shoal_workers(self.prefix)
+                workers = own_ray_processes(self.prefix)
             else:
-                workers = _shoal_workers("ray::shoal-stage1") or (
-                    _shoal_workers() if time.monotonic() > deadline - 25 else []
+                workers = own_ray_processes("ray::shoal-stage1") or (
+                    own_ray_processes() if time.monotonic() > deadline - 25 else []
                 )
             for pid, args in workers:
                 try:
@@ -168,7 +139,9 @@ def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent(actors: int
     lf = df.lazy().shoal.with_udf(udf, inputs=["v"], output="v2")
     expected = lf.collect()  # native Polars runs the same UDF in-process
     engine = shoal.DistEngine(
-        runner="ray", raise_on_fail=True, config=Config(default_partitions=24, udf_batch_size=200)
+        runner="ray",
+        raise_on_fail=True,
+        config=Config(default_partitions=24, udf_batch_size=200, udf_keep_warm=False),
     )
     for _attempt in range(4):
         killer = _Killer(prefix="ray::_UdfActor.run")

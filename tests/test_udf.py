@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import polars as pl
@@ -328,7 +329,7 @@ def _local(default_partitions: int = 8) -> shoal.DistEngine:
     return shoal.DistEngine(
         runner="local",
         raise_on_fail=True,
-        config=Config(runner="local", default_partitions=default_partitions),
+        config=Config(runner="local", default_partitions=default_partitions, udf_keep_warm=False),
     )
 
 
@@ -444,7 +445,8 @@ def test_local_warm_pool_serves_the_next_query(tmp_path: Path) -> None:
     """udf_keep_warm: the second query of the same UDF runs on the first one's worker
     processes (no new __init__), with the same answer; a query of another UDF closes the
     parked pool, and shutdown closes what is parked."""
-    warm = Config(runner="local", default_partitions=6, udf_keep_warm=True)
+    warm = Config(runner="local", default_partitions=6)
+    assert warm.udf_keep_warm  # on by default
     engine = shoal.DistEngine(runner="local", raise_on_fail=True, config=warm)
     counted = Counted.with_init(str(tmp_path))
     df = frame(600)
@@ -467,7 +469,7 @@ def test_local_warm_pool_serves_the_next_query(tmp_path: Path) -> None:
 
 
 @pytest.mark.usefixtures("local_gpus")
-def test_local_pool_closed_after_each_query_by_default(tmp_path: Path) -> None:
+def test_local_pool_closed_after_each_query_with_keep_warm_off(tmp_path: Path) -> None:
     counted = Counted.with_init(str(tmp_path))
     lf = frame(300).lazy().shoal.with_udf(counted, inputs="a", output="who")
     lf.collect(engine=_local(4))
@@ -476,3 +478,76 @@ def test_local_pool_closed_after_each_query_by_default(tmp_path: Path) -> None:
     lf.collect(engine=_local(4))
     assert len(list(tmp_path.glob("init-*"))) > n  # new actors, new __init__
     assert udf_processes() == []
+
+
+@pytest.mark.usefixtures("local_gpus")
+def test_local_warm_pool_closes_after_its_idle_time(tmp_path: Path) -> None:
+    """udf_keep_warm_idle_s: a parked pool taken over by the next query serves it; left
+    unused that long, it is closed (its worker processes gone, their resources back)."""
+    cfg = Config(runner="local", default_partitions=3, udf_keep_warm_idle_s=2.0)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=True, config=cfg)
+    counted = Counted.options(concurrency=1).with_init(str(tmp_path))
+    df = frame(300)
+    lf = df.lazy().shoal.with_udf(counted, inputs="a", output="who")
+    try:
+        assert lf.collect(engine=engine).drop("who").equals(df)
+        assert lf.collect(engine=engine).drop("who").equals(df)
+        assert len(list(tmp_path.glob("init-*"))) == 1  # the second query took it over
+        assert wait_until(lambda: udf_processes() == [], timeout=60)
+    finally:
+        shoal.shutdown()
+
+
+def _fake_pool() -> Any:
+    """A pool without actors, for the parking rules (warm pools)."""
+    from shoal.runners import actor_pool
+
+    class FakePool(actor_pool._Parkable):
+        def __init__(self) -> None:
+            self.key = ("local", uuid.uuid4().hex)
+            self.udf = Offset
+            self.names: list[str] = []
+            self.keep_warm = True
+            self._closed = False
+
+        def close(self) -> None:
+            self._closed = True
+
+    return FakePool()
+
+
+def test_idle_timer_of_an_earlier_parking_leaves_the_pool_alone() -> None:
+    """A pool parked, taken over and parked again is closed only by the timer of its last
+    parking (the timers are threads; here their callback is called directly)."""
+    from shoal.runners import actor_pool
+
+    pool = _fake_pool()
+    actor_pool._park(pool)  # idle_s 0: no timer thread
+    assert actor_pool._take_parked(pool.key) is pool  # a query takes it over
+    actor_pool._park(pool)  # and parks it again
+    actor_pool._expire(pool, 1)  # the first parking's timer
+    assert not pool.closed
+    actor_pool._expire(pool, 2)
+    assert pool.closed and actor_pool._take_parked(pool.key) is None
+
+
+def test_a_query_ending_late_does_not_park_or_close_a_pool_taken_over() -> None:
+    """Query A parks its pool when the pool's stage ends and then, ending, finishes (or,
+    failing, closes) its pools again; meanwhile query B took the pool over. A's late calls
+    must leave B's pool alone: parked again it could be taken by a third query too, and
+    closed under B. The pools the loop holds are leases (``make_pools``)."""
+    from shoal.runners import actor_pool
+
+    pool = _fake_pool()
+    a = actor_pool._Lease(pool)
+    a.finish()  # A's UDF stage ended: parked
+    assert actor_pool._take_parked(pool.key) is pool  # B takes it over
+    b = actor_pool._Lease(pool)
+    a.finish()  # A ends
+    a.close()  # or fails later
+    assert not pool.closed
+    assert actor_pool._take_parked(pool.key) is None  # not parked while B uses it
+    b.finish()
+    assert actor_pool._take_parked(pool.key) is pool
+    b.close()
+    assert pool.closed

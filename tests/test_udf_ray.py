@@ -15,6 +15,7 @@ import ray
 
 import shoal
 from shoal.config import Config
+from shoal.ir import InMemorySource, Scan
 from shoal.runners.actor_pool import pool_udf
 from shoal.runners.session import last_query
 
@@ -55,7 +56,9 @@ def shoal_actors() -> list[str]:
 
 def _ray(default_partitions: int = 8) -> shoal.DistEngine:
     return shoal.DistEngine(
-        runner="ray", raise_on_fail=True, config=Config(default_partitions=default_partitions)
+        runner="ray",
+        raise_on_fail=True,
+        config=Config(default_partitions=default_partitions, udf_keep_warm=False),
     )
 
 
@@ -148,7 +151,7 @@ def test_warm_ray_pool_serves_the_next_query_then_shutdown_kills_it(tmp_path: Pa
     """udf_keep_warm on Ray: the second query runs on the first one's actor (no new
     __init__), same answer, although the parked actor holds one of the two CPUs (the
     other is left to the scan tasks); closing the parked pools leaves no named actor."""
-    warm = Config(default_partitions=6, udf_keep_warm=True)
+    warm = Config(default_partitions=6)  # udf_keep_warm is on by default
     engine = shoal.DistEngine(raise_on_fail=True, config=warm)
     counted = Counted.options(concurrency=1).with_init(str(tmp_path))
     df = frame(600)
@@ -172,7 +175,9 @@ def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:
     df = frame(400)
     lf = df.lazy().shoal.with_udf(one, inputs="a", output="who")
     got = lf.collect(
-        engine=shoal.DistEngine(raise_on_fail=True, config=Config(default_partitions=8))
+        engine=shoal.DistEngine(
+            raise_on_fail=True, config=Config(default_partitions=8, udf_keep_warm=False)
+        )
     )
     assert got.drop("who").equals(df) and got["who"].n_unique() == 1
     from shoal.config import get_config, query_digest
@@ -184,3 +189,110 @@ def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:
         assert pool.capacity(backlog=1) == CALLS_IN_FLIGHT == 2
     finally:
         pool.close()
+
+
+# ------------------------------------------------------------------ in-memory frames on Ray
+
+
+class _Recorder:
+    """Wraps the Ray runner's remote task function: records the arguments of every task
+    it starts, then starts it."""
+
+    def __init__(self, remote: object) -> None:
+        self.inner = remote
+        self.calls: list[tuple[object, ...]] = []
+
+    def options(self, **kwargs: object) -> _Recorder._Call:
+        return _Recorder._Call(self, self.inner.options(**kwargs))  # type: ignore[attr-defined]
+
+    class _Call:
+        def __init__(self, rec: _Recorder, made: object) -> None:
+            self.rec, self.made = rec, made
+
+        def remote(self, *args: object) -> object:
+            self.rec.calls.append(args)
+            return self.made.remote(*args)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def recorded_tasks(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
+    """The arguments of every ordinary Ray task the runner starts during the test."""
+    from shoal.runners import session
+
+    session.start_runner(shoal.get_config().replace(runner="ray"))
+    backend = session._backends["ray"]
+    rec = _Recorder(backend._remote)
+    monkeypatch.setattr(backend, "_remote", rec)
+    return rec
+
+
+@pytest.mark.parametrize("udf_kind", ["none", "stateless", "stateful"])
+def test_in_memory_frame_is_not_pickled_into_every_task(
+    recorded_tasks: _Recorder, udf_kind: str
+) -> None:
+    """A query over an in-memory frame split into 4 partitions: each scan task's payload
+    (fragment, schemas, scan partition, output spec, as pickled for Ray) is small, and the
+    frame's rows travel once, as one table argument per partition (through the object
+    store), not inside the plan of every task. Failed before: every payload held the whole
+    frame twice (the scan node's table and its row range, which pickles with the whole
+    buffers)."""
+    import pickle
+
+    import pyarrow as pa
+
+    df = frame(60_000)
+    frame_bytes = df.to_arrow().nbytes
+    lf = df.lazy()
+    if udf_kind == "stateless":
+        lf = lf.shoal.with_udf(score, inputs=["a", "s"], output="y")
+    elif udf_kind == "stateful":
+        lf = lf.shoal.with_udf(Offset.with_init(k=3), inputs="a", output="y")
+    else:
+        lf = lf.with_columns(y=pl.col("a") * 2)
+    got = lf.collect(engine=_ray(4))
+    assert got.equals(lf.collect())
+    scans = [
+        c
+        for c in recorded_tasks.calls
+        if any(
+            isinstance(n, Scan) and isinstance(n.source, InMemorySource)
+            for n in c[0][0].walk()  # type: ignore[index]
+        )
+    ]
+    assert recorded_tasks.calls and len(scans) == 4
+    for args in recorded_tasks.calls:
+        payload = args[0]
+        assert len(pickle.dumps(payload)) < frame_bytes // 50
+    shipped = [a for c in recorded_tasks.calls for a in c[4:] if isinstance(a, pa.Table)]
+    assert sorted(t.num_rows for t in shipped) == [15_000] * 4
+    assert shoal_actors() == []
+
+
+def test_udfs_on_ray_equal_native_with_nulls_and_empty_partitions() -> None:
+    """Five rows (two null) in eight partitions, three of them empty: a stateless and a
+    stateful UDF on Ray give native Polars' map_batches answer, and the stateless one
+    also map_elements' (nulls stay null)."""
+    df = pl.DataFrame({"a": [4, None, 7, None, 1], "s": ["x", "yy", None, "", "zzz"]})
+    lf = (
+        df.lazy()
+        .shoal.with_udf(score, inputs=["a", "s"], output="y")
+        .shoal.with_udf(Offset.with_init(k=5), inputs="a", output="b")
+    )
+    got = lf.collect(engine=_ray(8))
+    expected = polars_native(df, score.fn, ["a", "s"], "y", pl.Float64()).with_columns(
+        b=pl.col("a").map_batches(lambda a: a + 5, return_dtype=pl.Int64)
+    )
+    assert got.equals(expected)
+    by_rows = df.with_columns(
+        y=pl.struct("a", "s").map_elements(
+            lambda r: (
+                r["a"] * 1.5 + len(r["s"]) if r["a"] is not None and r["s"] is not None else None
+            ),
+            return_dtype=pl.Float64,
+        )
+    )
+    assert got["y"].equals(by_rows["y"])
+    report = last_query()
+    assert report is not None
+    assert sum(1 for s in report.task_stats.values() if s.rows_out == 0) >= 3
+    assert shoal_actors() == []

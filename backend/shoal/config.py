@@ -327,6 +327,17 @@ class Config:
             "the skewed side's pieces in groups, the other side whole); 0: never split."
         ),
     )
+    adaptive: bool = field(
+        default=True,
+        metadata=_doc(
+            "Adaptive execution: when a stage is about to run, use the rows and bytes its "
+            "inputs actually produced to skip work whose output is certainly empty (an inner "
+            "join with an empty side, per stage or per shuffle bucket) and to read adjacent "
+            "small shuffle buckets in one task (about input bytes / CPUs per task, at least "
+            "8 MiB, at most target_partition_bytes; not when shuffle_partitions is set). "
+            "explain(analyze=True) lists what changed."
+        ),
+    )
     task_cpus: int = field(
         default=1,
         metadata=_doc(
@@ -366,13 +377,22 @@ class Config:
         metadata=_doc("Rows per batch handed to a user function when the UDF sets no batch_size."),
     )
     udf_keep_warm: bool = field(
-        default=False,
+        default=True,
         metadata=_doc(
             "Keep the actor pool of a stateful or GPU user function up after a query that "
             "succeeded, for the next query that runs the same UDF (no actor start, no "
-            "__init__ again); its actors keep their CPUs and GPUs while idle (on Ray only "
-            "as many as leave task_cpus CPUs free). Closed by a query that needs a pool for "
-            "another UDF, and by shoal.shutdown()."
+            "__init__ again: loading a model is the expensive part); its actors keep their "
+            "CPUs and GPUs while idle (on Ray only as many as leave task_cpus CPUs free). "
+            "Closed after udf_keep_warm_idle_s seconds unused, by a query that needs a pool "
+            "for another UDF, and by shoal.shutdown(). False: a pool is closed when its "
+            "stage ends."
+        ),
+    )
+    udf_keep_warm_idle_s: float = field(
+        default=300.0,
+        metadata=_doc(
+            "Seconds a kept (udf_keep_warm) actor pool waits unused before it is closed and "
+            "its actors' CPUs and GPUs are free again; 0: until shutdown or another UDF."
         ),
     )
     extensions: Mapping[str, Any] = field(
@@ -445,6 +465,11 @@ class Config:
                     f"shoal setting gpus must be a string such as '0,1', got {self.gpus!r}"
                 )
             parse_gpu_ids(self.gpus, "shoal setting gpus")
+        idle = self.udf_keep_warm_idle_s
+        if isinstance(idle, bool) or not isinstance(idle, int | float) or idle < 0:
+            raise ValueError(
+                f"shoal setting udf_keep_warm_idle_s must be a number of seconds >= 0, got {idle!r}"
+            )
         if (
             not isinstance(self.ray_connect_timeout_s, int | float)
             or self.ray_connect_timeout_s <= 0

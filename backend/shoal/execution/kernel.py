@@ -82,6 +82,9 @@ class TaskStats:
     #: Bytes of each output table, in output order (``sum == bytes_out``): what the
     #: dispatch loop's memory ledger counts per output partition (hash or range bucket).
     output_bytes: tuple[int, ...] = ()
+    #: Rows of each output table, in output order (``sum == rows_out``): what adaptive
+    #: execution (:mod:`shoal.runners.adaptive`) reads to skip empty buckets.
+    output_rows: tuple[int, ...] = ()
     #: Native id of the thread that ran the task (filled where the stats are built, on the
     #: worker); with ``pid`` it names the task's track in a trace.
     thread: int = field(default_factory=threading.get_native_id)
@@ -544,6 +547,7 @@ def _run_fragment(
         sample=sample,
         config_digest=get_config().digest(),
         output_bytes=sizes,
+        output_rows=tuple(t.num_rows for t in tables),
         extra=_profile(frames, parts, output, (read - start, ran - read, end - ran)),
     )
     return stats, tables

@@ -21,26 +21,27 @@ Life of a pool, driven by the dispatch loop (:mod:`shoal.runners.dispatch`):
 3. each task (one partition) goes to a free actor; while tasks wait and every actor is busy,
    the pool grows towards ``max`` as far as free resources allow (a new actor takes tasks
    once it has started);
-4. closed as soon as its stage has finished, and in any case when the query ends: after
-   success, after a failure (a UDF exception surfaces as :class:`shoal.udf.UdfError` with
+4. when its stage has finished: parked for the next query (``udf_keep_warm``, on by
+   default; see below) or closed; closed in any case when the query fails: after a failure (a UDF exception surfaces as :class:`shoal.udf.UdfError` with
    the UDF's name and the original traceback) and after ``KeyboardInterrupt``. Closing
    kills the actors (Ray) or stops and, if need be, kills the processes (local), waits
    until they are gone, and gives their resources back.
 
-**Warm pools** (the ``udf_keep_warm`` setting). Starting a pool costs a process per actor
-(importing Polars, pyarrow and shoal, unpickling the UDF) plus the UDF's ``__init__``: 1 s
-on a quiet machine, 7-19 s per actor with the 2-core machine loaded, every query, where the
-batches themselves took 0.5 s. With the setting on, a pool whose stage finished in a query
+**Warm pools** (the ``udf_keep_warm`` setting, on by default). Starting a pool costs a
+process per actor (importing Polars, pyarrow and shoal, unpickling the UDF) plus the UDF's
+``__init__`` (loading a model): 1 s on a quiet machine, 2.5-19 s per actor with the 2-core
+machine loaded, every query, where the batches themselves took 0.1-0.5 s. With the setting
+on, a pool whose stage finished in a query
 that succeeded is *parked* (:meth:`finish`) instead of closed, its actors idle and still
 holding their resources and their UDF instance; the next query that runs the same UDF
 (the same :attr:`~shoal.udf.UDF.token`: same function, options and ``__init__`` arguments)
 on the same runner takes it over (:func:`make_pools`) and its batches start at once. A
 parked Ray pool keeps only the actors that leave ``task_cpus`` CPUs of the cluster free (on
 a 2-CPU machine, one actor of one CPU), so that ordinary tasks can always run; it grows
-again in its next stage. A
-query that needs a pool for another UDF first closes the parked ones (their resources may
-be what it needs), as do a failed query (its own pools) and :func:`close_parked`
-(``shoal.shutdown()``).
+again in its next stage. A parked pool unused for ``udf_keep_warm_idle_s`` seconds is
+closed by a timer (idle actors hold CPUs and GPUs). A query that needs a pool for another
+UDF first closes the parked ones (their resources may be what it needs), as do a failed
+query (its own pools) and :func:`close_parked` (``shoal.shutdown()``).
 
 Each Ray actor takes up to :data:`CALLS_IN_FLIGHT` batches at a time (they queue at the
 actor, which runs one at a time): the next batch's input arrives while the current one
@@ -72,6 +73,7 @@ from shoal.ir.nodes import StageInput, UdfProject
 from shoal.planner.physical import PhysicalPlan, Stage
 from shoal.resources import AcquiredResources, ResourceLedger, ResourceRequest
 from shoal.runners.dispatch import TaskResult, TaskSpec
+from shoal.runners.ray_runner import ship
 from shoal.udf import UDF
 
 #: Seconds a closing pool waits for its actors or processes to be gone.
@@ -104,8 +106,27 @@ def _park(pool: Any) -> None:
     with _parked_lock:
         old = _parked.get(pool.key)
         _parked[pool.key] = pool
+        pool.parkings += 1
+        parking = pool.parkings
     if old is not None and old is not pool:
         old.close()
+    if pool.idle_s > 0:
+        timer = threading.Timer(pool.idle_s, _expire, (pool, parking))
+        timer.daemon = True
+        timer.name = f"shoal-udf-idle-{pool.udf.name}"
+        timer.start()
+
+
+def _expire(pool: _Parkable, parking: int) -> None:
+    """Close ``pool`` if it is still parked since its ``parking``-th parking (it went
+    unused for ``udf_keep_warm_idle_s``); a pool taken over by a query, or parked again
+    since, is left alone."""
+    with _parked_lock:
+        parked_now = _parked.get(pool.key)
+        if parked_now is not pool or pool.parkings != parking:
+            return
+        del _parked[pool.key]
+    pool.close()
 
 
 class _Parkable:
@@ -124,6 +145,12 @@ class _Parkable:
 
     #: CPUs a parked pool leaves free for ordinary tasks (the query's ``task_cpus``).
     reserve_cpus: float = 1.0
+    #: Seconds a parked pool waits unused before it closes (``udf_keep_warm_idle_s``;
+    #: 0: until closed otherwise), and how many times it has been parked.
+    idle_s: float = 0.0
+    parkings: int = 0
+    #: Queries that have held the pool (see :class:`_Lease`).
+    leases: int = 0
 
     def finish(self) -> None:
         """The pool's stage is done: park it for the next query when its UDF stays warm
@@ -198,6 +225,7 @@ def make_pools(
     config_digest: str,
     keep_warm: bool = False,
     reserve_cpus: float = 1.0,
+    idle_s: float = 0.0,
 ) -> dict[int, ActorPool]:
     """One (unstarted) pool per actor pool stage of ``plan``, by stage id; or a parked
     pool of the same UDF and runner, already started (see "Warm pools" above).
@@ -205,8 +233,10 @@ def make_pools(
     ``backend`` is the runner's backend (the local runner's carries the resource ledger);
     ``config_handle``/``config_digest`` are the query's config snapshot as its tasks get
     it; ``keep_warm`` (``udf_keep_warm``) parks the pools when their stage is done, leaving
-    ``reserve_cpus`` (``task_cpus``) free. Parked pools of other UDFs are closed first. Raises :class:`shoal.ShoalError` when a UDF's
-    minimum number of actors can never fit in the runner's resources.
+    ``reserve_cpus`` (``task_cpus``) free, until ``idle_s`` seconds pass unused
+    (``udf_keep_warm_idle_s``; 0: no limit). Parked pools of other UDFs are closed first.
+    Raises :class:`shoal.ShoalError` when a UDF's minimum number of actors can never fit in
+    the runner's resources.
     """
     pools: dict[int, ActorPool] = {}
     counters: dict[str, int] = {}
@@ -222,7 +252,8 @@ def make_pools(
         if parked is not None:
             parked.adopt(config_handle, config_digest)
             parked.keep_warm, parked.reserve_cpus = keep_warm, reserve_cpus
-            pools[st.id] = parked
+            parked.idle_s = idle_s
+            pools[st.id] = _Lease(parked)
             continue
 
         def name_of(_i: int, _u: UDF = u) -> str:
@@ -236,8 +267,56 @@ def make_pools(
         else:
             pool = LocalProcessPool(u, name_of, backend.resources, config_handle, config_digest)
         pool.key, pool.keep_warm, pool.reserve_cpus = key, keep_warm, reserve_cpus
-        pools[st.id] = pool
+        pool.idle_s = idle_s
+        pools[st.id] = _Lease(pool)
     return pools
+
+
+class _Lease:
+    """One query's hold on a pool (what :func:`make_pools` hands the dispatch loop).
+
+    A parked pool may be taken over by another query while the query that parked it is
+    still ending (its stage finished first; the loop's closing calls ``finish()`` or, when
+    the query fails later, ``close()`` again). Only the latest lease of a pool may park or
+    close it: the earlier query's calls then do nothing, instead of parking a pool that
+    another query is using (a third query could take it too, and a query of another UDF
+    would close it under both) or closing it."""
+
+    def __init__(self, pool: Any) -> None:
+        with _parked_lock:
+            pool.leases += 1
+            self.number = pool.leases
+        self.pool = pool
+        self.names: list[str] = pool.names  # the pool's own list, which grows with it
+        self._done = False
+
+    @property
+    def replaced(self) -> int:
+        return getattr(self.pool, "replaced", 0)  # type: ignore[no-any-return]
+
+    def _current(self) -> bool:
+        with _parked_lock:
+            return bool(self.pool.leases == self.number)
+
+    def capacity(self, backlog: int) -> int:
+        return self.pool.capacity(backlog)  # type: ignore[no-any-return]
+
+    def submit(self, task: TaskSpec) -> Any:
+        return self.pool.submit(task)
+
+    def replace_lost(self, handle: Any, exc: BaseException) -> bool:
+        replace = getattr(self.pool, "replace_lost", None)
+        return bool(replace(handle, exc)) if replace is not None else False
+
+    def finish(self) -> None:
+        if not self._done and self._current():
+            self._done = True
+            self.pool.finish()
+
+    def close(self) -> None:
+        self._done = True
+        if self._current():
+            self.pool.close()
 
 
 def _fits(request: ResourceRequest, cpus: float, gpus: float, memory: float) -> int:
@@ -462,13 +541,11 @@ class RayActorPool(_Parkable):
             if not free:  # pragma: no cover - the loop asks capacity() first
                 raise RuntimeError(f"actor pool of {self.udf.name!r}: no free actor")
             i = min(free)[1]  # the actor with the fewest batches in flight
-            refs = [r for group in task.inputs for r in group]
-            layout = [len(g) for g in task.inputs]
-            payload = (task.fragment, task.input_schemas, task.scan, task.output)
+            payload, layout, args = ship(task)
             out = (
                 self._actors[i]
                 .run.options(num_returns=1 + task.output.num_outputs)
-                .remote(payload, task.config, task.config_digest, layout, *refs)
+                .remote(payload, task.config, task.config_digest, layout, *args)
             )
             self._busy[i].append(out[0])
             self._actor_of[out[0]] = self._actors[i]

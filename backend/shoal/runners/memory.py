@@ -81,6 +81,23 @@ class ByteLedger:
         if piece is not None:
             piece.readers += n
 
+    def holds(self, key: PieceKey) -> bool:
+        """Whether piece ``key`` was produced and is not released yet."""
+        return key in self._pieces
+
+    def drop_readers(self, key: PieceKey, n: int) -> bool:
+        """``n`` tasks fewer will read piece ``key`` (its reader runs fewer tasks than
+        planned); True when that released it (no reader is left)."""
+        piece = self._pieces.get(key)
+        if piece is None:
+            return False
+        piece.readers -= n
+        if piece.readers > 0:
+            return False
+        del self._pieces[key]
+        self.held -= piece.nbytes
+        return True
+
     def nbytes(self, key: PieceKey) -> int:
         """Bytes of piece ``key`` (0 when unknown or released)."""
         piece = self._pieces.get(key)

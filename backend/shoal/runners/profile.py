@@ -110,6 +110,7 @@ def analyze_text(report: QueryReport) -> str:
             f"{len(mem.splits)} tasks split"
         )
     lines.append(spill_line(report))
+    lines.extend(adaptive_lines(report))
     if report.actors_replaced:
         lines.append(f"UDF actors replaced after dying: {report.actors_replaced}")
     if warnings:
@@ -117,6 +118,15 @@ def analyze_text(report: QueryReport) -> str:
         lines.extend("  " + w for w in warnings)
     lines.extend(operator_lines(report))
     return "\n".join(lines)
+
+
+def adaptive_lines(report: QueryReport) -> list[str]:
+    """What adaptive execution changed in the query (``Config.adaptive``): a heading and
+    one line per stage (buckets coalesced or skipped, stages skipped over empty inputs,
+    and why a change was not made); nothing when it changed nothing."""
+    if not report.adaptive:
+        return []
+    return ["Adaptive execution:", *("  " + line for line in report.adaptive)]
 
 
 # ------------------------------------------------ operators

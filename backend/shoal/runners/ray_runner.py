@@ -20,12 +20,15 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from shoal.config import Config, redact
 from shoal.errors import ShoalError
+from shoal.ir.nodes import InMemorySource, PlanNode, Scan
+from shoal.planner.physical import MemoryPiece, ScanSet
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
 _log = logging.getLogger("shoal")
@@ -298,6 +301,86 @@ def _ray_task(
         return _ray_task_body(payload, layout, refs, run_fragment)
 
 
+class ShippedPiece:
+    """Stands in a task's payload for an in-memory scan partition (a
+    :class:`~shoal.planner.physical.MemoryPiece`) whose table travels as task argument
+    ``index`` (after the stage inputs' references) instead."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ShippedPiece, (self.index,))
+
+
+def without_tables(fragment: PlanNode) -> PlanNode:
+    """``fragment`` with the table of every in-memory scan replaced by an empty table of
+    its schema (``origin`` kept), for shipping: a task reads its rows from its scan
+    partition, never from the plan, and the whole table in every task's payload cost a
+    copy of the frame per task. Shared sub-plans stay shared (the kernel pairs scans with
+    their partitions by identity, :func:`~shoal.planner.physical.scans_of`); a fragment
+    without in-memory scans is returned as it is."""
+    if not any(
+        isinstance(n, Scan) and isinstance(n.source, InMemorySource) for n in fragment.walk()
+    ):
+        return fragment
+    done: dict[int, PlanNode] = {}
+
+    def rec(node: PlanNode) -> PlanNode:
+        got = done.get(id(node))
+        if got is None:
+            if isinstance(node, Scan) and isinstance(node.source, InMemorySource):
+                empty = node.source.table.schema.empty_table()
+                got = replace(node, source=InMemorySource(empty, node.source.origin))
+            else:
+                kids = node.children()
+                new = tuple(rec(k) for k in kids)
+                changed = any(a is not b for a, b in zip(kids, new, strict=True))
+                got = node.with_children(new) if changed else node
+            done[id(node)] = got
+        return got
+
+    return rec(fragment)
+
+
+def ship(task: TaskSpec) -> tuple[tuple[Any, ...], list[int], list[Any]]:
+    """What a Ray task or actor call of ``task`` is given: ``(payload, layout, args)``.
+
+    ``payload`` is the fragment (:func:`without_tables`), the input schemas, the scan
+    partition and the output spec: small, whatever the data. ``args`` are the references to
+    the stage inputs' tables (``layout[i]`` of them for input ``i``) followed by the tables
+    of in-memory scan partitions, each a task argument of its own: Ray moves an argument
+    over 100 KiB through the object store once (the worker reads it zero-copy) and a
+    retried task reuses it, where inside the payload every task carried it pickled along
+    with the plan. The worker puts the pieces back (:func:`_ray_task_body`)."""
+    pieces: list[pa.Table] = []
+
+    def lift(part: Any) -> Any:
+        if isinstance(part, MemoryPiece):
+            pieces.append(part.table)
+            return ShippedPiece(len(pieces) - 1)
+        if isinstance(part, ScanSet):
+            return ScanSet(tuple(lift(p) for p in part.parts))
+        return part
+
+    scan = lift(task.scan)
+    refs = [r for group in task.inputs for r in group]
+    layout = [len(g) for g in task.inputs]
+    payload = (without_tables(task.fragment), task.input_schemas, scan, task.output)
+    return payload, layout, refs + pieces
+
+
+def _land(part: Any, pieces: Sequence[pa.Table]) -> Any:
+    """The scan partition :func:`ship` lifted, with its tables back in place."""
+    if isinstance(part, ShippedPiece):
+        return MemoryPiece(pieces[part.index])
+    if isinstance(part, ScanSet):
+        return ScanSet(tuple(_land(p, pieces) for p in part.parts))
+    return part
+
+
 def _ray_task_body(
     payload: tuple[Any, ...], layout: list[int], refs: tuple[pa.Table, ...], run_fragment: Any
 ) -> tuple[Any, ...]:
@@ -307,6 +390,7 @@ def _ray_task_body(
     for n in layout:
         inputs.append(list(refs[pos : pos + n]))
         pos += n
+    scan = _land(scan, refs[pos:])
     stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas)
     return (stats, *tables)
 
@@ -354,16 +438,14 @@ class RayBackend:
             out = task.pool.submit(task)
             self._outputs[out[0]] = (task, list(out[1:]))
             return out[0]
-        refs = [r for group in task.inputs for r in group]
-        layout = [len(g) for g in task.inputs]
-        payload = (task.fragment, task.input_schemas, task.scan, task.output)
+        payload, layout, args = ship(task)
         out = self._remote.options(
             num_returns=1 + task.output.num_outputs,
             num_cpus=self._task_cpus(task),
             max_retries=task.max_retries,
             retry_exceptions=False,
             name=f"shoal-stage{task.stage.id}-p{task.partition}",
-        ).remote(payload, task.config, task.config_digest, layout, *refs)
+        ).remote(payload, task.config, task.config_digest, layout, *args)
         self._outputs[out[0]] = (task, list(out[1:]))
         return out[0]
 

@@ -37,15 +37,19 @@ class QueryReport:
     """What the last query did: its physical plan, each task's stats by
     (stage id, partition) (a partition split into subtasks: their merged stats, with
     ``extra["subtasks"]``), and what the memory controls did (``memory``: peak bytes held,
-    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`), and
+    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`),
     ``actors_replaced``: how many actor pool members died and were replaced (their batches
-    were sent again)."""
+    were sent again), and ``adaptive``: what adaptive execution changed. ``physical`` is the
+    plan as it ran: a stage's ``num_tasks`` is the tasks it ran after adaptive changes."""
 
     physical: PhysicalPlan
     task_stats: dict[tuple[int, int], TaskStats]
     runner: str
     memory: MemoryReport | None = None
     actors_replaced: int = 0
+    #: What adaptive execution changed (``Config.adaptive``), one line per stage, e.g.
+    #: ``"stage 3 [hash-join]: 8 buckets (12.0 MiB) read by 1 task(s) of about 8.0 MiB"``.
+    adaptive: tuple[str, ...] = ()
     #: Tasks the dispatch loop sent again, by stage id (see ``DispatchLoop.resent``).
     resent: dict[int, int] = field(default_factory=dict)
     #: Ray's spilling during the query, by stage (a query run under :func:`profiling` on
@@ -63,6 +67,7 @@ def _report(physical: PhysicalPlan, loop: DispatchLoop, config: Config) -> Query
         config.runner,
         loop.memory_report(),
         replaced,
+        adaptive=tuple(loop.adaptations),
         resent=loop.resent(),
         spill=spill,
     )
@@ -220,6 +225,9 @@ def _start(
         max_bytes_held=default_max_bytes_held(config.runner) if held is None else held,
         max_task_input_bytes=config.max_task_input_bytes,
         cancel=cancel,
+        adaptive=config.adaptive,
+        # An explicit shuffle_partitions is the user's partition count: not coalesced.
+        coalesce_bytes=None if config.shuffle_partitions else config.target_partition_bytes,
     )
     read_spill = getattr(backend, "spill_counters", None)
     if _profiling.get() and read_spill is not None:
@@ -234,6 +242,7 @@ def _start(
             loop.config_digest,
             keep_warm=config.udf_keep_warm,
             reserve_cpus=config.task_cpus,
+            idle_s=config.udf_keep_warm_idle_s,
         )
     return physical, backend, loop
 

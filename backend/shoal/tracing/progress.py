@@ -101,6 +101,10 @@ class ProgressSink:
             sid = event.args["stage"]
             name, total = self._stages[sid]
             self._stages[sid] = (name, total + event.args["subtasks"] - 1)
+        elif isinstance(event, LoopSpan) and event.name == "adaptive plan":
+            sid = event.args["stage"]  # adaptive execution changed the stage's task count
+            name, total = self._stages[sid]
+            self._stages[sid] = (name, total + event.args["tasks"] - event.args["tasks_planned"])
         elif isinstance(event, QueryFinished):
             self.close()
 

@@ -407,6 +407,14 @@ class QueryTracer:
         args = {"stage": stage, "partition": partition, "subtasks": subtasks}
         self._emit(LoopSpan(self.query_id, "split task", now, now, args))
 
+    def stage_retasked(self, stage: int, old: int, new: int, reason: str) -> None:
+        """Adaptive execution gave ``stage`` ``new`` tasks instead of ``old`` (buckets
+        coalesced or skipped, an empty input; see :mod:`shoal.runners.adaptive`)."""
+        self._extra_tasks[stage] = self._extra_tasks.get(stage, 0) + new - old
+        now = time.time()
+        args = {"stage": stage, "tasks_planned": old, "tasks": new, "reason": reason}
+        self._emit(LoopSpan(self.query_id, "adaptive plan", now, now, args))
+
     def task_not_split(self, stage: int, partition: int, nbytes: int, reason: str) -> None:
         """Partition ``partition`` of ``stage`` reads ``nbytes`` bytes, over
         ``max_task_input_bytes``, but runs as one task: splitting it would not be exact."""
