@@ -168,3 +168,24 @@ def test_hash_split_matches_join_keys_of_both_sides():
         assert got.sort("lv", "rv").equals(want)
         empty = _hash_parts(right.clear(), ["k"], n)
         assert [p.height for p in empty] == [0] * n
+
+
+def test_hash_split_parts_travel_without_their_neighbours_strings():
+    """Each part of a hash split pickles (as the object store stores it) at about its own
+    size: a slice of a shared string-view buffer would carry the strings of the parts
+    before it (the last of 8 parts about 8 times its size)."""
+    import pickle
+
+    n = 20_000
+    df = pl.DataFrame(
+        {
+            "k": list(range(n)),
+            "s": [f"a string longer than twelve bytes, number {i}" for i in range(n)],
+        }
+    )
+    for part in _hash_parts(df, ["k"], 8):
+        table = part.to_arrow()
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(table, protocol=5, buffer_callback=buffers.append)
+        size = len(head) + sum(memoryview(b).nbytes for b in buffers)
+        assert size < 1.5 * table.nbytes + 4096, (part.height, table.nbytes, size)

@@ -313,19 +313,16 @@ def _split_hash(df: pl.DataFrame, spec: HashOutput) -> list[pl.DataFrame]:
 
 def _split(tagged: pl.DataFrame, n: int) -> list[pl.DataFrame]:
     """``tagged`` cut into ``n`` frames by its bucket column (dropped), each keeping the
-    rows' order: one stable sort on the bucket and ``n`` zero-copy slices, which costs the
-    same for any ``n`` (``partition_by`` grouped the rows, and ``n`` filters would pass
-    over them ``n`` times)."""
-    ordered = tagged.with_columns(pl.col(_BUCKET).cast(pl.UInt32)).sort(
-        _BUCKET, maintain_order=True
-    )
-    bounds = (
-        ordered.get_column(_BUCKET)
-        .search_sorted(pl.Series(range(n + 1), dtype=pl.UInt32), side="left")
-        .to_list()
-    )
-    data = ordered.drop(_BUCKET)
-    return [data.slice(bounds[i], bounds[i + 1] - bounds[i]) for i in range(n)]
+    rows' order. ``partition_by`` gathers each bucket into buffers of its own: slices of
+    one sort by bucket cost no less, and a slice of a string-view column keeps the
+    shared data buffers, which pickle (to the object store) up to the slice's end."""
+    schema = tagged.drop(_BUCKET).schema
+    parts = tagged.partition_by(_BUCKET, as_dict=True, include_key=False, maintain_order=True)
+    out = []
+    for i in range(n):
+        got = parts.get((i,))
+        out.append(got if got is not None else pl.DataFrame(schema=schema))
+    return out
 
 
 def range_buckets(
