@@ -218,6 +218,10 @@ def duck_cast(
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
+    if _is_nested(target) and not _is_nested(src) and not pa.types.is_null(src.arrow):
+        # Text parsed as a LIST or STRUCT literal, or a scalar DuckDB refuses to cast
+        # (ConversionException): the kernel has neither; DuckDB computes it in the tasks.
+        raise Unsupported(f"cast of {physical_name(src)} to {physical_name(target)}")
     if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
         return _temporal_text(e)
     if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
@@ -1242,7 +1246,10 @@ def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
         exact = binop(op, cast(a, wide), cast(b, wide), wide)
         digits = int(dtype.arrow.precision) - _scale(dtype)
         if digits >= 38 - _scale(dtype):
-            return cast(exact, dtype)
+            # The result is the kernel's DECIMAL(38): Polars raises where it overflows
+            # (errors.py maps that to DuckDB's OutOfRangeException). An operand with more
+            # integer digits than the result's must not fail its widening cast first.
+            return _guard_widening(op, a, b, dtype)
         bound = lit(decimal.Decimal(10) ** digits, wide)
         over = compare("ge", fn("abs", [exact], wide), bound)
         word, sym = _OP_WORDS[op]
@@ -1282,6 +1289,34 @@ def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
         )
         return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     return binop(op, cast(a, dtype), cast(b, dtype), dtype)
+
+
+def _guard_widening(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """``a op b`` in the DECIMAL(38) ``dtype``, failing with DuckDB's
+    ``OutOfRangeException`` where an operand has more integer digits than ``dtype`` holds
+    (its cast to ``dtype``'s scale would fail with another class; DuckDB's result
+    overflows there for ``*`` and for ``+``/``-`` alike, the other operand being at most
+    as wide)."""
+    room = 38 - _scale(dtype)
+    checks = []
+    for x in (a, b):
+        if x.dtype.is_decimal and int(x.dtype.arrow.precision) - _scale(x.dtype) > room:
+            bound = lit(decimal.Decimal(10) ** room, x.dtype)
+            checks.append(compare("ge", fn("abs", [x], x.dtype), bound))
+    wide = _decimal(38, _scale(dtype))
+    if not checks:
+        return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
+    # Both branches of the Ternary are computed: the widening is lenient, the check raises.
+    lenient = binop(op, cast(a, wide, strict=False), cast(b, wide, strict=False), wide)
+    out = cast(lenient, dtype)
+    over = or_all(checks)
+    word, sym = _OP_WORDS[op]
+    fail = fail_where(
+        over,
+        [f"Out of Range Error: Overflow in {word} of DECIMAL(38) (", a, f" {sym} ", b, ")"],
+        dtype,
+    )
+    return Ternary(over, fail, out, dtype)
 
 
 @_register("+", "add")

@@ -12,12 +12,14 @@ translated is recorded and translation goes on, so that one
 from __future__ import annotations
 
 import contextlib
+import decimal
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -429,6 +431,34 @@ def _out_of_calendar(arrow: pa.Table) -> str | None:
     return None
 
 
+def _beyond_precision(arrow: pa.Table) -> str | None:
+    """The first DECIMAL(38) column of ``arrow`` holding a value of 39 digits, or None.
+
+    DuckDB's HUGEINT reaches +-1.7e38 (39 digits) but travels as Arrow's
+    ``decimal128(38, 0)`` (as DuckDB exports it, unchecked); the kernel's DECIMAL(38)
+    cannot hold such a value (Polars panics on it). Exact: the candidates (high 64 bits
+    at or beyond those of 10**38) are checked as Python integers."""
+    bound = 10**38
+    hi_pos, hi_neg = bound >> 64, (-bound) >> 64
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if not (pa.types.is_decimal128(column.type) and column.type.precision == 38):
+            continue
+        for chunk in column.chunks:
+            if len(chunk) == chunk.null_count:
+                continue
+            words = np.frombuffer(chunk.buffers()[1], dtype="<i8")
+            hi = words[2 * chunk.offset : 2 * (chunk.offset + len(chunk))][1::2]
+            (maybe,) = np.nonzero((hi >= hi_pos) | (hi <= hi_neg))
+            for i in maybe.tolist():
+                v = chunk[i].as_py()
+                if v is not None and abs(int(v.scaleb(column.type.scale, _WIDE))) >= bound:
+                    return name
+    return None
+
+
+_WIDE = decimal.Context(prec=80)
+
+
 def _end_of_day(arrow: pa.Table) -> str | None:
     """The first TIME column of ``arrow`` that holds DuckDB's ``24:00:00``, or None."""
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
@@ -547,6 +577,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 where,
                 f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
                 " beyond the years -262000..262000",
+            )
+            raise _Failed()
+        huge = _beyond_precision(arrow)
+        if huge:
+            t.error(
+                where,
+                f"column {huge}: HUGEINT values of 39 digits (the kernel's DECIMAL(38) cannot"
+                " hold them)",
             )
             raise _Failed()
         midnight = _end_of_day(arrow)
