@@ -156,6 +156,15 @@ class Translator:
         except Exception:  # a DuckDB release without the setting: IEEE semantics
             ieee = []
         self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
+        try:
+            several = con.sql(
+                "SELECT current_setting('scalar_subquery_error_on_multiple_rows')"
+            ).fetchall()
+        except Exception:  # a DuckDB release without the setting: it raises
+            several = []
+        #: DuckDB's setting of that name: when false, a correlated scalar subquery that
+        #: gives several rows for a row gives any one of them instead of raising.
+        self.scalar_subquery_error_on_multiple_rows = bool(several[0][0]) if several else True
         #: The operator input whose untranslatable expressions DuckDB computes in the
         #: tasks (:meth:`foreign`), if any.
         self._foreign: ForeignColumns | None = None
@@ -2397,6 +2406,21 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     above one fails the query."""
     if not keys:
         return _equi(t, left, right, keys, "left")
+    if not t.scalar_subquery_error_on_multiple_rows:
+        # Any one row per key (DuckDB's rule under this setting): the right side is made
+        # unique on the keys before the left join.
+        named = _fresh_projection(
+            t,
+            right,
+            [*(("single_col", c) for c in right.cols), *(("single_key", k.right) for k in keys)],
+        )
+        width = len(right.cols)
+        subset = tuple(c.name for c in named.cols[width:] if isinstance(c, Col))
+        one = Distinct(named.node, subset, "any", False, named.node.schema)
+        one_keys = [
+            _Key(k.left, c, k.null_safe) for k, c in zip(keys, named.cols[width:], strict=True)
+        ]
+        return _equi(t, left, Rel(one, named.cols[:width]), one_keys, "left")
     key_proj = _fresh_projection(t, right, [("single_key", k.right) for k in keys])
     n_name = t.fresh("single_count")
     counts_schema = Schema.of([*((c.name, c.dtype) for c in key_proj.cols), (n_name, IDX)])
