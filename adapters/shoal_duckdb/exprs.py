@@ -218,6 +218,12 @@ def duck_cast(
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
+    if target.is_string and _is_nested(src):
+        raise Unsupported("cast of a LIST or STRUCT to VARCHAR (DuckDB's text form)")
+    if _moves_fields(src.arrow, target.arrow):
+        # DuckDB matches STRUCT fields by name; the kernel's cast by position refuses
+        # other names (or fields in another order with other types).
+        raise Unsupported("a STRUCT cast that reorders or renames fields")
     if _is_nested(target) and not _is_nested(src) and not pa.types.is_null(src.arrow):
         # Text parsed as a LIST or STRUCT literal, or a scalar DuckDB refuses to cast
         # (ConversionException): the kernel has neither; DuckDB computes it in the tasks.
@@ -225,6 +231,8 @@ def duck_cast(
     if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
         return _temporal_text(e)
     if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
+        if target.arrow.unit == "ns" and src.arrow.unit != "ns":
+            return _to_nanoseconds(e, target, try_cast)
         return _round_timestamp(e, target)
     if src.is_string and pa.types.is_time(target.arrow):
         # Polars cannot cast text to TIME at all (and its TIME ends before DuckDB's
@@ -260,6 +268,19 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _moves_fields(src: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a cast of ``src`` to ``target`` pairs STRUCT fields of different names
+    (at any depth: inside LISTs and STRUCTs too)."""
+    if pa.types.is_struct(src) and pa.types.is_struct(target):
+        if [f.name for f in src] != [f.name for f in target]:
+            return True
+        return any(_moves_fields(a.type, b.type) for a, b in zip(src, target, strict=True))
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(k(src) for k in lists) and any(k(target) for k in lists):
+        return _moves_fields(src.value_type, target.value_type)
+    return False
 
 
 def _enum_name(dtype: DataType) -> str:
@@ -422,6 +443,20 @@ def _round_timestamp(x: Expr, target: DataType) -> Expr:
         compare("lt", v, lit(0, INT64)), fn("neg", [magnitude], INT64), magnitude, INT64
     )
     return cast(cast(rounded, x.dtype), target)
+
+
+def _to_nanoseconds(x: Expr, target: DataType, try_cast: bool) -> Expr:
+    """A TIMESTAMP (seconds to microseconds) as TIMESTAMP_NS, whose 64-bit nanoseconds end
+    in 1677 and 2262: beyond them DuckDB raises ``ConversionException`` (``TRY_CAST``:
+    NULL)."""
+    stored = _PER_SECOND[str(getattr(x.dtype.to_polars(), "time_unit", "us"))]
+    limit = (2**63 - 1) // (_PER_SECOND["ns"] // stored)
+    over = compare("gt", fn("abs", [cast(x, INT64)], INT64), lit(limit, INT64))
+    widened = cast(x, target, strict=False)
+    if try_cast:
+        return Ternary(over, lit(None, target), widened, target)
+    message = ["Conversion Error: Could not convert Timestamp to higher precision."]
+    return Ternary(over, fail_where(over, message, target), widened, target)
 
 
 def _integer_digits(dtype: DataType) -> int | None:
@@ -753,6 +788,10 @@ def rtype(e: dict[str, Any]) -> DataType:
 def _ref(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     col = t.ref(int(e["index"]))
     want = rtype(e)
+    if _moves_fields(col.dtype.arrow, want.arrow):
+        # DuckDB's optimizer typed the column as a STRUCT with fields in another order
+        # (a cast it folded in): matched by name, as duck_cast does.
+        return duck_cast(col, want)
     return col if col.dtype == want else cast(col, want)
 
 
