@@ -59,6 +59,7 @@ from shoal_duckdb.exprs import (
     compare,
     comparison_op,
     duck_cast,
+    fail_where,
     fn,
     is_not_null,
     is_null,
@@ -1287,6 +1288,12 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
             value = t.expr(v["expression"], child.cols, where)
             if value.dtype.is_decimal:  # DuckDB reads it as a DOUBLE: 2.5 rounds to 2
                 value = cast(value, FLOAT64)
+            if value.dtype.is_string:
+                # DuckDB reads text as a UINT64 and raises InvalidInputException.
+                parsed = duck_cast(value, INT64, try_cast=True)
+                failed = and_all([is_null(parsed), is_not_null(value)])
+                parts = ["Invalid Input Error: Could not convert string '", value, "' to UINT64"]
+                return Ternary(failed, fail_where(failed, parts, INT64), parsed, INT64)
             return duck_cast(value, INT64)
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
         raise _Failed()

@@ -306,7 +306,10 @@ def value_of(v: dict[str, Any]) -> Any:
         return Interval(int(raw["months"]), int(raw["days"]), int(raw["micros"]))
     if tid == "LIST":
         child = t["type_info"]["child_type"]
-        return [value_of({"type": child, **c}) for c in raw["children"]]
+        items = [value_of({"type": child, **c}) for c in raw["children"]]
+        if child.get("id") == "HUGEINT":  # elements of a DECIMAL(38, 0) list: as DECIMAL
+            return [None if x is None else decimal.Decimal(x) for x in items]
+        return items
     raise UnsupportedError(f"constant of DuckDB type {type_name(t)} is not supported by shoal")
 
 
