@@ -74,6 +74,10 @@ def test_scalar_subquery_any_row_when_the_setting_allows_several(
     check(con, "SELECT i, (SELECT 42 + t.g FROM t t2) AS j FROM t WHERE i < 20")
     check(con, "SELECT i, (SELECT t2.g FROM t t2 WHERE t2.g = t.g) AS j FROM t")
     check(con, "SELECT i, (SELECT t2.g FROM t t2 WHERE t2.g = t.g AND t2.i > 100) FROM t")
+    # Different rows: DuckDB's pick is its hash table's; shoal fails rather than guess.
+    query = "SELECT i, (SELECT t2.i FROM t t2 WHERE t2.g = t.g) AS j FROM t"
+    with pytest.raises(shoal.TaskError, match="several different rows"):
+        shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG).fetchall()
     con.execute("SET scalar_subquery_error_on_multiple_rows=true")
     check_raises(con, "SELECT i, (SELECT t2.g FROM t t2 WHERE t2.g = t.g) AS j FROM t")
 
@@ -134,6 +138,8 @@ def test_text_to_list_casts(con: duckdb.DuckDBPyConnection) -> None:
     check(con, "SELECT i, TRY_CAST(txt || ']' AS INTEGER[]) FROM t")
     assert check_raises(con, "SELECT (txt || ',')::INTEGER[] FROM t") is duckdb.ConversionException
     assert check_raises(con, "SELECT i::DOUBLE::INTEGER[] FROM t") is duckdb.ConversionException
+    query = "SELECT s::STRUCT(a INTEGER, b BOOL, c VARCHAR)[] FROM t"
+    assert check_raises(con, query) is duckdb.ConversionException
 
 
 def test_list_and_struct_to_text(con: duckdb.DuckDBPyConnection) -> None:

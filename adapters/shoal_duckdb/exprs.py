@@ -224,9 +224,10 @@ def duck_cast(
         # DuckDB matches STRUCT fields by name; the kernel's cast by position refuses
         # other names (or fields in another order with other types).
         raise Unsupported("a STRUCT cast that reorders or renames fields")
-    if _is_nested(target) and not _is_nested(src) and not pa.types.is_null(src.arrow):
-        # Text parsed as a LIST or STRUCT literal, or a scalar DuckDB refuses to cast
-        # (ConversionException): the kernel has neither; DuckDB computes it in the tasks.
+    if not pa.types.is_null(src.arrow) and _shape(src) != _shape(target):
+        # Text parsed as a LIST or STRUCT literal, or a value DuckDB refuses to cast
+        # (a number or a STRUCT to a LIST: ConversionException): the kernel has neither;
+        # DuckDB computes it in the tasks.
         raise Unsupported(f"cast of {physical_name(src)} to {physical_name(target)}")
     if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
         return _temporal_text(e)
@@ -268,6 +269,14 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _shape(dtype: DataType) -> str:
+    """``struct``, ``list`` or ``scalar``: casts between different shapes are DuckDB's
+    (text parsed as a LIST or STRUCT) or fail there (ConversionException)."""
+    if pa.types.is_struct(dtype.arrow):
+        return "struct"
+    return "list" if _is_nested(dtype) else "scalar"
 
 
 def _moves_fields(src: pa.DataType, target: pa.DataType) -> bool:

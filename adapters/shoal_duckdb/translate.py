@@ -2413,21 +2413,32 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     above one fails the query."""
     if not keys:
         return _equi(t, left, right, keys, "left")
+    width = len(right.cols)
+    message = lit(
+        "Invalid Input Error: More than one row returned by a subquery used as an "
+        "expression - scalar subqueries can only return a single row.",
+        STRING,
+    )
     if not t.scalar_subquery_error_on_multiple_rows:
-        # Any one row per key (DuckDB's rule under this setting): the right side is made
-        # unique on the keys before the left join.
+        # DuckDB gives any one of the rows, which one being its hash table's business:
+        # where they are all equal that is the row; where they differ shoal cannot know
+        # DuckDB's pick and fails the query rather than answer otherwise.
         named = _fresh_projection(
             t,
             right,
             [*(("single_col", c) for c in right.cols), *(("single_key", k.right) for k in keys)],
         )
-        width = len(right.cols)
-        subset = tuple(c.name for c in named.cols[width:] if isinstance(c, Col))
-        one = Distinct(named.node, subset, "any", False, named.node.schema)
-        one_keys = [
+        keys = [
             _Key(k.left, c, k.null_safe) for k, c in zip(keys, named.cols[width:], strict=True)
         ]
-        return _equi(t, left, Rel(one, named.cols[:width]), one_keys, "left")
+        # (the keys stay columns of the right side for the join; not in the output)
+        right = Rel(Distinct(named.node, None, "any", False, named.node.schema), named.cols)
+        message = lit(
+            "shoal: a correlated scalar subquery gave several different rows for one row "
+            "(scalar_subquery_error_on_multiple_rows=false: DuckDB returns any one of them, "
+            "and shoal cannot tell which)",
+            STRING,
+        )
     key_proj = _fresh_projection(t, right, [("single_key", k.right) for k in keys])
     n_name = t.fresh("single_count")
     counts_schema = Schema.of([*((c.name, c.dtype) for c in key_proj.cols), (n_name, IDX)])
@@ -2456,13 +2467,8 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     )
     rel = _equi(t, left, counted_rel, keys, "left")
     too_many = compare("gt", rel.cols[-1], lit(1, IDX))
-    message = lit(
-        "Invalid Input Error: More than one row returned by a subquery used as an "
-        "expression - scalar subqueries can only return a single row.",
-        STRING,
-    )
     exprs: list[tuple[str, Expr]] = [(c.name, c) for c in left.cols]
-    for j, c in enumerate(right.cols):
+    for j, c in enumerate(right.cols[:width]):
         e: Expr = c
         if j == 0:
             e = Ternary(too_many, raise_where(too_many, message, c.dtype), c, c.dtype)
