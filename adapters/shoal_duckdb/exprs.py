@@ -1753,7 +1753,7 @@ def _struct_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Ex
     return cast(struct_field(x, index), dtype)
 
 
-@_register("struct_pack")
+@_register("struct_pack", "row")
 def _struct_pack(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     """``{'a': x, 'b': y}`` and ``struct_pack(a := x, b := y)``: the field names and types
     are those DuckDB bound (the result type)."""

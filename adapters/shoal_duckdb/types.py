@@ -152,6 +152,15 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
         return pa.large_list(arrow_of(info["child_type"]))
     if tid == "STRUCT":
         return pa.struct([pa.field(c["first"], arrow_of(c["second"])) for c in info["child_types"]])
+    if tid == "TUPLE" and info.get("child_types"):
+        # An unnamed STRUCT (``(1, 'a')``, ``row(...)``): DuckDB's Arrow export names the
+        # fields element1, element2, ... and reads such a STRUCT back as the TUPLE.
+        return pa.struct(
+            [
+                pa.field(f"element{i}", arrow_of(c["second"]))
+                for i, c in enumerate(info["child_types"], start=1)
+            ]
+        )
     raise UnsupportedError(f"DuckDB type {type_name(t)} is not supported by shoal")
 
 
