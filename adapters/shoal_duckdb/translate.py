@@ -2557,13 +2557,26 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
         Rel(Distinct(usable.node, None, "any", False, usable.node.schema), usable.cols),
         [*((c.name, c) for c in usable.cols), (flag, lit(True, BOOL))],
     )
-    nulls_equal = all(k.null_safe for k in keys)
-    schema = Schema(left.node.schema.fields + marked.node.schema.fields)
+    # NULLs equal: the IS NOT DISTINCT FROM keys match NULL to NULL, and the right side
+    # holds no NULL in the = key (filtered above), which a NULL on the left thus never
+    # meets. (With NULLs unequal for all keys, a NULL correlated key found nothing.)
+    nulls_equal = True
+    # Keys as columns of the left side (the kernel's join keys are columns or plain
+    # expressions: a STRUCT built of columns is refused there).
+    key_exprs = [(t.fresh("mark_lkey"), k.left) for k in keys if not isinstance(k.left, Col)]
+    left_node = left.node
+    left_keys: list[Expr] = [k.left for k in keys]
+    if key_exprs:
+        with_keys = t.project(left, [*((c.name, c) for c in left.cols), *key_exprs])
+        left_node = with_keys.node
+        extra = iter(with_keys.cols[len(left.cols) :])
+        left_keys = [k.left if isinstance(k.left, Col) else next(extra) for k in keys]
+    schema = Schema(left_node.schema.fields + marked.node.schema.fields)
     joined = Rel(
         Join(
-            left.node,
+            left_node,
             marked.node,
-            tuple(k.left for k in keys),
+            tuple(left_keys),
             tuple(marked.cols[:-1]),
             "left",
             "_r",
