@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import decimal
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -2542,16 +2543,17 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
         t.error(where, "a mark join without equality conditions")
         raise _Failed()
     plain = [k for k in keys if not k.null_safe]
-    if len(plain) > 1:
-        t.error(where, "a mark join on several = conditions is not supported")
+    if len(plain) > _MARK_KEYS:
+        t.error(where, f"a mark join on more than {_MARK_KEYS} = conditions is not supported")
         raise _Failed()
     key_names = [t.fresh("mark_key") for _ in keys]
     proj = t.project(right, [(n, k.right) for n, k in zip(key_names, keys, strict=True)])
     rkeys = proj.cols
     usable = proj
     if plain:
-        i = keys.index(plain[0])
-        usable = t.filter(proj, is_not_null(rkeys[i]))
+        usable = t.filter(
+            proj, and_all([is_not_null(rkeys[j]) for j, k in enumerate(keys) if not k.null_safe])
+        )
     flag = t.fresh("mark_found")
     marked = t.project(
         Rel(Distinct(usable.node, None, "any", False, usable.node.schema), usable.cols),
@@ -2591,6 +2593,15 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     if not plain:
         mark: Expr = is_not_null(found)
         return t.project(joined, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+    if len(plain) > 1:
+        unknown_rel, maybe = _mark_unknown(t, joined, proj, keys, left_keys)
+        mark = Ternary(
+            is_not_null(found),
+            lit(True, BOOL),
+            Ternary(maybe, lit(None, BOOL), lit(False, BOOL), BOOL),
+            BOOL,
+        )
+        return t.project(unknown_rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
     # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts,
     # per value of the IS NOT DISTINCT FROM keys (a correlated NOT IN: DuckDB joins on the
     # correlated columns with those), else over the whole right side.
@@ -2636,6 +2647,72 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     mark = Ternary(is_not_null(found), lit(True, BOOL), unknown, BOOL)
     rel = Rel(with_stats, joined.cols)
     return t.project(rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+
+
+#: The most = conditions of a mark join (``(a, b) IN (SELECT x, y ...)``): its NULL
+#: semantics take 3**n joins (:func:`_mark_unknown`).
+_MARK_KEYS = 3
+
+
+def _mark_unknown(
+    t: Translator, joined: Rel, proj: Rel, keys: list[_Key], left_keys: list[Expr]
+) -> tuple[Rel, Expr]:
+    """Whether a left row of a mark join on several ``=`` conditions (and any IS NOT
+    DISTINCT FROM ones) meets a right row where no ``=`` is false and some compares a NULL:
+    then ``(a, b) IN (...)`` is NULL rather than FALSE when no row matches (SQL's
+    three-valued AND, over the right rows with the same IS NOT DISTINCT FROM keys).
+
+    For each split of the ``=`` keys into Q (both sides equal, not NULL) and D (NULL on the
+    right) with the left row non-NULL exactly on Q and D: the distinct right rows of that
+    NULL pattern, joined on Q and the IS NOT DISTINCT FROM keys (NULLs equal: the right
+    side holds no NULL in Q). Returns ``joined`` with those joins and the condition."""
+    plain = [j for j, k in enumerate(keys) if not k.null_safe]
+    safe = [j for j, k in enumerate(keys) if k.null_safe]
+    node, cols = joined.node, joined.cols
+    terms: list[Expr] = []
+    for choice in itertools.product((0, 1, 2), repeat=len(plain)):  # 0: left NULL, 1: Q, 2: D
+        q = [j for j, c in zip(plain, choice, strict=True) if c == 1]
+        d = [j for j, c in zip(plain, choice, strict=True) if c == 2]
+        if len(q) == len(plain):
+            continue  # all equal: the match itself
+        pattern = [is_not_null(proj.cols[j]) for j in q] + [is_null(proj.cols[j]) for j in d]
+        rows = t.filter(proj, and_all(pattern)) if pattern else proj
+        on = safe + q
+        flag = t.fresh("mark_null_match")
+        if on:
+            picked = _fresh_projection(t, rows, [("mark_nkey", proj.cols[j]) for j in on])
+            distinct = Distinct(picked.node, None, "any", False, picked.node.schema)
+            flagged = t.project(
+                Rel(distinct, picked.cols),
+                [*((c.name, c) for c in picked.cols), (flag, lit(True, BOOL))],
+            )
+            schema = Schema(node.schema.fields + flagged.node.schema.fields)
+            node = Join(
+                node,
+                flagged.node,
+                tuple(left_keys[j] for j in on),
+                tuple(flagged.cols[:-1]),
+                "left",
+                "_r",
+                True,
+                False,
+                schema,
+            )
+            hit: Expr = is_not_null(flagged.cols[-1])
+        else:
+            counted = Aggregate(
+                rows.node, (), (NamedExpr(flag, Agg("len", None, IDX)),), False,
+                Schema.of([(flag, IDX)]),
+            )
+            schema = Schema(node.schema.fields + counted.schema.fields)
+            node = Join(node, counted, (), (), "cross", "_r", False, False, schema)
+            hit = compare("gt", Col(flag, IDX), lit(0, IDX))
+        left_pattern = [
+            is_not_null(left_keys[j]) if c else is_null(left_keys[j])
+            for j, c in zip(plain, choice, strict=True)
+        ]
+        terms.append(and_all([*left_pattern, hit]))
+    return Rel(node, cols), or_all(terms)
 
 
 __all__ = ["OPERATORS", "Rel", "Translator", "translate"]
