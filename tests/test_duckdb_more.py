@@ -51,7 +51,9 @@ def test_correlated_in_matches_null_correlated_keys(con: duckdb.DuckDBPyConnecti
     """DuckDB decorrelates with IS NOT DISTINCT FROM: a NULL correlated value finds the
     right rows whose key is NULL (shoal answered FALSE where DuckDB answers TRUE)."""
     for op in ("IN", "NOT IN"):
-        check(con, f"SELECT k, x, x {op} (SELECT y FROM r WHERE r.k IS NOT DISTINCT FROM l.k) FROM l")
+        check(
+            con, f"SELECT k, x, x {op} (SELECT y FROM r WHERE r.k IS NOT DISTINCT FROM l.k) FROM l"
+        )
         check(con, f"SELECT k, x, x {op} (SELECT y FROM r WHERE r.k = l.k AND r.k < 9) FROM l")
     check(con, "SELECT k, x, x = ANY (SELECT y FROM r WHERE r.k IS NOT DISTINCT FROM l.k) FROM l")
 

@@ -1293,7 +1293,11 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
                 # DuckDB reads text as a UINT64 and raises InvalidInputException.
                 parsed = duck_cast(value, INT64, try_cast=True)
                 failed = and_all([is_null(parsed), is_not_null(value)])
-                parts = ["Invalid Input Error: Could not convert string '", value, "' to UINT64"]
+                parts: list[Expr | str] = [
+                    "Invalid Input Error: Could not convert string '",
+                    value,
+                    "' to UINT64",
+                ]
                 return Ternary(failed, fail_where(failed, parts, INT64), parsed, INT64)
             return duck_cast(value, INT64)
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
@@ -2429,9 +2433,7 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
             right,
             [*(("single_col", c) for c in right.cols), *(("single_key", k.right) for k in keys)],
         )
-        keys = [
-            _Key(k.left, c, k.null_safe) for k, c in zip(keys, named.cols[width:], strict=True)
-        ]
+        keys = [_Key(k.left, c, k.null_safe) for k, c in zip(keys, named.cols[width:], strict=True)]
         # (the keys stay columns of the right side for the join; not in the output)
         right = Rel(Distinct(named.node, None, "any", False, named.node.schema), named.cols)
         message = lit(
@@ -2701,7 +2703,10 @@ def _mark_unknown(
             hit: Expr = is_not_null(flagged.cols[-1])
         else:
             counted = Aggregate(
-                rows.node, (), (NamedExpr(flag, Agg("len", None, IDX)),), False,
+                rows.node,
+                (),
+                (NamedExpr(flag, Agg("len", None, IDX)),),
+                False,
                 Schema.of([(flag, IDX)]),
             )
             schema = Schema(node.schema.fields + counted.schema.fields)
