@@ -100,6 +100,8 @@ def test_decimal38_overflow_is_out_of_range(con: duckdb.DuckDBPyConnection, quer
 def test_decimal38_arithmetic_that_fits(con: duckdb.DuckDBPyConnection) -> None:
     check(con, "SELECT d * 1.0 FROM t WHERE i > 100")  # empty: no row overflows
     check(con, "SELECT (d / 1e20) * 1.0, d - d FROM t WHERE i % 3 = 0")
+    # An operand wider than the result's integer digits, a product that fits.
+    check(con, "SELECT i, d * 0.01 FROM t")
 
 
 def test_hugeint_keys_of_39_digits_fall_back(con: duckdb.DuckDBPyConnection) -> None:

@@ -1340,31 +1340,18 @@ def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
 
 
 def _guard_widening(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
-    """``a op b`` in the DECIMAL(38) ``dtype``, failing with DuckDB's
-    ``OutOfRangeException`` where an operand has more integer digits than ``dtype`` holds
-    (its cast to ``dtype``'s scale would fail with another class; DuckDB's result
-    overflows there for ``*`` and for ``+``/``-`` alike, the other operand being at most
-    as wide)."""
+    """``a op b`` in the DECIMAL(38) ``dtype``: both sides widened to its scale, where
+    Polars raises on overflow (``errors.py`` maps that to DuckDB's OutOfRangeException).
+
+    Raises :class:`Unsupported` (DuckDB computes it in the tasks) when an operand has
+    more integer digits than ``dtype`` holds: its widening could fail where DuckDB's
+    product does not (``10**36 * 0.01``)."""
     room = 38 - _scale(dtype)
-    checks = []
     for x in (a, b):
         if x.dtype.is_decimal and int(x.dtype.arrow.precision) - _scale(x.dtype) > room:
-            bound = lit(decimal.Decimal(10) ** room, x.dtype)
-            checks.append(compare("ge", fn("abs", [x], x.dtype), bound))
+            raise Unsupported(f"DECIMAL(38) {_OP_WORDS[op][0]} of {x.dtype} into {dtype}")
     wide = _decimal(38, _scale(dtype))
-    if not checks:
-        return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
-    # Both branches of the Ternary are computed: the widening is lenient, the check raises.
-    lenient = binop(op, cast(a, wide, strict=False), cast(b, wide, strict=False), wide)
-    out = cast(lenient, dtype)
-    over = or_all(checks)
-    word, sym = _OP_WORDS[op]
-    fail = fail_where(
-        over,
-        [f"Out of Range Error: Overflow in {word} of DECIMAL(38) (", a, f" {sym} ", b, ")"],
-        dtype,
-    )
-    return Ternary(over, fail, out, dtype)
+    return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
 
 
 @_register("+", "add")
