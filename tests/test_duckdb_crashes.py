@@ -106,7 +106,8 @@ def test_decimal38_arithmetic_that_fits(con: duckdb.DuckDBPyConnection) -> None:
 
 def test_hugeint_keys_of_39_digits_fall_back(con: duckdb.DuckDBPyConnection) -> None:
     """HUGEINT values beyond DECIMAL(38) are refused when translating (Polars panicked
-    on them in the tasks); smaller ones run."""
+    on them in the tasks: in hash tables, and in a sort's range split, which builds a
+    Series of them); smaller ones run."""
     con.execute("CREATE TABLE h(k HUGEINT)")
     con.execute(
         "INSERT INTO h VALUES (-170141183460469231731687303715884105728), (3), (3), (NULL),"
@@ -118,6 +119,9 @@ def test_hugeint_keys_of_39_digits_fall_back(con: duckdb.DuckDBPyConnection) -> 
     with pytest.warns(shoal.duckdb.DuckDBFallbackWarning):
         got = shoal.duckdb.sql(con, query, config=CONFIG).fetchall()
     assert sorted(got, key=repr) == sorted(con.sql(query).fetchall(), key=repr)
+    sort = "SELECT k FROM h ORDER BY k DESC"
+    with pytest.raises(shoal.UnsupportedError, match="39 digits"):
+        shoal.duckdb.sql(con, sort, raise_on_fail=True, config=CONFIG)
     con.execute("DELETE FROM h WHERE k > 10 OR k < -10")
     check(con, query)
     check(con, "SELECT [-100::BIGINT, 9999999999999999999::UBIGINT, NULL] FROM h")
