@@ -48,7 +48,11 @@ def record(scale: float, query: int, trace_path: Path, partition_bytes: int, cpu
 
 
 def render(trace_path: Path, png_path: Path, title: str) -> None:
-    """Draw the first query of ``trace_path`` into ``png_path``."""
+    """Draw the first query of ``trace_path`` into ``png_path``, laid out as Perfetto
+    lays out the same file: a time ruler on top, one group per process (the query's
+    driver tracks, then each Ray node's worker processes) under a shaded header, each
+    track a row of slices named as in the trace (a slice wide enough shows its name),
+    the launch arrows from stage slices to task slices, and the counters below."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -68,28 +72,42 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
     (query,) = [e for e in slices if e["name"] == "query"][:1]
     qpid = query["pid"]
 
-    # Rows, top to bottom: dispatch loop, stages, then workers grouped by node.
+    # Rows, top to bottom, in Perfetto's groups: the query's process (dispatch loop, then
+    # one track per stage), then one group per Ray node (a track per worker process).
     loop_track = (qpid, query["tid"])
     stage_tracks = sorted({(e["pid"], e["tid"]) for e in slices if e["cat"] == "stage"})
     worker_tracks = sorted({(e["pid"], e["tid"]) for e in slices if e["cat"] == "task"})
-    rows = [loop_track, *stage_tracks, *worker_tracks]
-    labels = ["dispatch loop"]
+    rows: list[tuple[int, int] | None] = [None, loop_track, *stage_tracks]  # None: a header
+    labels = [procs.get(qpid, "shoal query"), "dispatch loop"]
     labels += [_short(names[t]) for t in stage_tracks]
-    labels += [f"{procs[t[0]]} / {names[t]}" for t in worker_tracks]
-    y = {t: i for i, t in enumerate(rows)}
+    headers = [0]
+    for pid in sorted({t[0] for t in worker_tracks}):
+        headers.append(len(rows))
+        rows.append(None)
+        labels.append(procs.get(pid, f"process {pid}"))
+        for t in (t for t in worker_tracks if t[0] == pid):
+            rows.append(t)
+            labels.append(names[t])
+    y = {t: i for i, t in enumerate(rows) if t is not None}
 
     cmap = plt.get_cmap("tab10")
     stage_ids = sorted({e["args"]["stage"] for e in slices if e["cat"] in ("stage", "task")})
     color = {sid: cmap(i % 10) for i, sid in enumerate(stage_ids)}
     ms = 1e-3  # trace microseconds -> milliseconds
+    t0, end = query["ts"] * ms, (query["ts"] + query["dur"]) * ms
 
     fig, (ax, axc) = plt.subplots(
         2,
         1,
-        figsize=(13, 0.42 * len(rows) + 4.2),
+        figsize=(14, 0.36 * len(rows) + 4.4),
         sharex=True,
-        gridspec_kw={"height_ratios": [0.42 * len(rows) + 0.8, 2.6]},
+        gridspec_kw={"height_ratios": [0.36 * len(rows) + 0.8, 2.4]},
     )
+    ax.set_xlim(t0, end)
+    for h in headers:  # a process's header row, shaded as Perfetto shades it
+        ax.axhspan(h - 0.5, h + 0.5, color="#e8eaed", zorder=0)
+    fig.canvas.draw()
+    px_per_ms = ax.get_window_extent().width / max(end - t0, 1e-9)
     for e in slices:
         track = (e["pid"], e["tid"])
         if track not in y or e["name"] == "query":
@@ -97,34 +115,40 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
         c: Any
         if e["cat"] == "driver":
             c = DRIVER_COLORS.get(e["name"], "#444444")
-            height = 0.6
+            text = e["name"]
         else:
             c = color[e["args"]["stage"]]
-            height = 0.8 if e["cat"] == "task" else 0.5
+            text = f"p{e['args']['partition']}" if e["cat"] == "task" else e["name"]
+        x, w = e["ts"] * ms, max(e["dur"] * ms, 0.05)
         ax.broken_barh(
-            [(e["ts"] * ms, max(e["dur"] * ms, 0.05))],
-            (y[track] - height / 2, height),
-            facecolors=c,
-            edgecolors="black" if e["cat"] == "task" else "none",
-            linewidth=0.3,
+            [(x, w)], (y[track] - 0.4, 0.8), facecolors=c, edgecolors="#202124", linewidth=0.3
         )
+        room = int((w * px_per_ms - 4) / 5.2)  # characters that fit (7-pixel font)
+        if len(text) <= room or room >= 8:
+            shown = text if len(text) <= room else text[: room - 1] + "\u2026"
+            ax.text(
+                x + w / 2, y[track], shown, ha="center", va="center", fontsize=6.5,
+                color="white" if e["cat"] != "driver" else "black", clip_on=True,
+            )  # fmt: skip
     # The launch arrows, faint: stage slice -> task slice (drawn at the task's midpoint).
     starts = {e["id"]: e for e in events if e["ph"] == "s"}
     for f in (e for e in events if e["ph"] == "f"):
         s = starts.get(f["id"])
         if s is None or (s["pid"], s["tid"]) not in y or (f["pid"], f["tid"]) not in y:
             continue
-        ax.plot(
-            [s["ts"] * ms, f["ts"] * ms],
-            [y[(s["pid"], s["tid"])], y[(f["pid"], f["tid"])]],
-            color="#999999",
-            linewidth=0.3,
-            alpha=0.5,
+        ax.annotate(
+            "",
+            xy=(f["ts"] * ms, y[(f["pid"], f["tid"])] - 0.4),
+            xytext=(s["ts"] * ms, y[(s["pid"], s["tid"])] + 0.4),
+            arrowprops={"arrowstyle": "-|>", "color": "#5f6368", "lw": 0.3, "alpha": 0.45},
             zorder=0,
         )
     ax.set_yticks(range(len(rows)), labels, fontsize=8)
-    ax.set_ylim(len(rows) - 0.4, -0.6)
-    ax.grid(axis="x", linewidth=0.3)
+    for h in headers:
+        ax.get_yticklabels()[h].set_fontweight("bold")
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.grid(axis="x", linewidth=0.3, color="#dadce0")
+    ax.tick_params(axis="x", top=True, labeltop=True, labelsize=8)  # the ruler on top
     ax.set_title(title, fontsize=11)
     legend = [Patch(color=v, label=k) for k, v in DRIVER_COLORS.items()]
     legend += [Patch(color=color[s], label=f"stage {s}") for s in stage_ids]
@@ -135,7 +159,6 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
         if e["ph"] == "C" and e["pid"] == qpid:
             ((series, value),) = e["args"].items()
             counters[f"{e['name']} {series}"].append((e["ts"] * ms, value))
-    end = (query["ts"] + query["dur"]) * ms
     # ("CPUs free" is the CPU count minus "tasks running" here: one CPU per task.)
     shown = {"tasks running": "tasks running (workers)", "tasks in flight": "tasks in flight"}
     for name, label in shown.items():
@@ -145,7 +168,7 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
             ys = [p[1] for p in pts] + [pts[-1][1]]
             axc.step(xs, ys, where="post", label=label)
     axc.set_ylabel("count")
-    axc.grid(linewidth=0.3)
+    axc.grid(linewidth=0.3, color="#dadce0")
     axb = axc.twinx()
     pts = sorted(counters.get("object store bytes", []))
     if pts:
@@ -158,8 +181,7 @@ def render(trace_path: Path, png_path: Path, title: str) -> None:
     axb.set_ylabel("MiB")
     handles = axc.get_legend_handles_labels()[0] + axb.get_legend_handles_labels()[0]
     axc.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.06, 1.0))
-    axc.set_xlabel("time since query start (ms)")
-    axc.set_xlim(query["ts"] * ms, end)
+    axc.set_xlabel("time since the trace's start (ms)")
     fig.tight_layout()
     png_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(png_path, dpi=110)

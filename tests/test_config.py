@@ -138,7 +138,9 @@ def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.Mo
     import ray
 
     plan, _ = agg_sort_plan(frame())
-    shoal.execute(plan, runner="ray", config=Config(default_partitions=6))  # runner started
+    # (adaptive=False: every planned task runs, none coalesced)
+    config = Config(default_partitions=6, adaptive=False)
+    shoal.execute(plan, runner="ray", config=config)  # runner started
     puts: list[object] = []
     real_put = ray.put
 
@@ -147,7 +149,7 @@ def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.Mo
         return real_put(value, **kw)
 
     monkeypatch.setattr(ray, "put", counting_put)
-    shoal.execute(plan, runner="ray", config=Config(default_partitions=6))
+    shoal.execute(plan, runner="ray", config=config)
     assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
     assert [type(p).__name__ for p in puts].count("Config") == 1
 

@@ -35,7 +35,7 @@ def test_core_dependencies_are_polars_and_ray() -> None:
     assert {"ray", "polars", "pyarrow"} <= names
     assert not names & {"duckdb", "substrait", "nvidia-ml-py", "tpchgen-cli"}
     extras = project["optional-dependencies"]
-    assert {"duckdb", "substrait", "gpu", "tpch", "data", "test"} <= set(extras)
+    assert {"duckdb", "substrait", "gpu", "tpch", "data", "notebook", "test"} <= set(extras)
 
 
 def test_polars_query_runs_without_the_extras_and_duckdb_names_its_extra() -> None:

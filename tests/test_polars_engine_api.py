@@ -370,13 +370,22 @@ def test_collect_batches_starts_at_once_unless_lazy_and_stops_when_dropped(
         real_close(self)
 
     monkeypatch.setattr(DispatchLoop, "close_pools", close_pools)
+    # A query of 8 result partitions (no exchange, no single-task path): the background
+    # thread runs at most 3 partitions ahead of the caller (2 queued, 1 waiting to be), so
+    # after one ``next`` the query cannot have reached its end when it is closed, however
+    # fast the machine (with 3 partitions it could, and then rightly reported itself).
+    many = shoal.DistEngine(
+        runner="local", raise_on_fail=True, default_partitions=8, small_query_bytes=0
+    )
+    lf = _data().with_columns(w=pl.col("v") * 2)
+    assert len(list(lf.collect_batches(engine=many))) == 8
     before = last_query()
-    eager = lf.collect_batches(engine=ENGINE)
+    eager = lf.collect_batches(engine=many)
     next(eager)
     eager.close()
     assert stopped and last_query() is before
     stopped.clear()
-    dropped = lf.collect_batches(engine=ENGINE, lazy=True)
+    dropped = lf.collect_batches(engine=many, lazy=True)
     next(dropped)
     del dropped
     gc.collect()

@@ -27,13 +27,32 @@ def _big_frame(rows: int) -> pl.DataFrame:
 
 
 def _shoal_workers(stage_prefix: str = "ray::shoal-stage") -> list[tuple[int, str]]:
-    out = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True).stdout
-    found = []
-    for line in out.splitlines():
-        pid, _, args = line.strip().partition(" ")
-        if args.startswith(stage_prefix):
-            found.append((int(pid), args))
-    return found
+    """Processes of this test's own Ray instance (descendants of this process: its raylet
+    and workers) whose title starts with ``stage_prefix``. Never another program's: the
+    machine may run other Ray instances, whose workers have the same titles."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True, text=True)
+    parent: dict[int, int] = {}
+    titles: dict[int, str] = {}
+    for line in out.stdout.splitlines():
+        pid, ppid, *rest = line.split(None, 2)
+        parent[int(pid)] = int(ppid)
+        titles[int(pid)] = rest[0] if rest else ""
+    me = os.getpid()
+
+    def ours(pid: int) -> bool:
+        seen = set()
+        while pid not in (0, 1) and pid not in seen:
+            if pid == me:
+                return True
+            seen.add(pid)
+            pid = parent.get(pid, 0)
+        return False
+
+    return [
+        (pid, args)
+        for pid, args in titles.items()
+        if args.startswith(stage_prefix) and pid != me and ours(pid)
+    ]
 
 
 class _Killer(threading.Thread):
@@ -166,6 +185,15 @@ def test_udf_actor_killed_mid_stage_is_replaced_and_its_batch_resent(actors: int
     # The dead actor was replaced (whether its replacement got a batch before the stage
     # ended depends on timing: the surviving actor may have taken the rest).
     assert report.actors_replaced >= 1
+    # The batch the dead actor held was sent again: the profile counts it for that stage.
+    (pool_stage,) = [st.id for st in report.physical.stages if st.name.startswith("actor-pool")]
+    assert report.resent.get(pool_stage, 0) >= 1
+    from shoal.runners import profile
+
+    line = next(
+        ln for ln in profile.analyze_text(report).splitlines() if ln.startswith(f"{pool_stage} [")
+    )
+    assert int(line.split()[-2]) == report.resent[pool_stage]
     assert ray.util.list_named_actors(all_namespaces=True) == []
 
 

@@ -65,19 +65,30 @@ def test_shuffle_larger_than_the_object_store_spills_and_completes(
         pl.col("v").n_unique().alias("nv"), pl.col("w").sum().alias("sw")
     )
     del df, i
-    got = pl.from_arrow(shoal.execute(plan, runner="ray", config=Config(default_partitions=24)))
+    from shoal.runners.session import last_query, profiling
+
+    with profiling():  # the profile reads Ray's spill counters per stage
+        got = pl.from_arrow(shoal.execute(plan, runner="ray", config=Config(default_partitions=24)))
     assert isinstance(got, pl.DataFrame)
     assert got.sort("k").equals(expected.sort("k"))
     spilled = [p for p in small_object_store.rglob("*") if p.is_file()]
     assert small_object_store.exists() and (spilled or _spilled_bytes() > 0)
+    report = last_query()
+    assert report is not None and report.spill is not None and not report.spill.unknown
+    # This module's Ray instance ran only this query: the profile's total is Ray's own.
+    assert report.spill.total[0] > 0
+    assert report.spill.total[0] >> 20 == _spilled_bytes() >> 20
+    assert sum(b for b, *_ in report.spill.by_stage.values()) <= report.spill.total[0]
 
 
 def _spilled_bytes() -> int:
     """Bytes Ray reports spilled so far (0 when the stat is unavailable)."""
     try:
+        import ray
         from ray._private.internal_api import memory_summary
 
-        text = memory_summary(stats_only=True)
+        # This module's Ray instance (another one may run on the machine).
+        text = memory_summary(ray.get_runtime_context().gcs_address, stats_only=True)
     except Exception:  # pragma: no cover
         return 0
     for line in text.splitlines():

@@ -58,7 +58,7 @@ def test_query_matches_native_polars(tpch_dir: Path, runner: RunnerKind, q: int)
     assert report is not None and report.runner == runner
     # Several partitions in every scan stage, one of them empty; no scan task reads all rows.
     for st in report.physical.stages:
-        if st.scan_partitions is None:
+        if st.scan_partitions is None or not st.num_tasks:  # (0: skipped, its input empty)
             continue
         rows = [report.task_stats[(st.id, p)].scan_rows for p in range(st.num_tasks)]
         assert min(rows) == 0, f"{st.name}: the empty file should give an empty partition"
@@ -148,7 +148,7 @@ def _stages(q: int, tpch_dir: Path, **kw: object):
 
 
 def test_q1_runs_two_phase_aggregation(tpch_dir: Path) -> None:
-    physical = _stages(1, tpch_dir)
+    physical = _stages(1, tpch_dir, adaptive=False)  # the plan as planned: no coalescing
     partial = [
         s
         for s in physical.stages

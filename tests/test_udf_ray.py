@@ -6,7 +6,6 @@ shoal actor left after a query, a UDF error or Ctrl-C."""
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -137,11 +136,11 @@ def test_ray_ctrl_c_leaves_no_actor(tmp_path: Path) -> None:
     marker = tmp_path / "working"
     lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker)), inputs="a", output="b")
     t = interrupt_when(marker)
-    start = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         lf.collect(engine=_ray(40))
     t.join()
-    assert time.monotonic() - start < 30
+    # Interrupted, not run to its end: fewer than the 40 batches began.
+    assert len(marker.read_text().splitlines()) < 40
     assert shoal_actors() == []
 
 

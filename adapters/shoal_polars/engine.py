@@ -226,15 +226,48 @@ class DistEngine(InMemoryEngine):
     def collect_all(  # type: ignore[override]
         self, lfs: Iterable[pl.LazyFrame], *, optimizations: pl.QueryOptFlags
     ) -> list[pl.DataFrame]:
-        """Polars' ``Engine.collect_all`` (``pl.collect_all(..., engine=...)``): each query
-        collected by :meth:`collect` (on shoal, or falling back with a warning on its own),
-        one after the other, each using the whole cluster."""
-        out = []
-        for lf in lfs:
-            df = self.collect(lf, optimizations=optimizations)
-            assert isinstance(df, pl.DataFrame)
-            out.append(df)
-        return out
+        """Polars' ``Engine.collect_all`` (``pl.collect_all(..., engine=...)``): the queries
+        run together as one shoal query, sub-plans they share computed once.
+
+        Polars optimises the queries together, as its own ``collect_all`` does (its common
+        sub-plan elimination across queries puts a ``Cache`` over each shared part, with the
+        union of the columns the queries read and a filter pushed into it only when every
+        query has it); :func:`optimised_plans` translates them, and
+        :func:`shoal.api.execute_many` runs one physical plan where each shared part is one
+        stage (a shared filtered scan included) that each query reads, and the stages of
+        different queries run side by side. ``last_query()`` reports all of them.
+
+        A query shoal cannot translate runs on its own (:meth:`collect`: on
+        :func:`native_engine` after the fallback warning, or raising with
+        ``raise_on_fail``) before the others start; the rest still run together. Returns
+        the frames in the order of ``lfs``, each exactly as ``collect`` would give it."""
+        from shoal.api import execute_many
+        from shoal.execution.scope import in_task
+        from shoal_polars.fallback import ran
+
+        lfs = list(lfs)
+        if in_task():
+            return native_engine().collect_all(lfs, optimizations=optimizations)
+        if len(lfs) < 2:
+            return [self._collected(lf, optimizations) for lf in lfs]
+        found = optimised_plans(lfs, optimizations)
+        out: list[pl.DataFrame | None] = [None] * len(lfs)
+        for i, f in enumerate(found):
+            if f is None:  # runs alone: on shoal after all, or on Polars with the warning
+                out[i] = self._collected(lfs[i], optimizations)
+        todo = [i for i, f in enumerate(found) if f is not None]
+        if todo:
+            plans = [found[i][0] for i in todo]  # type: ignore[index]
+            tables = execute_many(plans, runner=self.runner, config=self._config())
+            for i, table in zip(todo, tables, strict=True):
+                out[i] = to_polars_frame(table, found[i][1])  # type: ignore[index]
+            ran(f"{len(todo)} queries of collect_all, as one plan,")
+        return [df for df in out if df is not None]
+
+    def _collected(self, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> pl.DataFrame:
+        df = self.collect(lf, optimizations=optimizations)
+        assert isinstance(df, pl.DataFrame)
+        return df
 
     def collect_batches(  # type: ignore[override]
         self,
@@ -713,3 +746,92 @@ def optimised_plan(
     if "plan" not in found:  # pragma: no cover - Polars did not call the callback
         raise RuntimeError("Polars did not hand its optimised plan to shoal")
     return found["plan"], pl.Schema(found["schema"])
+
+
+class _Translated(Exception):
+    """Raised from the post-optimisation callback of :func:`optimised_plans` once the
+    plans are translated, so that Polars runs nothing."""
+
+
+def optimised_plans(
+    lfs: list[pl.LazyFrame], optimizations: pl.QueryOptFlags | None = None
+) -> list[tuple[PlanNode, pl.Schema] | None]:
+    """The shoal IR and result schema of each query of ``lfs``, optimised together as
+    Polars' ``collect_all`` optimises them (see :meth:`DistEngine.collect_all`): a sub-plan
+    several queries share is one IR node object that each of their plans holds. None for a
+    query that shoal cannot translate (nothing is warned here: the caller runs it alone).
+
+    Polars shows the queries together only as ``pl.collect_all([...sinks], lazy=True)``, a
+    ``SinkMultiple`` over one sink per query: each query is given an IPC sink to a path in a
+    directory that does not exist (``mkdir=False``), and the callback stops Polars once the
+    plans below the sinks are translated, so that nothing is written. When a query cannot
+    be translated, the others are optimised together again without it; a query whose plan
+    needs rewriting (:mod:`shoal_polars.rewrite`) is translated alone."""
+    flags = optimizations or pl.QueryOptFlags()
+    try:
+        return list(_optimised_together(lfs, flags))
+    except (Exception, _PanicException):
+        pass
+    alone: list[tuple[PlanNode, pl.Schema] | None] = []
+    for lf in lfs:
+        try:
+            alone.append(optimised_plan(lf, flags))
+        except (Exception, _PanicException):
+            alone.append(None)
+    ok = [i for i, f in enumerate(alone) if f is not None]
+    if 1 < len(ok) < len(lfs):
+        try:
+            together = _optimised_together([lfs[i] for i in ok], flags)
+        except (Exception, _PanicException):
+            return alone
+        for i, f in zip(ok, together, strict=True):
+            alone[i] = f
+    return alone
+
+
+def _optimised_together(
+    lfs: list[pl.LazyFrame], flags: pl.QueryOptFlags
+) -> list[tuple[PlanNode, pl.Schema]]:
+    """Every query's IR and schema from one optimisation of them all (see
+    :func:`optimised_plans`); raises what translating raises."""
+    import tempfile
+    import uuid
+
+    from shoal_polars.translate import translate_roots
+
+    nowhere = os.path.join(tempfile.gettempdir(), f"shoal-never-written-{uuid.uuid4().hex}")
+    sinks = [
+        lf.sink_ipc(os.path.join(nowhere, f"{i}.ipc"), lazy=True, mkdir=False)
+        for i, lf in enumerate(lfs)
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", pl.exceptions.UnstableWarning)
+        together = pl.collect_all(sinks, lazy=True, optimizations=flags)
+    found: dict[str, Any] = {}
+
+    def record(nt: Any, *args: Any) -> None:
+        try:
+            roots: list[int | None] = []
+            schemas = []
+            for sink in nt.get_inputs():
+                nt.set_node(sink)
+                (root,) = nt.get_inputs()
+                nt.set_node(root)
+                roots.append(root)
+                schemas.append(pl.Schema(nt.get_schema()))
+            plans = translate_roots(nt, roots, _plan_text(together, flags))
+            found["plans"] = list(zip(plans, schemas, strict=True))
+        except (Exception, _PanicException) as exc:
+            found["error"] = _unpanicked(exc)
+        raise _Translated
+
+    try:
+        InMemoryEngine().collect(together, optimizations=flags, post_opt_callback=record)
+    except pl.exceptions.ComputeError:
+        if not found:
+            raise
+    if "error" in found:
+        raise found["error"]
+    if len(found.get("plans", ())) != len(lfs):  # pragma: no cover - Polars changed
+        raise RuntimeError("Polars did not hand shoal one plan per query of collect_all")
+    return found["plans"]  # type: ignore[no-any-return]

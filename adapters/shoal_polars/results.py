@@ -229,42 +229,55 @@ def collect_async(
     single: bool,
 ) -> Any:
     """``lf.collect_async(engine=...)`` (``single``) and ``pl.collect_all_async``: the
-    queries run with shoal one after the other in a background thread; the result is
-    Polars' own awaitable (or, with ``gevent``, Polars' gevent result) that resolves to
-    the frame (or the list of frames), or raises the first query's error. Queries shoal
-    cannot translate run on :func:`native_engine` in that thread, after the fallback
-    warning (given now, in the caller's thread)."""
+    queries run with shoal in a background thread, several of them as one query that
+    computes the sub-plans they share once (as :meth:`DistEngine.collect_all`); the result
+    is Polars' own awaitable (or, with ``gevent``, Polars' gevent result) that resolves to
+    the frame (or the list of frames), or raises the query's error. Queries shoal cannot
+    translate run on :func:`native_engine` in that thread, after the fallback warning
+    (given now, in the caller's thread)."""
     from polars._utils.async_ import _AioDataFrameResult, _GeventDataFrameResult
 
     from shoal.api import _resolve
+    from shoal.execution.scope import in_task
     from shoal.runners.session import start_runner
+    from shoal_polars.engine import optimised_plans
 
-    plans = [_translate(engine, lf, optimizations, "collect_async") for lf in lfs]
+    if len(lfs) > 1 and not in_task():
+        plans = optimised_plans(lfs, optimizations)
+        plans = [
+            p if p is not None else _translate(engine, lf, optimizations, "collect_all_async")
+            for lf, p in zip(lfs, plans, strict=True)
+        ]
+    else:
+        plans = [_translate(engine, lf, optimizations, "collect_async") for lf in lfs]
     result: Any = _GeventDataFrameResult() if gevent else _AioDataFrameResult()
     config = _resolve(engine.runner, engine._config())
     if any(p is not None for p in plans):
         start_runner(config)  # a runner that cannot start raises here, in the caller
 
     def run() -> None:
-        from shoal.api import execute
+        from shoal.api import execute_many
 
-        frames: list[pl.DataFrame] = []
+        frames: list[pl.DataFrame | None] = [None] * len(lfs)
         try:
-            for lf, found in zip(lfs, plans, strict=True):
+            for i, (lf, found) in enumerate(zip(lfs, plans, strict=True)):
                 if found is None:
                     df = native_engine().collect(lf, optimizations=optimizations)
-                else:
-                    plan, schema = found
-                    df = to_polars_frame(execute(plan, config=config), schema)
-                assert isinstance(df, pl.DataFrame)
-                frames.append(df)
+                    assert isinstance(df, pl.DataFrame)
+                    frames[i] = df
+            todo = [i for i, found in enumerate(plans) if found is not None]
+            if todo:
+                tables = execute_many([plans[i][0] for i in todo], config=config)  # type: ignore[index]
+                for i, table in zip(todo, tables, strict=True):
+                    frames[i] = to_polars_frame(table, plans[i][1])  # type: ignore[index]
         except Exception as exc:
             (result._callback if single else result._callback_all)(exc)
             return
+        done = [df for df in frames if df is not None]
         if single:
-            result._callback(frames[0]._df)
+            result._callback(done[0]._df)
         else:
-            result._callback_all([df._df for df in frames])
+            result._callback_all([df._df for df in done])
 
     threading.Thread(target=run, name="shoal-collect-async", daemon=True).start()
     return result

@@ -266,12 +266,25 @@ def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanN
     :class:`~shoal_polars.rewrite.RewriteNeeded` (the caller may rewrite the query with
     :func:`shoal_polars.rewrite.rewrite` and translate again).
     """
+    return translate_roots(nt, [None], plan_text)[0]
+
+
+def translate_roots(
+    nt: Any, roots: list[int | None], plan_text: Callable[[], str] | None = None
+) -> list[PlanNode]:
+    """Translate the plans below several nodes of one NodeTraverser (None: the cursor's
+    node) with one :class:`Translator`, as :func:`translate_plan` translates one: the
+    queries of ``pl.collect_all``, each the input of one sink of Polars' ``SinkMultiple``.
+    A ``Cache`` that several queries read (Polars' common sub-plan elimination across the
+    queries) becomes one IR node object that every plan holds, so that the planner computes
+    it once. Raises as :func:`translate_plan` does, naming every unsupported part of every
+    plan."""
     import shoal_polars.nodes  # noqa: F401  (registers the node handlers)
 
     check_version(nt)
     t = Translator(nt, plan_text)
     try:
-        plan = t.plan()
+        plans = [t.plan(root) for root in roots]
     except RecursionError:
         raise UnsupportedError(
             "shoal cannot run this Polars query: its plan or an expression in it is nested "
@@ -289,4 +302,4 @@ def translate_plan(nt: Any, plan_text: Callable[[], str] | None = None) -> PlanN
             f"shoal cannot run this Polars query ({len(t.errors)} unsupported "
             f"part{'s' if len(t.errors) != 1 else ''}):\n{listing}"
         )
-    return plan
+    return plans

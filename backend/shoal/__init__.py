@@ -2,7 +2,7 @@
 
 Public names: :class:`DistEngine` (the Polars engine ``"dist"``), :func:`explain`,
 ``duckdb`` (the DuckDB adapter, once installed), :mod:`ir`, :func:`execute`,
-:func:`execute_batches`, :func:`udf`, :func:`trace`, :class:`Config`, :func:`get_config`,
+:func:`execute_many`, :func:`execute_batches`, :func:`udf`, :func:`trace`, :class:`Config`, :func:`get_config`,
 :func:`set_config`, :func:`execution_config`, :func:`shutdown` and the errors
 :class:`ShoalError`, :class:`UnsupportedError`, :class:`PlanError`,
 :class:`ConfigFrozenError`, :class:`TaskError`, :class:`UdfError`,
@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from shoal import ir
 from shoal import plan as _plan  # noqa: F401  (adds the builder and validate to shoal.ir)
-from shoal.api import execute, execute_batches, shutdown
+from shoal.api import execute, execute_batches, execute_many, shutdown
 from shoal.api import explain as _explain
 from shoal.config import Config, execution_config, get_config, set_config
 from shoal.errors import (
@@ -118,6 +118,7 @@ __all__ = [
     "__version__",
     "execute",
     "execute_batches",
+    "execute_many",
     "execute_result",
     "execution_config",
     "explain",

@@ -1,4 +1,5 @@
-"""Running IR plans: :func:`execute`, :func:`execute_batches`, :func:`explain`, :func:`shutdown`."""
+"""Running IR plans: :func:`execute`, :func:`execute_many`, :func:`execute_batches`,
+:func:`explain`, :func:`shutdown`."""
 
 from __future__ import annotations
 
@@ -55,6 +56,43 @@ def execute(
         sink.abort(plan)
         raise
     return sink.commit(plan, written)
+
+
+def execute_many(
+    plans: list[PlanNode],
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    cancel: CancelToken | None = None,
+) -> list[pa.Table]:
+    """Run several plans as one query and return each one's result as an Arrow table, in
+    order (``pl.collect_all(..., engine=DistEngine())`` runs here).
+
+    One physical plan computes them all: a sub-plan the plans share (the same IR node
+    object, as a frontend's common sub-plan elimination leaves it) runs once, as one stage
+    that each use reads, and stages of different plans run side by side on the cluster;
+    ``shoal.runners.session.last_query()`` reports them together. ``runner``, ``config`` and
+    ``cancel`` as for :func:`execute`. Raises as :func:`execute` does; ``PlanError`` for a
+    :class:`~shoal.ir.nodes.Sink` plan (run it with :func:`execute`), ``ValueError`` for
+    no plans.
+    """
+    from shoal.runners.session import run_plans
+
+    plans = list(plans)
+    if not plans:
+        raise ValueError("execute_many: no plans")
+    if any(isinstance(p, Sink) for p in plans):
+        raise PlanError("execute_many: a Sink plan writes files; run it with shoal.execute")
+    cfg = _resolve(runner, config)
+    if len(plans) == 1:
+        return [execute(plans[0], config=cfg, cancel=cancel)]
+    try:
+        return run_plans(plans, cfg, cancel)
+    except RecursionError:
+        raise PlanError(
+            "shoal: a plan or an expression in it is nested too deeply to plan (over "
+            "about half of Python's recursion limit in levels)"
+        ) from None
 
 
 def execute_background(
@@ -122,7 +160,10 @@ def explain(
 
     ``analyze=True`` runs the query (its result is dropped) and adds its profile: per
     stage, the tasks, rows in and out, bytes written, task wall time min / median / max
-    (seconds), the nodes used, and warnings for skew, large shuffles and broadcasts
+    (seconds), the nodes used, tasks sent again and bytes Ray spilled, warnings for skew,
+    large shuffles and broadcasts, and per operator the rows the kernel counts (stage
+    inputs, scans, each fragment's output, exchange buckets) and the tasks' time split
+    into reading inputs, the Polars query and writing the output
     (:func:`shoal.runners.profile.analyze_text`). ``format="mermaid"`` returns the stage
     graph as a mermaid flowchart instead of text (with rows out per stage when analyzing).
     Raises ``ValueError`` for another ``format``.
@@ -152,11 +193,12 @@ def explain(
             # What collect(engine="dist") would do: fall back, for these reasons.
             return header + f"Falls back to the frontend's own engine:\n{exc}"
     from shoal.runners import profile
-    from shoal.runners.session import last_query, running_cpus
+    from shoal.runners.session import last_query, profiling, running_cpus
 
     report = None
     if analyze:
-        execute(query, config=cfg)
+        with profiling():
+            execute(query, config=cfg)
         report = last_query()
         assert report is not None
         physical = report.physical

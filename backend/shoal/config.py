@@ -327,6 +327,17 @@ class Config:
             "the skewed side's pieces in groups, the other side whole); 0: never split."
         ),
     )
+    adaptive: bool = field(
+        default=True,
+        metadata=_doc(
+            "Adaptive execution: when a stage is about to run, use the rows and bytes its "
+            "inputs actually produced to skip work whose output is certainly empty (an inner "
+            "join with an empty side, per stage or per shuffle bucket) and to read adjacent "
+            "small shuffle buckets in one task (about input bytes / CPUs per task, at least "
+            "8 MiB, at most target_partition_bytes; not when shuffle_partitions is set). "
+            "explain(analyze=True) lists what changed."
+        ),
+    )
     task_cpus: int = field(
         default=1,
         metadata=_doc(
@@ -357,8 +368,8 @@ class Config:
     progress: ProgressMode = field(
         default="auto",
         metadata=_doc(
-            "Progress bars per stage: 'auto' (on a TTY, for queries over about a second), "
-            "'always' or 'never'."
+            "Progress bars per stage: 'auto' (on a TTY or in a Jupyter notebook, for queries "
+            "over about a second), 'always' or 'never'."
         ),
     )
     udf_batch_size: int = field(

@@ -82,6 +82,9 @@ class TaskStats:
     #: Bytes of each output table, in output order (``sum == bytes_out``): what the
     #: dispatch loop's memory ledger counts per output partition (hash or range bucket).
     output_bytes: tuple[int, ...] = ()
+    #: Rows of each output table, in output order (``sum == rows_out``): what adaptive
+    #: execution (:mod:`shoal.runners.adaptive`) reads to skip empty buckets.
+    output_rows: tuple[int, ...] = ()
     #: Native id of the thread that ran the task (filled where the stats are built, on the
     #: worker); with ``pid`` it names the task's track in a trace.
     thread: int = field(default_factory=threading.get_native_id)
@@ -489,7 +492,9 @@ def _run_fragment(
     source: ScanInput | _ScanLookup | None = scan
     if isinstance(scan, ScanSet):  # the small-query path: every scan of the plan, whole
         source = _ScanLookup(scans_of(fragment), [_whole(p) for p in scan.parts])
+    read = time.time()
     df = collect(build(fragment, frames, source))
+    ran = time.time()
     scan_rows = 0
     if isinstance(scan, ScanSet | ScanPartition):
         scan_rows = scan.rows
@@ -507,6 +512,7 @@ def _run_fragment(
         parts = _split_range(df, output)
     tables = [to_wire(frame_to_arrow(p)) for p in parts]
     sizes = tuple(t.nbytes for t in tables)
+    end = time.time()
     stats = TaskStats(
         pid=os.getpid(),
         node_id=_node_id(),
@@ -515,12 +521,52 @@ def _run_fragment(
         rows_out=df.height,
         bytes_out=sum(sizes),
         start=start,
-        end=time.time(),
+        end=end,
         sample=sample,
         config_digest=get_config().digest(),
         output_bytes=sizes,
+        output_rows=tuple(t.num_rows for t in tables),
+        extra=_profile(frames, parts, output, (read - start, ran - read, end - ran)),
     )
     return stats, tables
+
+
+def _profile(
+    frames: Sequence[pl.DataFrame],
+    parts: Sequence[pl.DataFrame],
+    output: OutputSpec,
+    phases: tuple[float, float, float],
+) -> dict[str, Any]:
+    """What a task measures for the query's profile (``explain(analyze=True)``, read by
+    :mod:`shoal.runners.profile`) at no cost beyond counting: rows read from each stage
+    input (``input_rows``), rows of each output bucket of a hash or range exchange
+    (``bucket_rows``), and seconds spent turning the inputs into Polars frames, running
+    the fragment's Polars query, and partitioning and converting its output
+    (``phase_s``: inputs, query, output)."""
+    extra: dict[str, Any] = {
+        "input_rows": tuple(f.height for f in frames),
+        "phase_s": phases,
+    }
+    if not isinstance(output, SingleOutput):
+        extra["bucket_rows"] = tuple(p.height for p in parts)
+    return extra
+
+
+#: The keys of ``TaskStats.extra`` that :func:`_profile` fills: tuples of numbers that the
+#: stats of a partition run as subtasks sum element by element (:func:`merge_profile`).
+PROFILE_KEYS = ("input_rows", "phase_s", "bucket_rows")
+
+
+def merge_profile(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The profile entries of one partition that ran as several subtasks (their
+    ``TaskStats.extra``, in order): each of :data:`PROFILE_KEYS` summed element by element
+    where every subtask has it."""
+    out: dict[str, Any] = {}
+    for key in PROFILE_KEYS:
+        values = [e.get(key) for e in extras]
+        if values and all(v is not None for v in values):
+            out[key] = tuple(map(sum, zip(*values, strict=True)))
+    return out
 
 
 def _whole(part: ScanPartition | MemoryPiece | tuple[FilePartition, ...]) -> Any:

@@ -278,10 +278,21 @@ class PhysicalPlan:
     #: shows, e.g. "small-query path: one task (estimated 1,000 rows / 8,000 bytes < ...)";
     #: empty when the setting is 0.
     small_query: str = ""
+    #: A plan of several queries (:func:`shoal.planner.planner.build_many`): the stage
+    #: whose outputs are each query's result, in the queries' order (a stage may be the
+    #: result of several, and also be read by other stages). Empty: one query, whose
+    #: result is the root's.
+    results: tuple[int, ...] = ()
 
     @property
     def root(self) -> Stage:
         return self.stages[-1]
+
+    @property
+    def result_stages(self) -> tuple[int, ...]:
+        """The ids of the stages whose outputs are handed to the caller (each once): the
+        root's, or every query's of a plan of several (:attr:`results`)."""
+        return tuple(dict.fromkeys(self.results)) if self.results else (self.root.id,)
 
     def stage(self, stage_id: int) -> Stage:
         return self.stages[stage_id]
@@ -296,6 +307,10 @@ class PhysicalPlan:
             lines.append(f"Sized for {self.cpus} CPUs ({self.cpus_source})")
         if self.small_query:
             lines.append(self.small_query)
+        if self.results:
+            lines.append(
+                "Results: " + ", ".join(f"query {i}: stage {s}" for i, s in enumerate(self.results))
+            )
         if self.row_groups_pruned:
             lines.append(
                 f"Parquet row groups: {self.row_groups - self.row_groups_pruned} of "
@@ -330,3 +345,13 @@ def plan_physical(plan: PlanNode, config: object, cpus: int | None = None) -> Ph
     from shoal.planner.planner import build
 
     return build(plan, config, cpus)  # type: ignore[arg-type]
+
+
+def plan_physical_many(
+    plans: list[PlanNode], config: object, cpus: int | None = None
+) -> PhysicalPlan:
+    """One physical plan for several queries, sub-plans they share computed once (see
+    :func:`shoal.planner.planner.build_many`); sized as :func:`plan_physical`."""
+    from shoal.planner.planner import build_many
+
+    return build_many(plans, config, cpus)  # type: ignore[arg-type]

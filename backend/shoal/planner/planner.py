@@ -27,6 +27,7 @@ A fragment that already has a single partition takes every operator in place.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -90,6 +91,10 @@ class _Builder:
         self.plan = PhysicalPlan()
         self.shared = shared or set()
         self.memo: dict[int, Stage] = {}
+        #: Whether a shared scan that filters (a predicate pushed into it) is computed once
+        #: and read by each use, as other shared sub-plans are (:func:`build_many`); off,
+        #: each use reads the scan again.
+        self.cache_filtered_scans = False
         if cpus:
             self.plan.cpus_source = "cluster"
         elif config.num_cpus:
@@ -153,7 +158,7 @@ class _Builder:
         parts = ScanSet(tuple(_whole_scan(s, sp) for s, sp in zip(scans, splits, strict=True)))
         self.plan.stages.append(
             Stage(
-                id=0,
+                id=len(self.plan.stages),
                 name="small-query",
                 fragment=plan,
                 inputs=(),
@@ -209,7 +214,9 @@ class _Builder:
     # -- nodes ------------------------------------------------------------------------
 
     def visit(self, node: PlanNode) -> _Open:
-        if id(node) in self.shared and not isinstance(node, Scan):
+        if id(node) in self.shared and (
+            not isinstance(node, Scan) or (self.cache_filtered_scans and node.predicate is not None)
+        ):
             # A sub-plan used more than once (Polars' Cache): computed once, read by each use.
             st = self.memo.get(id(node))
             if st is None:
@@ -612,8 +619,9 @@ def _whole_scan(
     )
 
 
-def _shared_nodes(plan: PlanNode) -> set[int]:
-    """Ids of node objects reached more than once (sub-plans shared by several parents)."""
+def _shared_nodes(*plans: PlanNode) -> set[int]:
+    """Ids of node objects reached more than once (sub-plans shared by several parents, or
+    by several of ``plans``)."""
     seen: set[int] = set()
     shared: set[int] = set()
 
@@ -625,7 +633,8 @@ def _shared_nodes(plan: PlanNode) -> set[int]:
         for c in n.children():
             rec(c)
 
-    rec(plan)
+    for plan in plans:
+        rec(plan)
     return shared
 
 
@@ -638,9 +647,54 @@ def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPl
     if b.small_query(plan):
         b.plan.schema = plan.schema
         return b.plan
-    root = b.visit(plan)
-    if not (root.name == "after-udf" and isinstance(root.node, StageInput)):
-        b.cut(root, SingleOutput(), name=root.name)
-    # else: the plan ends with an actor pool stage, whose outputs are the result as they are
+    _result_stage(b, b.visit(plan))
     b.plan.schema = plan.schema
+    return b.plan
+
+
+def _result_stage(b: _Builder, root: _Open) -> int:
+    """Close the fragment ``root`` of a whole plan into the stage whose outputs are the
+    plan's result; return its id. A plan that ends with an actor pool stage, or (in
+    :func:`build_many`) with a sub-plan that other plans share, already has that stage:
+    its outputs are the result as they are."""
+    if isinstance(root.node, StageInput) and len(root.inputs) == 1:
+        spec = root.inputs[0]
+        if spec.mode == "pointwise" and root.name in ("after-udf", "cached"):
+            return spec.stage
+    return b.cut(root, SingleOutput(), name=root.name).id
+
+
+def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = None) -> PhysicalPlan:
+    """One physical plan computing every plan of ``plans`` (``pl.collect_all``):
+    ``PhysicalPlan.results[i]`` is the stage whose outputs, in partition order, are the
+    result of ``plans[i]``.
+
+    A sub-plan that several plans share (the same node object, as the frontend's own
+    common sub-plan elimination leaves it: Polars' ``Cache``) is computed once, by one
+    stage that every use reads pointwise, including a shared scan with a filter pushed
+    into it; a bare shared scan is read again by each use (reading costs about what
+    holding its rows would). A plan small enough for the small-query path
+    (``small_query_bytes``) runs whole as one task of its own, shared parts included.
+    Stages of different plans that do not depend on each other run side by side. Raises
+    as :func:`build` does; ``ValueError`` for no plans."""
+    if not plans:
+        raise ValueError("build_many: no plans")
+    b = _Builder(config, None, cpus)
+    b.cache_filtered_scans = True
+    results: list[int | None] = [None] * len(plans)
+    paths = []
+    for i, plan in enumerate(plans):
+        if b.small_query(plan):
+            results[i] = b.plan.stages[-1].id
+        paths.append(b.plan.small_query)
+    planned = [i for i, r in enumerate(results) if r is None]
+    b.shared = _shared_nodes(*(plans[i] for i in planned))
+    for i in planned:
+        results[i] = _result_stage(b, b.visit(plans[i]))
+    if len(set(paths)) == 1:  # the same decision for every query: said once
+        b.plan.small_query = paths[0]
+    else:
+        b.plan.small_query = "; ".join(f"query {i}: {p}" for i, p in enumerate(paths) if p)
+    b.plan.results = tuple(r for r in results if r is not None)
+    b.plan.schema = plans[-1].schema
     return b.plan

@@ -36,10 +36,11 @@ import pyarrow as pa
 
 from shoal import config as _config
 from shoal.errors import QueryCancelledError, task_error
-from shoal.execution.kernel import TaskStats, choose_boundaries
+from shoal.execution.kernel import TaskStats, choose_boundaries, merge_profile
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import Schema
 from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
+from shoal.runners import adaptive as adapt
 from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
 from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
@@ -154,6 +155,9 @@ class _StageState:
     splits: dict[int, tuple[int, list[list[int]]]] = field(default_factory=dict)
     queued: list[tuple[int, int]] = field(default_factory=list)
     parts: dict[int, dict[int, TaskResult]] = field(default_factory=dict)
+    #: Adaptive execution: the buckets task ``p`` reads (``buckets[p]``), when they are not
+    #: one per task as planned (coalesced or skipped; see :mod:`shoal.runners.adaptive`).
+    buckets: list[list[int]] | None = None
 
     @property
     def finished(self) -> bool:
@@ -216,6 +220,8 @@ class DispatchLoop:
         max_bytes_held: int | None = None,
         max_task_input_bytes: int | None = None,
         cancel: CancelToken | None = None,
+        adaptive: bool = False,
+        coalesce_bytes: int | None = None,
     ) -> None:
         self.plan = plan
         #: Tasks cancelled because another task of the query failed.
@@ -241,6 +247,23 @@ class DispatchLoop:
         self.cancel = cancel
         #: Set once :meth:`stream` has run every task: pools may then be parked.
         self._completed = False
+        #: Adaptive execution (:mod:`shoal.runners.adaptive`): on or off; the most bytes of
+        #: shuffle buckets one task reads when coalescing (None: no coalescing); what it
+        #: changed, one line per stage (``adaptations``).
+        self.adaptive = adaptive
+        self.coalesce_bytes = coalesce_bytes
+        self.adaptations: list[str] = []
+        #: Hash joins that may turn into broadcast joins (by join stage id), and the probe
+        #: stages held back until their build side has finished (probe id -> build id).
+        threshold = config.broadcast_join_threshold_bytes if config is not None else 0
+        self.broadcast_bytes = threshold if adaptive else 0
+        self._switches: dict[int, adapt.BroadcastSwitch] = {}
+        if self.broadcast_bytes:
+            self._switches = {sw.join: sw for sw in adapt.broadcast_switches(plan)}
+        self._held = {sw.probe: sw.build for sw in self._switches.values()}
+        #: Called with a stage's id when its last task has been recorded (None: nothing);
+        #: the session's profiling samples Ray's spill counters here.
+        self.on_stage_done: Any = None
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -250,10 +273,18 @@ class DispatchLoop:
         batch: list[TaskSpec] = []
         reserved = sum(self._reserved.values())
         first_ready: _StageState | None = None
+        if self._switches:
+            self._decide_switches()
         for st in self.states:
             if not st.undispatched or free <= 0 or not self._ready(st):
                 continue
+            if st.stage.id in self._held:  # its hash join may become a broadcast join
+                continue
             if st.output is None:
+                if self.adaptive:
+                    self._adapt(st)
+                    if not st.undispatched:  # it runs no task
+                        continue
                 st.output = self._resolve_output(st)
                 self._plan_splits(st)
             first_ready = first_ready or st
@@ -386,6 +417,8 @@ class DispatchLoop:
         st.stats[p] = stats
         st.done += 1
         self.task_stats[(sid, p)] = stats
+        if st.finished and self.on_stage_done is not None:
+            self.on_stage_done(sid)
 
     def memory_report(self) -> MemoryReport:
         """What backpressure and task splitting did in this run."""
@@ -457,6 +490,25 @@ class DispatchLoop:
         if self.tracer is not None:
             self.tracer.counter("bytes held", self.ledger.held)
         return refs
+
+    def take_outputs(self, stage_id: int) -> list[Any]:
+        """After :meth:`run`: the output references of finished result stage ``stage_id``
+        (a plan of several queries, ``PhysicalPlan.results``), every partition's in
+        order, released from the ledger: the caller holds them now. The root's are what
+        :meth:`run` returned."""
+        st = self.states[stage_id]
+        refs: list[Any] = []
+        for p in range(st.stage.num_tasks):
+            refs.extend(st.outputs[p][0])
+            st.outputs[p][0] = []
+            self.ledger.read((stage_id, p, 0))
+        return refs
+
+    def resent(self) -> dict[int, int]:
+        """Tasks the loop sent again, by stage id (stages that re-sent none left out): a
+        pool task whose actor died. Ray's own retries of a task whose worker died or whose
+        output was lost (``task_max_retries``) happen inside Ray, unseen here."""
+        return {s.stage.id: sum(s.resent.values()) for s in self.states if s.resent}
 
     def _resend_after_actor_loss(self, spec: TaskSpec, handle: Any, exc: BaseException) -> bool:
         """When the actor that held a pool task died, the pool replaces it and the task's
@@ -533,8 +585,12 @@ class DispatchLoop:
             return [(s_id, p_id, 0)]
         if spec.mode == "pointwise":
             return [(spec.stage, partition, 0)]
+        if spec.mode == "all":  # every output of every task (a broadcast)
+            outs = self.states[spec.stage].stage.output.num_outputs
+            return [(spec.stage, i, o) for i in range(n_up) for o in range(outs)]
         if spec.mode == "bucket":
-            return [(spec.stage, i, partition) for i in range(n_up)]
+            ids = st.buckets[partition] if st.buckets is not None else [partition]
+            return [(spec.stage, i, b) for b in ids for i in range(n_up)]
         return [(spec.stage, i, 0) for i in range(n_up)]
 
     def _plan_splits(self, st: _StageState) -> None:
@@ -569,6 +625,200 @@ class DispatchLoop:
             self._memory.splits[(sid, p)] = len(groups)
             if self.tracer is not None:
                 self.tracer.task_split(sid, p, len(groups))
+
+    # -- adaptive execution (see shoal.runners.adaptive) --------------------------------
+
+    def _rows(self, key: PieceKey) -> int | None:
+        """Rows of the finished piece ``key`` (None when its task did not say)."""
+        s, p, o = key
+        stats = self.states[s].stats.get(p)
+        if stats is None or not stats.output_rows:
+            return None
+        return stats.output_rows[o]
+
+    def _input_empty(self, st: _StageState, index: int) -> bool:
+        """Whether stage input ``index`` of ``st`` holds no rows at all (every piece that
+        any task of the stage reads is known to be empty)."""
+        spec = st.stage.inputs[index]
+        for s in spec.stages:
+            up = self.states[s]
+            outs = up.stage.output.num_outputs if spec.mode in ("bucket", "all") else 1
+            for p in range(up.stage.num_tasks):
+                for o in range(outs):
+                    if self._rows((s, p, o)) != 0:
+                        return False
+        return True
+
+    def _adapt(self, st: _StageState) -> None:
+        """Re-plan ``st`` (now runnable: its inputs have finished) from what its inputs
+        produced: run no task when its output is certainly empty, skip empty buckets and
+        coalesce small ones into fewer tasks (:mod:`shoal.runners.adaptive`)."""
+        stage = st.stage
+        label = f"stage {stage.id} [{stage.name}]"
+        if not stage.num_tasks:
+            return
+        empty = {i for i in range(len(stage.inputs)) if self._input_empty(st, i)}
+        if empty and adapt.empty_output(stage.fragment, empty):
+            why = adapt.retask_blocker(self.plan, stage)
+            ins = ", ".join(f"stage {stage.inputs[i].stage}" for i in sorted(empty))
+            if why is None:
+                for p in range(stage.num_tasks):  # (broadcast pieces: in _retask)
+                    for i, spec in enumerate(stage.inputs):
+                        if spec.mode != "all":
+                            self._release(self._pieces(st, i, p))
+                tasks = stage.num_tasks
+                self._retask(stage, 0, f"skipped: its input {ins} is empty")
+                self._note(f"{label}: {tasks} task(s) skipped: input from {ins} is empty")
+                return
+            self._note(f"{label}: input from {ins} is empty, not skipped: {why}")
+        bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
+        if not bucket_inputs:
+            return
+        n = stage.num_tasks
+        sizes = [0] * n
+        skip = []
+        for b in range(n):
+            empties = set(empty)
+            for i in bucket_inputs:
+                keys = self._pieces(st, i, b)
+                sizes[b] += sum(self.ledger.nbytes(k) for k in keys)
+                if all(self._rows(k) == 0 for k in keys):
+                    empties.add(i)
+            skip.append(bool(empties) and adapt.empty_output(stage.fragment, empties))
+        total = sum(sizes)
+        target = None
+        if self.coalesce_bytes is not None:
+            target = adapt.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
+        groups = adapt.group_buckets(sizes, skip, target)
+        if len(groups) == n:
+            return  # one bucket per task, as planned
+        why = adapt.coalesce_blocker(self.plan, stage)
+        if why is not None:
+            self._note(f"{label}: {n} buckets not coalesced: {why}")
+            return
+        skipped = [b for b in range(n) if skip[b]]
+        for b in skipped:
+            for i in bucket_inputs:
+                self._release(self._pieces(st, i, b))
+        st.buckets = groups
+        what = f"{n} buckets ({adapt.size(total)}) read by {len(groups)} task(s)"
+        if target is not None and len(groups) < n - len(skipped):
+            what = (
+                f"{n} buckets ({adapt.size(total)}) coalesced into {len(groups)} task(s) "
+                f"(target {adapt.size(target)} each)"
+            )
+        if skipped:
+            what += f"; {len(skipped)} empty bucket(s) skipped"
+        self._retask(stage, len(groups), what)
+        self._note(f"{label}: {what}")
+
+    def _decide_switches(self) -> None:
+        """For each planned hash join whose build side has finished while its probe side
+        has not started: run it as a broadcast join when the build side is small enough,
+        else release the probe side to run as planned."""
+        for sw in list(self._switches.values()):
+            build = self.states[sw.build]
+            if not build.finished:
+                continue
+            del self._switches[sw.join]
+            self._held.pop(sw.probe, None)
+            probe, join = self.states[sw.probe], self.states[sw.join]
+            label = f"stage {join.stage.id} [{join.stage.name}]"
+            nbytes = sum(s.bytes_out for s in build.stats.values())
+            if probe.next_partition or join.next_partition or probe.output is not None:
+                continue  # (started after all: as planned)
+            if nbytes > self.broadcast_bytes:
+                self._note(
+                    f"{label}: stays a hash join: stage {sw.build} gave {adapt.size(nbytes)}"
+                    f" > broadcast_join_threshold_bytes"
+                )
+                continue
+            self._switch_to_broadcast(sw, nbytes)
+            self._note(
+                f"{label}: hash join run as a broadcast join of stage {sw.build} "
+                f"({adapt.size(nbytes)}, estimated {adapt.size(build.stage.est_bytes)}) "
+                f"in {join.stage.num_tasks} task(s) of stage {sw.probe}'s partitions; "
+                f"stage {sw.probe} not shuffled"
+            )
+
+    def _switch_to_broadcast(self, sw: adapt.BroadcastSwitch, nbytes: int) -> None:
+        """Rewrite the join stage of ``sw`` to run the probe stage's fragment with the build
+        side read whole (:func:`shoal.runners.adaptive.fuse_probe`); the probe stage runs no task."""
+        probe, join = self.plan.stage(sw.probe), self.plan.stage(sw.join)
+        old = join.num_tasks
+        fragment, inputs = adapt.fuse_probe(join, probe, sw)
+        others = [
+            s
+            for i, spec in enumerate(join.inputs)
+            if i not in (sw.probe_input, sw.build_input)
+            for s in spec.stages
+        ]
+        join.fragment, join.inputs = fragment, inputs
+        join.scan_partitions = probe.scan_partitions
+        join.num_tasks = n = probe.num_tasks
+        join.est_bytes = probe.est_bytes + nbytes
+        join.name = f"{probe.name.removesuffix('+shuffle')}+broadcast-join"
+        planned = probe.num_tasks
+        probe.inputs, probe.num_tasks, probe.scan_partitions = (), 0, None
+        self._drop_readers(sw.build, 1 - n)  # read by every task now, not one
+        for s in others:  # broadcast inputs: read by n tasks instead of old
+            self._drop_readers(s, old - n)
+        if self.tracer is not None:
+            self.tracer.stage_retasked(sw.probe, planned, 0, "runs in its join stage")
+            self.tracer.stage_retasked(sw.join, old, n, "broadcast join")
+        self._follow(join, old, n)
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+
+    def _release(self, keys: Sequence[PieceKey]) -> None:
+        """Pieces no task will read after all: one reader fewer each."""
+        for key in keys:
+            if self.ledger.read(key):
+                s, p, o = key
+                self.states[s].outputs[p][o] = []
+
+    def _retask(self, stage: Stage, n: int, why: str) -> None:
+        """Give ``stage`` (not started) ``n`` tasks, and every stage that follows its
+        partitions one by one (pointwise or concatenated readers) as many as it then
+        needs; the readers counted for the broadcast pieces they read change with them."""
+        old = stage.num_tasks
+        if n == old:
+            return
+        stage.num_tasks = n
+        for spec in stage.inputs:
+            if spec.mode != "all":
+                continue
+            for s in spec.stages:
+                self._drop_readers(s, old - n)
+        if self.tracer is not None:
+            self.tracer.stage_retasked(stage.id, old, n, why)
+        self._follow(stage, old, n)
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+
+    def _drop_readers(self, stage_id: int, n: int) -> None:
+        """Every piece of stage ``stage_id`` produced and held is read by ``n`` tasks fewer
+        (its broadcast reader runs fewer tasks; negative: more)."""
+        st = self.states[stage_id]
+        for p in range(st.stage.num_tasks):
+            for o in range(st.stage.output.num_outputs):
+                key = (stage_id, p, o)
+                if self.ledger.holds(key) and self.ledger.drop_readers(key, n):
+                    st.outputs[p][o] = []
+
+    def _follow(self, stage: Stage, old: int, n: int) -> None:
+        """The stages that follow ``stage``'s partitions one by one (pointwise or
+        concatenated readers) get as many tasks as it now has (``n`` instead of ``old``)."""
+        for c in self.plan.consumers(stage.id):
+            for spec in c.inputs:
+                if stage.id not in spec.stages:
+                    continue
+                if spec.mode == "pointwise":
+                    self._retask(c, n, f"follows stage {stage.id}")
+                elif spec.mode == "concat":
+                    self._retask(c, c.num_tasks + n - old, f"follows stage {stage.id}")
+
+    def _note(self, line: str) -> None:
+        self.adaptations.append(line)
+        _log.info("shoal: adaptive: %s", line)
 
     def _not_split(self, stage_id: int, partition: int, nbytes: int, why: str) -> None:
         self._memory.not_split.append((stage_id, partition, why))
@@ -628,6 +878,6 @@ def merge_stats(parts: Sequence[TaskStats]) -> TaskStats:
         start=min(p.start for p in parts),
         end=max(p.end for p in parts),
         sample=pa.concat_tables(samples) if samples else None,
-        extra={**first.extra, "subtasks": len(parts)},
+        extra={**first.extra, **merge_profile([p.extra for p in parts]), "subtasks": len(parts)},
         output_bytes=tuple(map(sum, zip(*sizes, strict=True))) if sizes else (),
     )

@@ -36,7 +36,7 @@ def readers(plan: PhysicalPlan, stage_id: int) -> int:
         for spec in c.inputs:
             if stage_id in spec.stages:
                 n += c.num_tasks if spec.mode == "all" else 1
-    if stage_id == plan.root.id:
+    if stage_id in plan.result_stages:
         n += 1
     return n
 
@@ -80,6 +80,23 @@ class ByteLedger:
         piece = self._pieces.get(key)
         if piece is not None:
             piece.readers += n
+
+    def holds(self, key: PieceKey) -> bool:
+        """Whether piece ``key`` was produced and is not released yet."""
+        return key in self._pieces
+
+    def drop_readers(self, key: PieceKey, n: int) -> bool:
+        """``n`` tasks fewer will read piece ``key`` (its reader runs fewer tasks than
+        planned); True when that released it (no reader is left)."""
+        piece = self._pieces.get(key)
+        if piece is None:
+            return False
+        piece.readers -= n
+        if piece.readers > 0:
+            return False
+        del self._pieces[key]
+        self.held -= piece.nbytes
+        return True
 
     def nbytes(self, key: PieceKey) -> int:
         """Bytes of piece ``key`` (0 when unknown or released)."""

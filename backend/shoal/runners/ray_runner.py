@@ -88,6 +88,27 @@ class _DropNotMainThreadWarning(logging.Filter):
         return "not the main thread" not in record.getMessage()
 
 
+#: The logger of Ray's notice that a local instance starts with token authentication on.
+RAY_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _TokenAuthNotice(logging.Filter):
+    """Ray 2.60 warns, at the start of every local instance, that token authentication is
+    on (its default), on stderr, in the middle of whatever the program prints. For the
+    private instance shoal starts that is no news to act on (shoal keeps it on): the
+    notice goes to the ``shoal`` logger at INFO instead. Ray's warning that token
+    authentication is *off* (``RAY_AUTH_MODE=disabled``) is left as it is."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage().startswith("Token authentication is enabled"):
+            _log.info(
+                "shoal: the local Ray instance uses Ray's token authentication (%s)",
+                record.getMessage(),
+            )
+            return False
+        return True
+
+
 def start_ray(config: Config) -> bool:
     """Connect to Ray, starting a local instance when no address is configured.
 
@@ -134,6 +155,9 @@ def _start_ray(config: Config) -> bool:
             ray_worker_log = logging.getLogger("ray._private.worker")
             quiet = _DropNotMainThreadWarning()
             ray_worker_log.addFilter(quiet)
+            auth_log = logging.getLogger(RAY_AUTH_LOGGER)
+            notice = _TokenAuthNotice()
+            auth_log.addFilter(notice)
             try:
                 for attempt in range(START_ATTEMPTS):
                     try:
@@ -157,6 +181,7 @@ def _start_ray(config: Config) -> bool:
                             ray.shutdown()
             finally:
                 ray_worker_log.removeFilter(quiet)
+                auth_log.removeFilter(notice)
     except Exception as exc:
         where = f"cluster at {redact(address)!r}" if address else "a local Ray instance"
         hint = (
@@ -414,6 +439,27 @@ class RayBackend:
         for ref in refs:
             with contextlib.suppress(Exception):
                 self._ray.get(ref, timeout=READ_TIMEOUT_S)
+
+    def spill_counters(self) -> tuple[int, int, int, int] | None:
+        """Ray's object spilling counters for the whole cluster, since it started: bytes
+        and objects spilled to ``spill_dir``, bytes and objects restored from it (what
+        ``ray memory --stats-only`` prints). None where Ray does not answer (a Ray Client
+        connection, a raylet that does not reply within 5 s, a Ray whose private
+        ``internal_api`` changed): the profile then says spilling is unknown. About 10 ms
+        per call (one gRPC request to a raylet, which asks every node)."""
+        try:
+            from ray._private import internal_api
+            from ray._private.state import state
+
+            stats = internal_api.get_memory_info_reply(state, timeout_seconds=5.0).store_stats
+            return (
+                int(stats.spilled_bytes_total),
+                int(stats.spilled_objects_total),
+                int(stats.restored_bytes_total),
+                int(stats.restored_objects_total),
+            )
+        except Exception:
+            return None
 
     def close(self) -> None:
         self._outputs.clear()

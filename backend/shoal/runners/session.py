@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -18,10 +20,11 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import frame_to_arrow
-from shoal.planner.physical import PhysicalPlan, plan_physical
+from shoal.planner.physical import PhysicalPlan, plan_physical, plan_physical_many
 from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
+from shoal.runners.profile import SpillReport, SpillSampler
 from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 
 _lock = threading.RLock()
@@ -34,20 +37,56 @@ class QueryReport:
     """What the last query did: its physical plan, each task's stats by
     (stage id, partition) (a partition split into subtasks: their merged stats, with
     ``extra["subtasks"]``), and what the memory controls did (``memory``: peak bytes held,
-    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`), and
+    tasks held back, split tasks; see :class:`~shoal.runners.memory.MemoryReport`),
     ``actors_replaced``: how many actor pool members died and were replaced (their batches
-    were sent again)."""
+    were sent again), and ``adaptive``: what adaptive execution changed. ``physical`` is the
+    plan as it ran: a stage's ``num_tasks`` is the tasks it ran after adaptive changes."""
 
     physical: PhysicalPlan
     task_stats: dict[tuple[int, int], TaskStats]
     runner: str
     memory: MemoryReport | None = None
     actors_replaced: int = 0
+    #: What adaptive execution changed (``Config.adaptive``), one line per stage, e.g.
+    #: ``"stage 3 [hash-join]: 8 buckets (12.0 MiB) read by 1 task(s) of about 8.0 MiB"``.
+    adaptive: tuple[str, ...] = ()
+    #: Tasks the dispatch loop sent again, by stage id (see ``DispatchLoop.resent``).
+    resent: dict[int, int] = field(default_factory=dict)
+    #: Ray's spilling during the query, by stage (a query run under :func:`profiling` on
+    #: the Ray runner; else None): see :class:`~shoal.runners.profile.SpillReport`.
+    spill: SpillReport | None = None
 
 
 def _report(physical: PhysicalPlan, loop: DispatchLoop, config: Config) -> QueryReport:
     replaced = sum(getattr(pool, "replaced", 0) for pool in loop.pools.values())
-    return QueryReport(physical, loop.task_stats, config.runner, loop.memory_report(), replaced)
+    sampler = loop.on_stage_done
+    spill = sampler.finish() if isinstance(sampler, SpillSampler) else None
+    return QueryReport(
+        physical,
+        loop.task_stats,
+        config.runner,
+        loop.memory_report(),
+        replaced,
+        adaptive=tuple(loop.adaptations),
+        resent=loop.resent(),
+        spill=spill,
+    )
+
+
+_profiling: contextvars.ContextVar[bool] = contextvars.ContextVar("shoal_profiling", default=False)
+
+
+@contextlib.contextmanager
+def profiling() -> Iterator[None]:
+    """Queries this thread runs inside the block also record what costs a little to read
+    (``explain(analyze=True)`` runs its query so): on the Ray runner, the cluster's spill
+    counters at the query's start, at the end of each stage and at its end (about 10 ms
+    each), which :func:`last_query` reports as ``spill``."""
+    token = _profiling.set(True)
+    try:
+        yield
+    finally:
+        _profiling.reset(token)
 
 
 _last: QueryReport | None = None
@@ -154,18 +193,25 @@ def start_runner(config: Config) -> None:
 
 
 def _start(
-    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None = None
+    plan: PlanNode | list[PlanNode],
+    config: Config,
+    tracer: QueryTracer | None,
+    cancel: CancelToken | None = None,
 ) -> tuple[PhysicalPlan, Any, DispatchLoop]:
-    """Plan ``plan``, start (or reuse) its runner, and set up the query's dispatch loop,
-    with one actor pool per stage of a stateful or GPU user function (started by the loop
-    when the stage becomes runnable, closed when it ends or the query does)."""
+    """Plan ``plan`` (a list: several queries in one plan), start (or reuse) its runner,
+    and set up the query's dispatch loop, with one actor pool per stage of a stateful or
+    GPU user function (started by the loop when the stage becomes runnable, closed when it
+    ends or the query does)."""
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
     # Sized by the cluster as it is now (an autoscaled cluster may have grown since the
     # last query), not by the driver's CPUs.
     cpus = _cpus(config)
     with tracer.span("plan") if tracer else NO_SPAN:
-        physical = plan_physical(plan, config, cpus)
+        if isinstance(plan, list):
+            physical = plan_physical_many(plan, config, cpus)
+        else:
+            physical = plan_physical(plan, config, cpus)
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -179,7 +225,13 @@ def _start(
         max_bytes_held=default_max_bytes_held(config.runner) if held is None else held,
         max_task_input_bytes=config.max_task_input_bytes,
         cancel=cancel,
+        adaptive=config.adaptive,
+        # An explicit shuffle_partitions is the user's partition count: not coalesced.
+        coalesce_bytes=None if config.shuffle_partitions else config.target_partition_bytes,
     )
+    read_spill = getattr(backend, "spill_counters", None)
+    if _profiling.get() and read_spill is not None:
+        loop.on_stage_done = SpillSampler(read_spill)
     if any(pool_udf(st) for st in physical.stages):
         loop.pools = make_pools(
             physical,
@@ -204,6 +256,40 @@ def _run_plan(
         result = conform(backend.fetch(refs), plan)
     _last = _report(physical, loop, config)
     return result
+
+
+def run_plans(
+    plans: list[PlanNode], config: Config, cancel: CancelToken | None = None
+) -> list[pa.Table]:
+    """Run several plans as one query (``pl.collect_all``): one physical plan in which
+    sub-plans they share (the same node objects) are computed once
+    (:func:`shoal.planner.planner.build_many`), one dispatch loop, one report
+    (:func:`last_query`). Returns each plan's result with exactly its schema, in order.
+    Raises as :func:`run_plan` does."""
+    tracer = start_query(config)
+    if tracer is None:
+        return _run_plans(plans, config, None, cancel)
+    with tracer:
+        return _run_plans(plans, config, tracer, cancel)
+
+
+def _run_plans(
+    plans: list[PlanNode],
+    config: Config,
+    tracer: QueryTracer | None,
+    cancel: CancelToken | None,
+) -> list[pa.Table]:
+    global _last
+    physical, backend, loop = _start(list(plans), config, tracer, cancel)
+    refs = {physical.root.id: loop.run()}
+    for sid in physical.result_stages:
+        if sid not in refs:
+            refs[sid] = loop.take_outputs(sid)
+    with tracer.span("fetch result") if tracer else NO_SPAN:
+        tables = {sid: backend.fetch(r) for sid, r in refs.items()}
+        out = [conform(tables[sid], p) for sid, p in zip(physical.results, plans, strict=True)]
+    _last = _report(physical, loop, config)
+    return out
 
 
 @dataclass

@@ -13,6 +13,8 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -51,7 +53,12 @@ def find_tpchgen() -> Path:
     return Path(found)
 
 
-def generate(scale: float, data_dir: str | Path | None = None, parts: int | None = None) -> Path:
+def generate(
+    scale: float,
+    data_dir: str | Path | None = None,
+    parts: int | None = None,
+    say: Callable[[str], None] | None = None,
+) -> Path:
     """Generate TPC-H data at ``scale`` as Parquet, or reuse a complete earlier run.
 
     Returns ``<data_dir>/sf<scale>``, which holds one directory per table with
@@ -61,6 +68,11 @@ def generate(scale: float, data_dir: str | Path | None = None, parts: int | None
     it is complete and, if ``parts`` is given, was made with that many parts; otherwise it
     is generated again. Data is written to a temporary directory beside the target and
     renamed into place, so an interrupted run never leaves a half-written cache.
+
+    ``say``, when given, is called with one line before the data is generated (what, where,
+    with which ``tpchgen-cli``) and one when it is done (how long it took), or with one
+    line saying which cached directory is reused: ``shoal tpch`` prints them, since scale 1
+    takes seconds and scale 10 over a minute.
 
     Raises ``ValueError`` for a scale or parts that is not positive, ``FileNotFoundError``
     when ``tpchgen-cli`` is missing, and ``RuntimeError`` when it fails or writes no data
@@ -74,15 +86,24 @@ def generate(scale: float, data_dir: str | Path | None = None, parts: int | None
     scale_text = f"{scale:g}"
     target = root / f"sf{scale_text}"
     if _is_complete(target, parts):
+        if say is not None:
+            say(f"using the TPC-H scale {scale_text} data cached in {target}")
         return target
 
     n_parts = parts if parts is not None else default_parts(scale)
+    started = time.monotonic()
     root.mkdir(parents=True, exist_ok=True)
     tmp = root / f".sf{scale_text}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
     tmp.mkdir()
     try:
+        tpchgen = find_tpchgen()
+        if say is not None:
+            say(
+                f"generating TPC-H scale {scale_text} data ({n_parts} Parquet files per "
+                f"large table) into {target} with {tpchgen} ..."
+            )
         command = [
-            str(find_tpchgen()),
+            str(tpchgen),
             "parquet",
             "--scale-factor",
             scale_text,
@@ -108,6 +129,8 @@ def generate(scale: float, data_dir: str | Path | None = None, parts: int | None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if say is not None:
+        say(f"generated in {time.monotonic() - started:.1f} s")
     return target
 
 

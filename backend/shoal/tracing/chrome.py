@@ -99,6 +99,9 @@ class ChromeTraceWriter:
             if q is None:
                 return
             if isinstance(event, LoopSpan):
+                if event.name == "adaptive plan":  # the stage runs another number of tasks
+                    change = event.args["tasks"] - event.args["tasks_planned"]
+                    q.meta["tasks"] = q.meta.get("tasks", 0) + change
                 self._slice(
                     event.start,
                     event.end,

@@ -2,13 +2,16 @@
 
 A :class:`ProgressSink` consumes the same events as a trace (:mod:`shoal.tracing.events`),
 so progress costs nothing when it is off. ``Config.progress`` chooses: ``"always"``,
-``"never"``, or ``"auto"``: bars on a terminal (stderr is a TTY), and only once a query
-has run for more than :data:`AUTO_DELAY_S` seconds, so quick queries, pipes and notebooks
-stay quiet.
+``"never"``, or ``"auto"``: bars on a terminal (stderr is a TTY) and in a Jupyter notebook
+(:func:`in_notebook`: rich draws them there as a widget, which needs ``ipywidgets``), and
+only once a query has run for more than :data:`AUTO_DELAY_S` seconds, so quick queries and
+pipes stay quiet.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import sys
 import time
 from typing import Any
@@ -26,14 +29,46 @@ AUTO_DELAY_S = 1.0
 
 
 def wanted(mode: str, stream: Any = None) -> bool:
-    """Whether a query under progress ``mode`` should get a :class:`ProgressSink`."""
+    """Whether a query under progress ``mode`` should get a :class:`ProgressSink`:
+    ``"always"`` yes, ``"never"`` no, ``"auto"`` when ``stream`` (default stderr) is a
+    terminal or this process is a notebook kernel that can show rich's live widget
+    (:func:`in_notebook` and ``ipywidgets`` importable: without it rich cannot update a
+    bar in a notebook, and warns at every refresh instead)."""
     if mode == "always":
         return True
     if mode == "never":
         return False
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)
-    return bool(isatty and isatty())
+    if isatty and isatty():
+        return True
+    return in_notebook() and importlib.util.find_spec("ipywidgets") is not None
+
+
+def in_notebook() -> bool:
+    """Whether this process is a notebook kernel whose output rich renders as HTML and
+    widgets: IPython's shell is an ipykernel ``ZMQInteractiveShell`` (Jupyter, JupyterLab,
+    VS Code's notebooks), or Colab's or Databricks' notebook shell. The same test rich
+    makes (``rich.console._is_jupyter``), so that the bars are on exactly where rich draws
+    them as a notebook's. An IPython terminal (``TerminalInteractiveShell``) is not a
+    notebook (its stderr is a TTY). IPython is never imported here: a process that has not
+    imported it is no notebook kernel."""
+    ipython = sys.modules.get("IPython")
+    get_ipython = getattr(ipython, "get_ipython", None)
+    if get_ipython is None:
+        return False
+    try:
+        shell = get_ipython()
+    except Exception:  # pragma: no cover - a broken IPython is no notebook
+        return False
+    if shell is None:
+        return False
+    cls = type(shell)
+    return (
+        cls.__name__ == "ZMQInteractiveShell"
+        or "google.colab" in str(cls)
+        or bool(os.getenv("DATABRICKS_RUNTIME_VERSION"))
+    )
 
 
 class ProgressSink:
@@ -66,6 +101,10 @@ class ProgressSink:
             sid = event.args["stage"]
             name, total = self._stages[sid]
             self._stages[sid] = (name, total + event.args["subtasks"] - 1)
+        elif isinstance(event, LoopSpan) and event.name == "adaptive plan":
+            sid = event.args["stage"]  # adaptive execution changed the stage's task count
+            name, total = self._stages[sid]
+            self._stages[sid] = (name, total + event.args["tasks"] - event.args["tasks_planned"])
         elif isinstance(event, QueryFinished):
             self.close()
 

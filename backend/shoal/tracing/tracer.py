@@ -333,8 +333,8 @@ class QueryTracer:
             self._stage_bytes[st.id] = 0
         for sid in self._stages:
             self._readers_left[sid] = sum(sid in ins for ins in self._inputs.values())
-        root = physical.stages[-1].id
-        self._readers_left[root] += 1  # the result fetch reads the root's outputs
+        for root in physical.result_stages:
+            self._readers_left[root] += 1  # the result fetch reads the root's outputs
         self._emit(
             QueryPlanned(
                 self.query_id, now, tuple(infos), cpus, self.config.task_cpus, max_in_flight
@@ -406,6 +406,14 @@ class QueryTracer:
         now = time.time()
         args = {"stage": stage, "partition": partition, "subtasks": subtasks}
         self._emit(LoopSpan(self.query_id, "split task", now, now, args))
+
+    def stage_retasked(self, stage: int, old: int, new: int, reason: str) -> None:
+        """Adaptive execution gave ``stage`` ``new`` tasks instead of ``old`` (buckets
+        coalesced or skipped, an empty input; see :mod:`shoal.runners.adaptive`)."""
+        self._extra_tasks[stage] = self._extra_tasks.get(stage, 0) + new - old
+        now = time.time()
+        args = {"stage": stage, "tasks_planned": old, "tasks": new, "reason": reason}
+        self._emit(LoopSpan(self.query_id, "adaptive plan", now, now, args))
 
     def task_not_split(self, stage: int, partition: int, nbytes: int, reason: str) -> None:
         """Partition ``partition`` of ``stage`` reads ``nbytes`` bytes, over

@@ -1,0 +1,321 @@
+"""Adaptive execution: re-planning a stage from what its inputs actually produced.
+
+When a stage becomes runnable, every stage it reads has finished, so the rows and bytes of
+each of its input pieces are known (:attr:`~shoal.execution.kernel.TaskStats.output_rows`
+and ``output_bytes``, per hash or range bucket). The dispatch loop
+(:mod:`shoal.runners.dispatch`) then changes what is still to run, where that gives the
+same rows:
+
+* **empty stages**: a stage whose fragment yields no rows when some of its inputs are
+  empty (:func:`empty_output`: an inner join or semi join with an empty side, a left or anti
+  join with an empty left side, filters, projections, keyed aggregations over nothing...)
+  runs no task at all. An aggregation without keys is never skipped: it emits one row over
+  nothing (``count`` 0, ``sum`` 0, ``min`` null).
+* **empty buckets**: the same rule per bucket of a shuffle: a hash-join task whose bucket
+  is empty on one side of an inner join reads nothing and is not run.
+* **coalescing**: adjacent small buckets are read by one task (task ``g`` reads buckets
+  ``j..k`` of every bucket input, the same ids on every input, so joins stay correct; for a
+  range exchange the buckets stay in order, so the sort's output stays sorted). A group
+  holds about ``total / cpus`` bytes (never fewer than :data:`MIN_TASK_BYTES`, never more
+  than ``target_partition_bytes``), so a shuffle of a few KiB runs as one task and a large
+  one keeps every CPU busy. Off when ``shuffle_partitions`` is set (the user asked for
+  that many partitions).
+
+Where a stage's task count changes, the stages that follow its partitions one by one
+(pointwise or concatenated inputs) change with it. What may not be re-planned is left as
+planned, for a reason (:func:`coalesce_blocker`): a fragment whose operators need each
+bucket alone (rows tagged with their upstream task, a sort on other keys than the range
+exchange's, an operator not listed here) or a stage that reads pointwise beside a shuffle.
+Each change is one line of the query's report (``explain(analyze=True)``) and a trace
+event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from shoal.ir.nodes import (
+    Aggregate,
+    Distinct,
+    Explode,
+    Filter,
+    Join,
+    PlanNode,
+    Project,
+    Scan,
+    Slice,
+    Sort,
+    SqlMap,
+    StageInput,
+    UdfProject,
+    Unnest,
+    transform,
+)
+from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput, Stage, StageInputSpec
+
+#: The smallest input a coalesced task is given when the data allows (bytes): below this,
+#: the fixed cost of a task (scheduling, a fresh Polars query) outweighs running buckets in
+#: parallel.
+MIN_TASK_BYTES = 8 * 1024 * 1024
+
+#: Operators that give, over several buckets of a shuffle read together, the union of
+#: what they give over each bucket alone (the planner places only these above a shuffle
+#: in a multi-task stage; a :class:`Sort` is checked apart).
+_BUCKET_WISE = (
+    Filter,
+    Project,
+    Explode,
+    Unnest,
+    SqlMap,
+    UdfProject,
+    Aggregate,
+    Distinct,
+    Slice,
+    Join,
+)
+
+#: Operators that give no rows over no rows (a projection only when it reads columns or
+#: keeps its input's height; an aggregation only with keys: checked apart).
+_EMPTY_PRESERVING = (Filter, Explode, Unnest, SqlMap, UdfProject, Distinct, Slice, Sort)
+
+
+def empty_output(node: PlanNode, empty: set[int]) -> bool:
+    """Whether ``node`` (a stage's fragment) certainly gives no rows when the stage inputs
+    whose indices are in ``empty`` hold no rows. False whenever unsure: a scan, an
+    aggregation without keys (one row over nothing), a projection of literals or with an
+    aggregate, a full join, any operator not named here."""
+    if isinstance(node, StageInput):
+        return node.index in empty
+    if isinstance(node, Project):
+        # Row-wise only: an aggregate in a projection (``select(a.sum() + 1)``) gives a row
+        # over nothing.
+        exprs = [e.expr for e in node.exprs]
+        rowwise = all(e.is_row_local() for e in exprs)
+        reads = node.keep_height or any(e.columns() for e in exprs)
+        return rowwise and reads and empty_output(node.input, empty)
+    if isinstance(node, Aggregate):
+        return bool(node.keys) and empty_output(node.input, empty)
+    if isinstance(node, _EMPTY_PRESERVING):
+        (child,) = node.children()
+        return empty_output(child, empty)
+    if isinstance(node, Join):
+        left = empty_output(node.left, empty)
+        right = empty_output(node.right, empty)
+        if node.how in ("inner", "semi", "cross"):
+            return left or right
+        if node.how in ("left", "anti"):
+            return left
+        if node.how == "right":
+            return right
+        return left and right  # full
+    return False
+
+
+def _fragment_blocker(stage: Stage, plan: PhysicalPlan) -> str | None:
+    """Why ``stage``'s fragment must see each bucket alone, or None."""
+
+    def rec(node: PlanNode, parent: PlanNode | None) -> str | None:
+        if isinstance(node, StageInput):
+            if node.source_column is not None:
+                return "its rows are tagged with their upstream task"
+            return None
+        if isinstance(node, Sort) and not isinstance(parent, Slice):
+            # A sort is exact over several buckets only when they are ranges of its keys.
+            ranges = [plan.stage(i.stage).output for i in stage.inputs if i.mode == "bucket"]
+            same = all(
+                isinstance(o, RangeOutput)
+                and (o.by, o.descending, o.nulls_last)
+                == (node.by, node.descending, node.nulls_last)
+                for o in ranges
+            )
+            if not same:
+                return "it sorts by other keys than its range exchange"
+        elif not isinstance(node, (*_BUCKET_WISE, Sort)):
+            return f"{node.label} needs each bucket alone"
+        for child in node.children():
+            why = rec(child, node)
+            if why is not None:
+                return why
+        return None
+
+    return rec(stage.fragment, None)
+
+
+def retask_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
+    """Why ``stage`` may not run another number of tasks than planned, or None: a stage
+    that reads it pointwise or concatenated must follow its partitions, which it can only
+    when its other inputs are broadcast (read whole) and it scans nothing."""
+    for c in plan.consumers(stage.id):
+        for spec in c.inputs:
+            if stage.id not in spec.stages or spec.mode in ("all", "bucket"):
+                continue
+            if c.scan_partitions is not None:
+                return f"stage {c.id} reads it {spec.mode} and scans"
+            if any(i is not spec and i.mode != "all" for i in c.inputs):
+                return f"stage {c.id} reads it {spec.mode} beside another partitioned input"
+            why = retask_blocker(plan, c)
+            if why is not None:
+                return why
+    return None
+
+
+def coalesce_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
+    """Why the buckets of ``stage`` (a stage with shuffle inputs) may not be read by fewer
+    tasks than planned, or None (see the module docstring)."""
+    buckets = [i for i in stage.inputs if i.mode == "bucket"]
+    if not buckets:
+        return "no shuffle input"
+    if stage.scan_partitions is not None:
+        return "it scans"
+    others = [i for i in stage.inputs if i.mode not in ("bucket", "all")]
+    if others:
+        return f"it reads stage {others[0].stage} {others[0].mode}"
+    for spec in buckets:
+        out = plan.stage(spec.stage).output
+        if not isinstance(out, HashOutput | RangeOutput) or out.n != stage.num_tasks:
+            return f"stage {spec.stage}'s buckets do not match its tasks"
+    return _fragment_blocker(stage, plan) or retask_blocker(plan, stage)
+
+
+def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
+    """Bytes of input one coalesced task is given: ``total / cpus`` (every CPU busy), at
+    least :data:`MIN_TASK_BYTES`, at most ``target_partition_bytes``."""
+    share = -(-total // max(1, cpus))
+    return min(target_partition_bytes, max(share, MIN_TASK_BYTES))
+
+
+def group_buckets(
+    sizes: Sequence[int], skip: Sequence[bool], target: int | None
+) -> list[list[int]]:
+    """Bucket ids (indices of ``sizes``, in order, without those ``skip`` marks) cut into
+    consecutive groups of at most ``target`` bytes each (a bucket over ``target`` is a group
+    of its own); ``target`` None: one bucket per group."""
+    groups: list[list[int]] = []
+    used = 0
+    for b, (n, sk) in enumerate(zip(sizes, skip, strict=True)):
+        if sk:
+            continue
+        if not groups or target is None or used + n > target:
+            groups.append([])
+            used = 0
+        groups[-1].append(b)
+        used += n
+    return groups
+
+
+def size(n: float) -> str:
+    """``n`` bytes for a person: ``12.0 MiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"  # pragma: no cover
+
+
+# ------------------------------------------------ a hash join turned broadcast join
+
+
+@dataclass(frozen=True)
+class BroadcastSwitch:
+    """A planned hash join (stage ``join``) that may run as a broadcast join instead: if
+    stage ``build`` (one side's shuffle) turns out at most ``broadcast_join_threshold_bytes``
+    while stage ``probe`` (the other side's shuffle) has not started, the probe stage's
+    fragment runs in the join stage, on its own partitions, with every bucket of ``build``
+    read whole; the probe side is never shuffled. ``probe_input`` and ``build_input`` are
+    the join stage's input indices of the two sides.
+
+    Until ``build`` has finished, the loop holds ``probe`` back (it starts no task of it):
+    that is the price of the switch, so a switch is planned only where the build side's
+    size was a guess (:func:`_size_is_a_guess`)."""
+
+    join: int
+    probe: int
+    build: int
+    probe_input: int
+    build_input: int
+
+
+def _size_is_a_guess(stage: Stage) -> bool:
+    """Whether the planner's size of ``stage``'s output was a guess (filters, aggregations,
+    joins, other stages' outputs), not read from footers or table sizes."""
+    for node in stage.fragment.walk():
+        if isinstance(node, Scan):
+            if node.predicate is not None:
+                return True
+        elif not isinstance(node, Project):
+            return True
+    return False
+
+
+def broadcast_switches(plan: PhysicalPlan) -> list[BroadcastSwitch]:
+    """The hash joins of ``plan`` that may turn into broadcast joins at run time.
+
+    A join stage qualifies when it reads exactly two shuffles, each read by it alone; its
+    join lets the probe side's rows be partitioned in any way (each probe row meets the
+    whole build side: inner, left/semi/anti probing with the left side, right with the
+    right; see :func:`shoal.runners.skew.split_sides`, the same rule), every other input is
+    a broadcast, and the stages after it may follow another task count
+    (:func:`retask_blocker`). For an inner join the side with the smaller estimate is the
+    build side."""
+    from shoal.runners.skew import split_sides
+
+    found = []
+    for st in plan.stages:
+        buckets = [i for i, spec in enumerate(st.inputs) if spec.mode == "bucket"]
+        if len(buckets) != 2 or any(
+            spec.mode != "all" for i, spec in enumerate(st.inputs) if i not in buckets
+        ):
+            continue
+        ups = [plan.stage(st.inputs[i].stage) for i in buckets]
+        if any(
+            not isinstance(u.output, HashOutput)
+            or len(st.inputs[i].stages) != 1
+            or [c.id for c in plan.consumers(u.id)] != [st.id]
+            or u.boundaries_from is not None
+            for i, u in zip(buckets, ups, strict=True)
+        ):
+            continue
+        sides = split_sides(st)
+        if isinstance(sides, str) or retask_blocker(plan, st) is not None:
+            continue
+        options = []
+        for probe_input in sides[1]:
+            build_input = next(i for i in buckets if i != probe_input)
+            probe = plan.stage(st.inputs[probe_input].stage)
+            build = plan.stage(st.inputs[build_input].stage)
+            if _size_is_a_guess(build):
+                options.append(
+                    (
+                        build.est_bytes,
+                        BroadcastSwitch(st.id, probe.id, build.id, probe_input, build_input),
+                    )
+                )
+        if options:
+            found.append(min(options, key=lambda o: o[0])[1])
+    return found
+
+
+def fuse_probe(
+    join: Stage, probe: Stage, sw: BroadcastSwitch
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
+    """The join stage's new fragment and inputs once ``probe``'s fragment runs in it: the
+    probe stage's inputs first (its fragment unchanged, in place of the probe side's stage
+    input), then the join stage's other inputs in order, the build side read whole
+    (``"all"``: every bucket of every task)."""
+    offset = len(probe.inputs)
+    kept = [i for i in range(len(join.inputs)) if i != sw.probe_input]
+    index = {old: offset + k for k, old in enumerate(kept)}
+    inputs = list(probe.inputs)
+    for old in kept:
+        spec = join.inputs[old]
+        inputs.append(replace(spec, mode="all") if old == sw.build_input else spec)
+
+    def swap(node: PlanNode) -> PlanNode | None:
+        if isinstance(node, StageInput):
+            if node.index == sw.probe_input:
+                return probe.fragment
+            return replace(node, index=index[node.index])
+        return None
+
+    return transform(join.fragment, swap), tuple(inputs)

@@ -1,0 +1,370 @@
+"""Adaptive execution (``Config.adaptive``, :mod:`shoal.runners.adaptive`): stages re-planned
+from what their inputs produced (empty stages and buckets skipped, small shuffle buckets
+coalesced into fewer tasks).
+
+Every query is checked against native Polars (or DuckDB) on data split into several
+partitions, with nulls, duplicate and skewed keys and buckets left empty; the re-planning
+itself is checked through the query's report (what changed, and the tasks that ran).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
+
+import shoal
+from shoal.runners import adaptive
+from shoal.runners.profile import analyze_text
+from shoal.runners.session import QueryReport, last_query
+
+#: Sizes of a coalesced task: every bucket alone, a few buckets a task, one task.
+TARGETS = [1, 12_000, 10**9]
+
+
+def _config(target: int, **more: object) -> dict[str, object]:
+    """The distributed path on 6 partitions per table, hash joins, ``target`` bytes."""
+    base: dict[str, object] = dict(
+        runner="local",
+        small_query_bytes=0,
+        default_partitions=6,
+        broadcast_join_threshold_bytes=0,
+        target_partition_bytes=target,
+    )
+    base.update(more)
+    return base
+
+
+def _facts(rows: int = 3000, seed: int = 0) -> pl.DataFrame:
+    """Key 1 holds most rows (skew); some keys null; values with NaN and duplicates."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, 40, rows)
+    keys[rng.random(rows) < 0.6] = 1
+    k = pl.Series("k", keys).cast(pl.Int64)
+    k = pl.when(pl.int_range(rows) % 17 == 0).then(None).otherwise(k)
+    return (
+        pl.DataFrame({"i": range(rows)})
+        .with_columns(
+            k=k,
+            v=pl.Series(rng.integers(-50, 50, rows)).cast(pl.Float64),
+            s=pl.Series([f"s{x % 7}" for x in range(rows)]),
+        )
+        .with_columns(v=pl.when(pl.col("i") % 23 == 0).then(float("nan")).otherwise(pl.col("v")))
+    )
+
+
+def _dims() -> pl.DataFrame:
+    """Few keys (most hash buckets of this side stay empty), one twice, and a null."""
+    return pl.DataFrame({"k": [1, 3, 3, 5, None, 77], "name": ["a", "b", "bb", "c", "n", "z"]})
+
+
+def _run(q: pl.LazyFrame, cfg: dict[str, object]) -> tuple[pl.DataFrame, QueryReport]:
+    got = q.collect(engine=shoal.DistEngine(raise_on_fail=True, **cfg))
+    report = last_query()
+    assert report is not None
+    return got, report
+
+
+def _same(got: pl.DataFrame, q: pl.LazyFrame, ordered: bool = False) -> None:
+    want = q.collect(engine="in-memory")
+    if not ordered:
+        got, want = got.sort(got.columns, nulls_last=True), want.sort(want.columns, nulls_last=True)
+    assert_frame_equal(got, want, check_exact=False)
+
+
+def _tasks(report: QueryReport) -> int:
+    return len(report.task_stats)
+
+
+JOINS: dict[str, Callable[[pl.LazyFrame, pl.LazyFrame], pl.LazyFrame]] = {
+    how: (lambda a, b, how=how: a.join(b, on="k", how=how))  # type: ignore[misc]
+    for how in ("inner", "left", "right", "full", "semi", "anti")
+}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("how", sorted(JOINS))
+def test_hash_joins_with_empty_and_coalesced_buckets(how: str, target: int) -> None:
+    a, b = _facts().lazy(), _dims().lazy()
+    q = JOINS[how](a, b)
+    got, report = _run(q, _config(target))
+    _same(got, q)
+    if how in ("inner", "semi") and target == 1:  # buckets with no dims key: not run
+        assert any("empty bucket(s) skipped" in line for line in report.adaptive)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_join_then_group_by_with_and_without_keys(target: int) -> None:
+    a, b = _facts().lazy(), _dims().lazy()
+    joined = a.join(b, on="k")
+    keyed = joined.group_by("name", "s").agg(pl.len(), pl.col("v").sum(), vmax=pl.col("v").max())
+    keyless = joined.select(pl.len(), pl.col("v").sum(), pl.col("i").min())
+    for q in (keyed, keyless):
+        got, _ = _run(q, _config(target))
+        _same(got, q)
+
+
+def test_coalescing_runs_fewer_tasks_with_the_same_answer() -> None:
+    q = _facts().lazy().group_by("k").agg(pl.col("v").sum(), pl.len())
+    got, report = _run(q, _config(10**9))
+    _same(got, q)
+    assert any("coalesced into 1 task" in line for line in report.adaptive), report.adaptive
+    off, plain = _run(q, _config(10**9, adaptive=False))
+    _same(off, q)
+    assert plain.adaptive == ()
+    assert _tasks(report) < _tasks(plain)
+    text = analyze_text(report)
+    assert "Adaptive execution:" in text and "coalesced" in text
+    explained = shoal.explain(q, config=shoal.Config(**_config(10**9)), analyze=True)  # type: ignore[arg-type]
+    assert "Adaptive execution:" in explained and "coalesced into 1 task" in explained
+
+
+def test_the_trace_marks_each_change(tmp_path: Path) -> None:
+    q = _facts().lazy().join(_dims().lazy(), on="k").group_by("name").agg(pl.len())
+    trace = tmp_path / "q.json"
+    got, report = _run(q, _config(12_000, trace=str(trace)))
+    _same(got, q)
+    events = json.loads(trace.read_text())["traceEvents"]
+    marks = [e["args"] for e in events if e.get("name") == "adaptive plan"]
+    assert marks and all(m["tasks"] < m["tasks_planned"] for m in marks), marks
+    assert {m["stage"] for m in marks} <= {s.id for s in report.physical.stages}
+
+
+def test_explicit_shuffle_partitions_are_not_coalesced() -> None:
+    q = _facts().lazy().group_by("k").agg(pl.col("v").sum())
+    got, report = _run(q, _config(10**9, shuffle_partitions=5))
+    _same(got, q)
+    assert not any("coalesced" in line for line in report.adaptive)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "sort",
+    [
+        dict(by=["k", "i"]),
+        dict(by=["k", "v", "i"], descending=[True, False, True], nulls_last=True),
+        dict(by="s", maintain_order=True),
+    ],
+    ids=["asc", "desc-nulls-last", "stable"],
+)
+def test_sorts_keep_their_order_across_coalesced_ranges(
+    sort: dict[str, object], target: int
+) -> None:
+    q = _facts().lazy().sort(**sort)  # type: ignore[arg-type]
+    got, _ = _run(q, _config(target))
+    _same(got, q, ordered=True)
+
+
+def test_group_by_then_sort_then_cumulative_sum() -> None:
+    """The sort's stage is read pointwise beside a shuffle (the prefix plan): it keeps its
+    tasks, and the answer its order."""
+    q = (
+        _facts()
+        .lazy()
+        .group_by("k")
+        .agg(pl.col("i").sum())
+        .sort("k")
+        .with_columns(c=pl.col("i").cum_sum())
+        .with_row_index()
+    )
+    got, _ = _run(q, _config(12_000))
+    _same(got, q, ordered=True)
+
+
+def test_window_over_keys_keeps_row_order() -> None:
+    q = _facts().lazy().with_columns(w=pl.col("v").sum().over("k"), m=pl.col("i").max().over("k"))
+    got, report = _run(q, _config(10**9))
+    _same(got, q, ordered=True)
+    assert any("not coalesced" in line for line in report.adaptive), report.adaptive
+
+
+def test_distinct_after_shuffle() -> None:
+    q = _facts().lazy().select("k", "s").unique()
+    got, _ = _run(q, _config(12_000))
+    _same(got, q)
+
+
+def test_an_empty_join_side_skips_the_stage_but_keyless_aggregates_keep_their_row() -> None:
+    a = _facts().lazy()
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    inner = a.join(nothing, on="k")
+    keyed = inner.group_by("s").agg(pl.len(), pl.col("v").sum())
+    got, report = _run(keyed, _config(1))
+    _same(got, keyed)
+    assert any("skipped" in line for line in report.adaptive), report.adaptive
+    # Without keys the partial aggregate above the join emits a row per task: not skipped.
+    q = inner.select(pl.len(), pl.col("v").sum(), vmin=pl.col("v").min(), smax=pl.col("s").max())
+    got, _ = _run(q, _config(1))
+    _same(got, q)
+    assert got.height == 1
+    for how in ("left", "anti", "full"):  # an empty right side keeps every left row
+        q2 = a.join(nothing, on="k", how=how).group_by("s").agg(pl.len())  # type: ignore[arg-type]
+        got2, _ = _run(q2, _config(1))
+        _same(got2, q2)
+
+
+def test_an_empty_broadcast_side_skips_the_probe_scan() -> None:
+    a = _facts().lazy()
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    q = a.join(nothing, on="k").select("i", "name")
+    got, report = _run(q, _config(1, broadcast_join_threshold_bytes=10**9))
+    _same(got, q)
+    skipped = [line for line in report.adaptive if "skipped" in line]
+    assert skipped and "scan" in skipped[0], report.adaptive
+    left = a.join(nothing, on="k", how="left")  # every probe row stays: nothing skipped
+    got, report = _run(left, _config(1, broadcast_join_threshold_bytes=10**9))
+    _same(got, left)
+    assert not any("skipped" in line for line in report.adaptive)
+
+
+def test_duckdb_join_group_by_order_by() -> None:
+    con = duckdb.connect()
+    con.register("f", _facts().to_arrow())
+    con.register("d", _dims().to_arrow())
+    con.execute("CREATE TABLE facts AS SELECT * FROM f").fetchall()
+    con.execute("CREATE TABLE dims AS SELECT * FROM d").fetchall()
+    cfg = shoal.Config(**_config(12_000))  # type: ignore[arg-type]
+    for query in (
+        "SELECT name, s, count(*) AS n, sum(v) AS v FROM facts JOIN dims USING (k) "
+        "GROUP BY ALL ORDER BY name, s",
+        "SELECT k, count(*) AS n FROM facts LEFT JOIN dims USING (k) GROUP BY k "
+        "ORDER BY k NULLS FIRST",
+        "SELECT i, k, v FROM facts WHERE k IN (SELECT k FROM dims) ORDER BY i DESC",
+    ):
+        got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=cfg).pl()
+        want = con.sql(query).pl()
+        assert_frame_equal(got, want, check_exact=False)
+
+
+def test_group_buckets_and_targets() -> None:
+    assert adaptive.group_buckets([5, 5, 5, 5], [False] * 4, 10) == [[0, 1], [2, 3]]
+    assert adaptive.group_buckets([5, 50, 5, 0], [False, False, False, True], 10) == [
+        [0],
+        [1],
+        [2],
+    ]
+    assert adaptive.group_buckets([1, 1], [False, False], None) == [[0], [1]]
+    assert adaptive.group_buckets([1, 1], [True, True], 10) == []
+    mib = 1024 * 1024
+    assert adaptive.coalesce_target(100 * mib, 4, 128 * mib) == 25 * mib
+    assert adaptive.coalesce_target(mib, 4, 128 * mib) == adaptive.MIN_TASK_BYTES
+    assert adaptive.coalesce_target(10**12, 2, 128 * mib) == 128 * mib
+
+
+def test_window_over_a_coalesced_group_by() -> None:
+    """The window's shuffle stage follows a coalesced aggregation: its rows are routed back
+    to the partitions that ran, in order."""
+    q = (
+        _facts()
+        .lazy()
+        .group_by("k", "s")
+        .agg(pl.col("v").sum())
+        .with_columns(w=pl.col("v").sum().over("k"), r=pl.col("v").rank().over("k"))
+    )
+    got, report = _run(q, _config(12_000))
+    _same(got, q)
+    assert any("coalesced" in line for line in report.adaptive), report.adaptive
+
+
+@pytest.mark.parametrize("how", ["inner", "left", "semi", "anti", "right", "full"])
+def test_a_hash_join_whose_filtered_side_turns_out_small_runs_as_a_broadcast_join(
+    how: str,
+) -> None:
+    """The filtered side is estimated at a fifth of its table (over the threshold), and
+    holds a few rows: its join runs in the other side's partitions, never shuffled. A full
+    join cannot broadcast either side: it stays a hash join."""
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    left, right = (small, probe) if how == "right" else (probe, small)
+    q = left.join(right, on="k", how=how)  # type: ignore[arg-type]
+    cfg = _config(12_000, broadcast_join_threshold_bytes=8_000)
+    got, report = _run(q, cfg)
+    _same(got, q)
+    switched = [line for line in report.adaptive if "run as a broadcast join" in line]
+    assert bool(switched) == (how != "full"), report.adaptive
+    if switched:
+        skipped = [s for s in report.physical.stages if s.num_tasks == 0]
+        assert len(skipped) == 1 and "shuffle" in skipped[0].name
+    off, plain = _run(q, {**cfg, "adaptive": False})
+    _same(off, q)
+    assert plain.adaptive == ()
+
+
+def test_a_broadcast_switch_under_aggregation_and_sort() -> None:
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") < 40).group_by("k").agg(n=pl.len())
+    q = (
+        probe.join(small, on="k")
+        .group_by("s")
+        .agg(pl.col("n").sum(), pl.col("v").mean(), c=pl.len())
+        .sort("s")
+    )
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=4_000))
+    _same(got, q, ordered=True)
+    assert any("run as a broadcast join" in line for line in report.adaptive), report.adaptive
+
+
+def test_a_large_side_stays_a_hash_join() -> None:
+    probe = _facts(seed=1).lazy()
+    big = _facts(seed=2).lazy().filter(pl.col("i") % 2 == 0).select("k", w="v")
+    q = probe.join(big, on="k").group_by("k").agg(pl.len())
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
+    _same(got, q)
+    assert any("stays a hash join" in line for line in report.adaptive), report.adaptive
+
+
+def test_every_piece_is_released_after_adaptive_changes() -> None:
+    """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
+    skipped stage each release what no task reads any more."""
+    from shoal.planner.physical import plan_physical
+    from shoal.runners.dispatch import DispatchLoop
+    from shoal.runners.local import LocalBackend
+    from shoal.runners.session import conform
+    from shoal_polars.engine import to_ir
+
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    nothing = _dims().lazy().filter(pl.col("k") > 1000)
+    queries = [  # (query, broadcast_join_threshold_bytes)
+        (probe.join(small, on="k").group_by("s").agg(pl.len()).sort("s"), 8_000),
+        (probe.join(_dims().lazy(), on="k", how="semi").sort("i"), 0),
+        (probe.join(nothing, on="k").select("i", "name"), 10**9),
+    ]
+    backend = LocalBackend(2)
+    try:
+        for q, threshold in queries:
+            cfg = shoal.Config(**_config(12_000, broadcast_join_threshold_bytes=threshold))  # type: ignore[arg-type]
+            plan = to_ir(q)
+            loop = DispatchLoop(
+                plan_physical(plan, cfg, 2), backend, 4, cfg, adaptive=True, coalesce_bytes=12_000
+            )
+            got = pl.DataFrame(conform(backend.fetch(loop.run()), plan))
+            _same(got, q, ordered=True)
+            assert loop.adaptations, q
+            assert loop.ledger.held == 0, loop.adaptations
+    finally:
+        backend.close()
+
+
+def test_duckdb_filtered_side_turns_into_a_broadcast_join() -> None:
+    con = duckdb.connect()
+    con.register("f1", _facts(seed=1).to_arrow())
+    con.register("f2", _facts(seed=2).to_arrow())
+    con.execute("CREATE TABLE big AS SELECT * FROM f1").fetchall()
+    con.execute("CREATE TABLE other AS SELECT * FROM f2").fetchall()
+    cfg = shoal.Config(**_config(12_000, broadcast_join_threshold_bytes=8_000))  # type: ignore[arg-type]
+    query = (
+        "SELECT b.i, b.k, o.v AS w FROM big b LEFT JOIN (SELECT k, v FROM other "
+        "WHERE i % 97 = 3) o ON b.k = o.k ORDER BY b.i, w NULLS FIRST"
+    )
+    got = shoal.duckdb.sql(con, query, raise_on_fail=True, config=cfg).pl()
+    assert_frame_equal(got, con.sql(query).pl(), check_exact=False)
+    report = last_query()
+    assert report is not None
+    assert any("run as a broadcast join" in line for line in report.adaptive), report.adaptive
