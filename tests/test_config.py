@@ -148,7 +148,11 @@ def test_driver_config_changes_during_a_query_do_not_reach_its_tasks() -> None:
     assert _digests() == {cfg.digest()}
 
 
-def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_is_put_in_the_object_store_once_per_distinct_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not once per task; and a query under the same settings as an earlier one reuses that
+    query's object (issue 17), while a changed setting puts a new one."""
     import ray
 
     plan, _ = agg_sort_plan(frame())
@@ -164,6 +168,9 @@ def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(ray, "put", counting_put)
     shoal.execute(plan, runner="ray", config=config)
+    assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
+    assert [type(p).__name__ for p in puts].count("Config") == 0  # the first query's
+    shoal.execute(plan, runner="ray", config=config.replace(sort_sample_rows=91))
     assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
     assert [type(p).__name__ for p in puts].count("Config") == 1
 
