@@ -97,6 +97,20 @@ def test_every_ray_task_sees_the_query_snapshot_and_the_next_query_the_new_one()
     assert _digests() == {second.digest()}
 
 
+def test_a_config_snapshot_reused_across_queries_follows_every_change() -> None:
+    """The Ray runner keeps a config snapshot in the object store for the next query with
+    an equal config (issue 17): each query's tasks still run under its own settings, when
+    they change, change back, and stay the same."""
+    plan, expected = agg_sort_plan(frame())
+    seen = []
+    for rows in (77, 78, 77, 77, 79, 78):
+        with shoal.execution_config(default_partitions=5, sort_sample_rows=rows):
+            want = shoal.get_config().digest()
+            assert pl.from_arrow(shoal.execute(plan, runner="ray")).equals(expected)
+        seen.append(_digests() == {want})
+    assert all(seen), seen
+
+
 def test_execution_config_changes_the_plan_of_queries_inside_only() -> None:
     plan, _ = agg_sort_plan(frame())
     with shoal.execution_config(default_partitions=4, shuffle_partitions=3):
@@ -134,7 +148,11 @@ def test_driver_config_changes_during_a_query_do_not_reach_its_tasks() -> None:
     assert _digests() == {cfg.digest()}
 
 
-def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_is_put_in_the_object_store_once_per_distinct_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not once per task; and a query under the same settings as an earlier one reuses that
+    query's object (issue 17), while a changed setting puts a new one."""
     import ray
 
     plan, _ = agg_sort_plan(frame())
@@ -150,6 +168,9 @@ def test_config_is_put_in_the_object_store_once_per_query(monkeypatch: pytest.Mo
 
     monkeypatch.setattr(ray, "put", counting_put)
     shoal.execute(plan, runner="ray", config=config)
+    assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
+    assert [type(p).__name__ for p in puts].count("Config") == 0  # the first query's
+    shoal.execute(plan, runner="ray", config=config.replace(sort_sample_rows=91))
     assert len(last_query().task_stats) > 10  # type: ignore[union-attr]
     assert [type(p).__name__ for p in puts].count("Config") == 1
 

@@ -14,6 +14,7 @@ import pytest
 
 import shoal
 from shoal.config import Config
+from shoal.runners.ray_runner import CLUSTER_VIEW_TTL_S
 from shoal.runners.session import last_query
 from shoal.tpch.compare import assert_frames_match
 from shoal.tpch.queries import QUERIES, SORT_KEYS, scan_tables
@@ -70,22 +71,24 @@ def test_losing_a_worker_node_mid_query_still_gives_the_right_answer(cluster: ob
 
 
 def test_plans_are_sized_by_the_cluster_as_it_is_now(cluster: object) -> None:
-    """The planner sizes scans and shuffles by the cluster's CPUs, read per query (not the
-    driver's os.cpu_count()), so a node that joins gives the next query more partitions."""
+    """The planner sizes scans and shuffles by the cluster's CPUs, read again for a query
+    once the last read is CLUSTER_VIEW_TTL_S old (not the driver's os.cpu_count()), so a
+    node that joins gives the next query after that more partitions."""
     import ray
 
     c, _ = cluster  # type: ignore[misc]
     i = pl.int_range(200_000, eager=True)
     df = pl.DataFrame({"k": i * 7919 % 5_000, "v": (i * 31 % 1000).cast(pl.Float64)})
     plan, expected = agg_sort_plan(df)
+    got = shoal.execute(plan, runner="ray")  # connects to the cluster when run alone
     before = int(ray.cluster_resources()["CPU"])
-    got = shoal.execute(plan, runner="ray")
     assert pl.from_arrow(got).equals(expected)
     report = last_query()
     assert report is not None
     assert (report.physical.cpus, report.physical.cpus_source) == (before, "cluster")
     c.add_node(num_cpus=6)
     c.wait_for_nodes()
+    time.sleep(CLUSTER_VIEW_TTL_S)  # the runner reads the cluster's size at most this often
     got = shoal.execute(plan, runner="ray")
     assert pl.from_arrow(got).equals(expected)
     report = last_query()

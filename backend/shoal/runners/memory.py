@@ -138,14 +138,16 @@ class MemoryReport:
     not_split: list[tuple[int, int, str]] = field(default_factory=list)
 
 
-def default_max_bytes_held(runner: str) -> int:
+def default_max_bytes_held(runner: str, store: int | None = None) -> int:
     """The backpressure limit when ``Config.max_bytes_held`` is unset, in bytes: half the
-    Ray cluster's object store memory (Ray runner), else a quarter of this machine's
-    physical memory (local runner, whose outputs live in the driver's heap)."""
+    Ray cluster's object store memory (Ray runner; ``store`` when given, as the runner last
+    read it, else asked of Ray now), else a quarter of this machine's physical memory
+    (local runner, whose outputs live in the driver's heap)."""
     if runner == "ray":
-        import ray
+        if store is None:
+            import ray
 
-        store = ray.cluster_resources().get("object_store_memory")
+            store = ray.cluster_resources().get("object_store_memory")
         if store:
             return int(store) // 2
     try:

@@ -3,7 +3,8 @@
 Each task returns ``1 + num_outputs`` objects: its :class:`~shoal.execution.kernel.TaskStats`
 (small, fetched by the driver) and one Arrow table per output partition, which stay in the
 object store until a downstream task reads them (zero-copy on the same node). The query's
-config snapshot is ``ray.put`` once per query and every task installs it first.
+config snapshot is ``ray.put`` once per distinct config (queries under the same settings
+share one object) and every task installs it first.
 """
 
 from __future__ import annotations
@@ -41,6 +42,62 @@ CANCEL_GRACE_S = 1.0
 #: Seconds to read what a finished task left (it is ready: this only bounds a busy driver;
 #: ``timeout=0`` can give up before even an inline error is read).
 READ_TIMEOUT_S = 5.0
+#: Seconds a :class:`ClusterView` trusts its last read of the cluster's nodes: a node that
+#: joins (or leaves) is seen by the first query planned this long after the change.
+CLUSTER_VIEW_TTL_S = 2.0
+#: Config snapshots a :class:`RayBackend` keeps in the object store for reuse.
+CONFIG_CACHE_SIZE = 8
+
+
+class ClusterView:
+    """The Ray cluster's size as a query's planning needs it (CPUs, object store), read at
+    most once per ``ttl_s``.
+
+    Each read is a round trip to Ray's GCS (``ray.nodes()``: 1-13 ms measured on a loaded
+    2-core machine), which every query paid three times (the plan's size, the task CPU
+    check, the object store for backpressure). ``read_nodes`` returns Ray's node list
+    (``ray.nodes()``: dicts with ``Alive`` and ``Resources``); ``clock`` is a monotonic
+    clock in seconds (injectable for tests). A stale view only sizes a plan for the cluster
+    as it was up to ``ttl_s`` ago (a joining node gets tasks at once, Ray schedules them;
+    it counts in the plan's partition count from the next read); the one decision that
+    must not be stale, refusing tasks that no node can run, reads again first
+    (:meth:`RayBackend.begin_query`)."""
+
+    def __init__(
+        self,
+        read_nodes: Callable[[], list[dict[str, Any]]],
+        ttl_s: float = CLUSTER_VIEW_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read_nodes = read_nodes
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._read_at: float | None = None
+        self._total = self._largest = self._store = 0.0
+
+    def _refresh(self, fresh: bool) -> None:
+        now = self._clock()
+        if fresh or self._read_at is None or now - self._read_at >= self._ttl_s:
+            alive = [n.get("Resources", {}) for n in self._read_nodes() if n.get("Alive")]
+            cpus = [float(r.get("CPU", 0.0)) for r in alive]
+            self._total = sum(cpus)
+            self._largest = max(cpus, default=0.0)
+            self._store = sum(float(r.get("object_store_memory", 0.0)) for r in alive)
+            self._read_at = now
+
+    def cpus(self, fresh: bool = False) -> tuple[float, float]:
+        """``(total, largest)``: the CPUs of all alive nodes together and of the largest
+        one, read again when older than ``ttl_s`` or when ``fresh``."""
+        with self._lock:
+            self._refresh(fresh)
+            return self._total, self._largest
+
+    def object_store_bytes(self) -> int:
+        """The object store memory of all alive nodes together, in bytes (0: unknown)."""
+        with self._lock:
+            self._refresh(False)
+            return int(self._store)
 
 
 class _OwnerThread:
@@ -411,26 +468,52 @@ class RayBackend:
         #: CPUs per task of recent queries, by their config snapshot's object id (a query's
         #: ``task_cpus`` may differ from the runner's: ``execution_config(task_cpus=4)``).
         self._query_cpus: dict[str, int] = {}
+        self.cluster = ClusterView(ray.nodes)
+        #: Config snapshots in the object store, newest last: ``(config, handle)``.
+        self._configs: list[tuple[Config, Any]] = []
+
+    def cluster_cpus(self) -> int:
+        """The CPUs of the cluster's alive nodes together (at least 1), as of at most
+        :data:`CLUSTER_VIEW_TTL_S` ago (see :class:`ClusterView`)."""
+        return max(1, int(self.cluster.cpus()[0]))
+
+    def object_store_bytes(self) -> int:
+        """The object store memory of the cluster's alive nodes together (0: unknown), as
+        of at most :data:`CLUSTER_VIEW_TTL_S` ago."""
+        return self.cluster.object_store_bytes()
 
     def begin_query(self, config: Config) -> Any:
-        """Put the query's config snapshot in the object store: once per query.
+        """Put the query's config snapshot in the object store, or reuse the object of an
+        earlier query with an equal config (a config changed between queries is a new
+        object: its tasks get the new settings, and each task checks the snapshot's hash).
 
         Raises :class:`shoal.ShoalError` before any task when no alive node of the cluster
         has ``config.task_cpus`` CPUs: Ray would keep such tasks pending forever."""
-        largest = max(
-            (n["Resources"].get("CPU", 0.0) for n in self._ray.nodes() if n.get("Alive")),
-            default=0.0,
-        )
+        largest = self.cluster.cpus()[1]
+        if config.task_cpus > largest + 1e-9:
+            largest = self.cluster.cpus(fresh=True)[1]  # a node may have joined since
         if config.task_cpus > largest + 1e-9:
             raise ShoalError(
                 f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
                 f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
                 "never be scheduled"
             )
-        handle = self._ray.put(config)
+        handle = None
+        for i, (cached, ref) in enumerate(self._configs):
+            if cached == config:
+                handle = ref
+                self._configs.append(self._configs.pop(i))
+                break
+        if handle is None:
+            handle = self._ray.put(config)
+            self._configs.append((config, handle))
+            if len(self._configs) > CONFIG_CACHE_SIZE:
+                del self._configs[0]
+        key = handle.hex()
+        self._query_cpus.pop(key, None)  # newest last: the first is the one to drop
         if len(self._query_cpus) > 256:
             self._query_cpus.pop(next(iter(self._query_cpus)))
-        self._query_cpus[handle.hex()] = config.task_cpus
+        self._query_cpus[key] = config.task_cpus
         return handle
 
     def submit(self, task: TaskSpec) -> Any:
@@ -545,3 +628,4 @@ class RayBackend:
 
     def close(self) -> None:
         self._outputs.clear()
+        self._configs.clear()

@@ -156,8 +156,8 @@ def _check_same_runner(kind: str, config: Config) -> None:
 
 
 def running_cpus(config: Config) -> int | None:
-    """The CPUs of ``config``'s runner if it is running (Ray: the cluster's, read now),
-    else None."""
+    """The CPUs of ``config``'s runner if it is running (Ray: the cluster's alive nodes',
+    read at most :data:`~shoal.runners.ray_runner.CLUSTER_VIEW_TTL_S` ago), else None."""
     with _lock:
         if config.runner not in _backends:
             return None
@@ -166,6 +166,9 @@ def running_cpus(config: Config) -> int | None:
 
 def _cpus(config: Config) -> int:
     if config.runner == "ray":
+        backend = _backends.get("ray")
+        if backend is not None:  # cached for a moment: see ray_runner.ClusterView
+            return int(backend.cluster_cpus())
         import ray
 
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -204,8 +207,8 @@ def _start(
     ends or the query does)."""
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
-    # Sized by the cluster as it is now (an autoscaled cluster may have grown since the
-    # last query), not by the driver's CPUs.
+    # Sized by the cluster as it is now, give or take CLUSTER_VIEW_TTL_S (an autoscaled
+    # cluster may have grown since the last query), not by the driver's CPUs.
     cpus = _cpus(config)
     with tracer.span("plan") if tracer else NO_SPAN:
         if isinstance(plan, list):
@@ -216,13 +219,17 @@ def _start(
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
     held = config.max_bytes_held
+    if held is None:
+        read_store = getattr(backend, "object_store_bytes", None)  # cached: see ClusterView
+        store = read_store() if read_store is not None else None
+        held = default_max_bytes_held(config.runner, store or None)
     loop = DispatchLoop(
         physical,
         backend,
         limit,
         config,
         tracer,
-        max_bytes_held=default_max_bytes_held(config.runner) if held is None else held,
+        max_bytes_held=held,
         max_task_input_bytes=config.max_task_input_bytes,
         cancel=cancel,
         adaptive=config.adaptive,
