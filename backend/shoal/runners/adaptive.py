@@ -178,6 +178,39 @@ def coalesce_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
     return _fragment_blocker(stage, plan) or retask_blocker(plan, stage)
 
 
+def range_sort_stage(plan: PhysicalPlan, split: Stage) -> tuple[Stage, int] | str | None:
+    """For ``split``, the range-split stage of a sort (it reads its sampled stage pointwise
+    and range-partitions it for one sort stage, which reads its buckets): that sort stage
+    and the index of its input reading ``split``, when the sort may instead run as one task
+    reading every piece of the sampled stage; a string saying why not; None when ``split``
+    is no such stage.
+
+    Exact where coalescing every bucket of ``split`` into one task of the sort stage is
+    (:func:`coalesce_blocker`): equal keys share a range bucket, so one task reading the
+    buckets in order sees tied rows in the sampled stage's partition order, as it does
+    reading that stage's pieces in partition order; the same sort then gives the same rows
+    in the same order."""
+    if not isinstance(split.output, RangeOutput) or split.boundaries_from is None:
+        return None
+    if len(split.inputs) != 1 or split.inputs[0].mode != "pointwise":
+        return None
+    if split.inputs[0].stage != split.boundaries_from:
+        return None
+    consumers = plan.consumers(split.id)
+    if len(consumers) != 1:
+        return "its buckets are read by several stages"
+    sort = consumers[0]
+    reads = [i for i, spec in enumerate(sort.inputs) if split.id in spec.stages]
+    if len(reads) != 1 or sort.inputs[reads[0]].mode != "bucket":
+        return f"stage {sort.id} does not read its buckets alone"
+    if sum(spec.mode == "bucket" for spec in sort.inputs) != 1:
+        return f"stage {sort.id} reads another shuffle"
+    why = coalesce_blocker(plan, sort)
+    if why is not None:
+        return why
+    return sort, reads[0]
+
+
 def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
     """Bytes of input one coalesced task is given: ``total / cpus`` (every CPU busy), at
     least :data:`MIN_TASK_BYTES`, at most ``target_partition_bytes``."""

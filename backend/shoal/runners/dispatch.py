@@ -671,6 +671,8 @@ class DispatchLoop:
                 self._note(f"{label}: {tasks} task(s) skipped: input from {ins} is empty")
                 return
             self._note(f"{label}: input from {ins} is empty, not skipped: {why}")
+        if self.coalesce_bytes is not None and self._sort_in_one_task(st):
+            return
         bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
         if not bucket_inputs:
             return
@@ -711,6 +713,39 @@ class DispatchLoop:
             what += f"; {len(skipped)} empty bucket(s) skipped"
         self._retask(stage, len(groups), what)
         self._note(f"{label}: {what}")
+
+    def _sort_in_one_task(self, st: _StageState) -> bool:
+        """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
+        its sampled stage gave no more bytes than one coalesced task is given: run no task
+        of it; its sort stage runs as one task reading every piece of the sampled stage, in
+        partition order. Whether it did so."""
+        stage = st.stage
+        found = adapt.range_sort_stage(self.plan, stage)
+        if found is None:
+            return False
+        assert self.coalesce_bytes is not None
+        src = self.states[stage.inputs[0].stage]
+        total = sum(s.bytes_out for s in src.stats.values())
+        target = adapt.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
+        if total > target:
+            return False
+        label = f"stage {stage.id} [{stage.name}]"
+        if isinstance(found, str):
+            self._note(f"{label}: kept for a small input ({adapt.size(total)}): {found}")
+            return False
+        sort, index = found
+        planned, tasks = sort.num_tasks, stage.num_tasks
+        self._retask(sort, 1, "sorts its input in one task")
+        spec = sort.inputs[index]
+        direct = replace(spec, stage=src.stage.id, mode="all", more=())
+        sort.inputs = tuple(direct if i == index else s for i, s in enumerate(sort.inputs))
+        self._retask(stage, 0, "skipped: its sort runs in one task")
+        self._note(
+            f"{label}: {tasks} task(s) skipped: stage {src.stage.id} gave "
+            f"{adapt.size(total)} (at most {adapt.size(target)} for one task); stage "
+            f"{sort.id} [{sort.name}] sorts it in 1 task (planned {planned}), no range split"
+        )
+        return True
 
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
