@@ -20,6 +20,9 @@ same rows:
   than ``target_partition_bytes``), so a shuffle of a few KiB runs as one task and a large
   one keeps every CPU busy. Off when ``shuffle_partitions`` is set (the user asked for
   that many partitions).
+* **a small sort in one task**: when a sort's sampled stage gave at most one coalesced
+  task's bytes, its range split runs no task and the sort stage one task over every piece
+  of the sampled stage (:func:`range_sort_stage`).
 
 Where a stage's task count changes, the stages that follow its partitions one by one
 (pointwise or concatenated inputs) change with it. What may not be re-planned is left as
