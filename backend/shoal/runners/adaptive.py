@@ -214,6 +214,36 @@ def range_sort_stage(plan: PhysicalPlan, split: Stage) -> tuple[Stage, int] | st
     return sort, reads[0]
 
 
+#: Operators that give no more rows than they read: a stage made of these only, over
+#: inputs that fit one task, gives an output that fits one task too.
+_NOT_GROWING = (StageInput, Aggregate, Distinct, Filter, Project, Slice)
+
+
+def fuse_into_sort(
+    sort: Stage, index: int, source: Stage
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]] | None:
+    """The sort stage's new fragment and inputs once ``source`` (the sampled stage, now one
+    task) runs in it: ``source``'s inputs first, its fragment in place of the sort's input
+    ``index`` (the range split), then the sort's other inputs. None when ``source``'s
+    fragment may give more rows than it reads (a join, an explode: then its output may not
+    fit one task)."""
+    if not all(isinstance(n, _NOT_GROWING) for n in source.fragment.walk()):
+        return None
+    offset = len(source.inputs)
+    kept = [i for i in range(len(sort.inputs)) if i != index]
+    moved = {old: offset + k for k, old in enumerate(kept)}
+
+    def swap(node: PlanNode) -> PlanNode | None:
+        if isinstance(node, StageInput):
+            if node.index == index:
+                return source.fragment
+            return replace(node, index=moved[node.index])
+        return None
+
+    inputs = (*source.inputs, *(sort.inputs[i] for i in kept))
+    return transform(sort.fragment, swap), inputs
+
+
 def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
     """Bytes of input one coalesced task is given: ``total / cpus`` (every CPU busy), at
     least :data:`MIN_TASK_BYTES`, at most ``target_partition_bytes``."""

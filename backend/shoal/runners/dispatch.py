@@ -158,6 +158,8 @@ class _StageState:
     #: Adaptive execution: the buckets task ``p`` reads (``buckets[p]``), when they are not
     #: one per task as planned (coalesced or skipped; see :mod:`shoal.runners.adaptive`).
     buckets: list[list[int]] | None = None
+    #: Re-planned already (a stage that took its sampled stage's fragment and buckets).
+    adapted: bool = False
 
     @property
     def finished(self) -> bool:
@@ -281,7 +283,7 @@ class DispatchLoop:
             if st.stage.id in self._held:  # its hash join may become a broadcast join
                 continue
             if st.output is None:
-                if self.adaptive:
+                if self.adaptive and not st.adapted:
                     self._adapt(st)
                     if not st.undispatched:  # it runs no task
                         continue
@@ -713,6 +715,8 @@ class DispatchLoop:
             what += f"; {len(skipped)} empty bucket(s) skipped"
         self._retask(stage, len(groups), what)
         self._note(f"{label}: {what}")
+        if len(groups) == 1 and self.coalesce_bytes is not None:
+            self._fuse_sort(st, total)
 
     def _sort_in_one_task(self, st: _StageState) -> bool:
         """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
@@ -746,6 +750,39 @@ class DispatchLoop:
             f"{sort.id} [{sort.name}] sorts it in 1 task (planned {planned}), no range split"
         )
         return True
+
+    def _fuse_sort(self, st: _StageState, total: int) -> None:
+        """``st`` now runs as one task: when it is the sampled stage of a sort that may run
+        as one task (:func:`adaptive.range_sort_stage`) and its fragment gives no more
+        rows than it reads (:func:`adaptive.fuse_into_sort`), its fragment runs in the
+        sort stage's one task, over the same buckets; it and the range split run no
+        task."""
+        stage = st.stage
+        consumers = self.plan.consumers(stage.id)
+        if len(consumers) != 1:
+            return
+        split = consumers[0]
+        found = adapt.range_sort_stage(self.plan, split)
+        if not isinstance(found, tuple) or split.boundaries_from != stage.id:
+            return
+        sort, index = found
+        fused = adapt.fuse_into_sort(sort, index, stage)
+        if fused is None:
+            return
+        planned = sort.num_tasks
+        self._retask(sort, 1, "runs its sampled stage and sorts in one task")
+        sort.fragment, sort.inputs = fused
+        sort.est_bytes += stage.est_bytes
+        sort.name = f"{stage.name.removesuffix('+sample')}+sort"
+        sort_state = self.states[sort.id]
+        sort_state.buckets, sort_state.adapted = st.buckets, True
+        stage.inputs, stage.scan_partitions = (), None
+        self._retask(stage, 0, f"runs in stage {sort.id}")  # the range split follows
+        self._note(
+            f"stage {stage.id} and stage {split.id} [range-split] run in stage {sort.id} "
+            f"[{sort.name}]: 1 task (planned {planned}) over {adapt.size(total)}, no sample "
+            f"or range split"
+        )
 
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
