@@ -119,3 +119,73 @@ def test_weighted_samples_give_balanced_ranges():
     assert len(counts) == 4
     assert max(counts) <= 1.1 * everything.height / 4, counts
     assert min(counts) >= 0.9 * everything.height / 4, counts
+
+
+# -- the hash exchange's split (issue 17: no second pass, one hash per key) --------------
+
+
+def _hash_parts(df: pl.DataFrame, keys: list[str], n: int) -> list[pl.DataFrame]:
+    from shoal.execution.kernel import _split_hash
+    from shoal.planner.physical import HashOutput
+
+    spec = HashOutput(tuple(Col(k, DataType.from_polars(df.schema[k])) for k in keys), n)
+    return _split_hash(df, spec)
+
+
+def test_hash_split_keeps_every_row_once_in_order_and_each_key_in_one_bucket():
+    """Nulls, NaN, -0.0 and 0.0, duplicates and several keys: the buckets hold every row
+    once, each bucket keeps the input order, and rows that Polars' join and group-by treat
+    as equal (a group of native ``group_by``) land in one bucket."""
+    a = [None, 1, 2, 2, None, 3, 1, 7, 7, 7] * 5
+    f = [0.0, -0.0, float("nan"), None, 1.5, -0.0, float("nan"), 0.0, None, 2.5] * 5
+    s = ["x", None, "y", "x", "", None, "z", "y", "x", ""] * 5
+    df = pl.DataFrame({"a": a, "f": f, "s": s}).with_row_index("i")
+    for keys in (["a"], ["f"], ["s"], ["a", "f", "s"], ["s", "a"]):
+        for n in (1, 3, 8):
+            parts = _hash_parts(df, keys, n)
+            assert len(parts) == n
+            assert all(p.columns == df.columns for p in parts)
+            got = pl.concat(parts)
+            assert sorted(got["i"].to_list()) == df["i"].to_list()
+            for p in parts:
+                assert p["i"].to_list() == sorted(p["i"].to_list())  # input order kept
+            bucket = {i: b for b, p in enumerate(parts) for i in p["i"].to_list()}
+            groups = df.group_by(keys).agg(pl.col("i"))["i"].to_list()
+            for members in groups:
+                assert len({bucket[i] for i in members}) == 1, (keys, n, members)
+
+
+def test_hash_split_matches_join_keys_of_both_sides():
+    """A join's two sides, split separately (different row orders, duplicates, an empty
+    side), put matching keys in the same bucket: the union of per-bucket joins is the
+    native join."""
+    left = pl.DataFrame({"k": [1, 2, 3, None, 2, 5, 8, 13, 21, 2], "lv": range(10)})
+    right = pl.DataFrame({"k": [2, 21, None, 1, 1, 34, 8, 2], "rv": range(8)})
+    want = left.join(right, on="k").sort("lv", "rv")
+    for n in (2, 5):
+        lp, rp = _hash_parts(left, ["k"], n), _hash_parts(right, ["k"], n)
+        got = pl.concat([lpart.join(rpart, on="k") for lpart, rpart in zip(lp, rp, strict=True)])
+        assert got.sort("lv", "rv").equals(want)
+        empty = _hash_parts(right.clear(), ["k"], n)
+        assert [p.height for p in empty] == [0] * n
+
+
+def test_hash_split_parts_travel_without_their_neighbours_strings():
+    """Each part of a hash split pickles (as the object store stores it) at about its own
+    size: a slice of a shared string-view buffer would carry the strings of the parts
+    before it (the last of 8 parts about 8 times its size)."""
+    import pickle
+
+    n = 20_000
+    df = pl.DataFrame(
+        {
+            "k": list(range(n)),
+            "s": [f"a string longer than twelve bytes, number {i}" for i in range(n)],
+        }
+    )
+    for part in _hash_parts(df, ["k"], 8):
+        table = part.to_arrow()
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(table, protocol=5, buffer_callback=buffers.append)
+        size = len(head) + sum(memoryview(b).nbytes for b in buffers)
+        assert size < 1.5 * table.nbytes + 4096, (part.height, table.nbytes, size)

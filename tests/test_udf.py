@@ -98,13 +98,14 @@ class Slow:
     """Sleeps per batch; appends a line to ``marker`` per batch it begins (for the Ctrl-C
     tests: the file exists once it is working, and counts the batches that ran)."""
 
-    def __init__(self, marker: str) -> None:
+    def __init__(self, marker: str, delay_s: float = 0.25) -> None:
         self.marker = marker
+        self.delay_s = delay_s
 
     def __call__(self, a: pl.Series) -> pl.Series:
         with Path(self.marker).open("a") as f:  # one line per batch begun
             f.write("batch\n")
-        time.sleep(0.25)
+        time.sleep(self.delay_s)
         return a
 
 
@@ -427,7 +428,8 @@ def test_local_udf_error_names_the_udf_with_its_traceback() -> None:
 @pytest.mark.usefixtures("local_gpus")
 def test_local_ctrl_c_leaves_no_worker_process(tmp_path: Path) -> None:
     marker = tmp_path / "working"
-    lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker)), inputs="a", output="b")
+    # 40 batches of 1 s each: run to its end, the query would take 20 s on two workers.
+    lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker), 1.0), inputs="a", output="b")
     t = interrupt_when(marker)
     with pytest.raises(KeyboardInterrupt):
         lf.collect(engine=_local(40))

@@ -137,7 +137,8 @@ def test_ray_udf_error_names_the_udf_and_leaves_no_actor() -> None:
 
 def test_ray_ctrl_c_leaves_no_actor(tmp_path: Path) -> None:
     marker = tmp_path / "working"
-    lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker)), inputs="a", output="b")
+    # 40 batches of 1 s each: run to its end, the query would take 20 s or more.
+    lf = frame(4000).lazy().shoal.with_udf(Slow.with_init(str(marker), 1.0), inputs="a", output="b")
     t = interrupt_when(marker)
     with pytest.raises(KeyboardInterrupt):
         lf.collect(engine=_ray(40))

@@ -30,6 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pyarrow as pa
+
 from shoal.ir.expr import Expr
 from shoal.ir.nodes import AsofJoin, AsofStrategy, Sort
 from shoal.ir.types import BOOL, Schema
@@ -75,6 +77,10 @@ def _asof_join(t: Translator, op: dict[str, Any]) -> Rel:
         dt = lx.dtype
         if not (dt.is_numeric or dt.is_temporal or dt.is_string):
             t.error(where, f"an inequality on {dt} keys is not supported")
+    for lx, _ in by:
+        if pa.types.is_nested(lx.dtype.arrow):
+            # The kernel's as-of join cannot match on STRUCT or LIST keys.
+            t.error(where, f"an equality on {lx.dtype} keys is not supported")
     if t.errors:
         raise _Failed()
     (lon, ron, cmp) = on[0]

@@ -30,6 +30,16 @@ _POLARS: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"overflow in decimal addition"),
         "Out of Range Error: Overflow in HUGEINT addition (a sum that does not fit in DECIMAL(38))",
     ),
+    # DECIMAL(38) results are computed in the kernel's DECIMAL(38) unchecked
+    # (exprs._arith): Polars raises where the exact result does not fit, as DuckDB does.
+    (
+        re.compile(r"overflow in decimal subtraction"),
+        "Out of Range Error: Overflow in subtract of DECIMAL(38)",
+    ),
+    (
+        re.compile(r"overflow in decimal multiplication"),
+        "Out of Range Error: Overflow in multiplication of DECIMAL(38)",
+    ),
 )
 
 

@@ -218,9 +218,22 @@ def duck_cast(
         raise Unsupported("cast of a floating-point number to VARCHAR (DuckDB's number format)")
     if target.is_string and pa.types.is_null(src.arrow):
         return lit(None, target)
+    if target.is_string and _is_nested(src):
+        raise Unsupported("cast of a LIST or STRUCT to VARCHAR (DuckDB's text form)")
+    if _moves_fields(src.arrow, target.arrow):
+        # DuckDB matches STRUCT fields by name; the kernel's cast by position refuses
+        # other names (or fields in another order with other types).
+        raise Unsupported("a STRUCT cast that reorders or renames fields")
+    if not pa.types.is_null(src.arrow) and _shape(src) != _shape(target):
+        # Text parsed as a LIST or STRUCT literal, or a value DuckDB refuses to cast
+        # (a number or a STRUCT to a LIST: ConversionException): the kernel has neither;
+        # DuckDB computes it in the tasks.
+        raise Unsupported(f"cast of {physical_name(src)} to {physical_name(target)}")
     if target.is_string and (_is_timestamp(e) or pa.types.is_time(src.arrow)):
         return _temporal_text(e)
     if _is_timestamp(e) and pa.types.is_timestamp(target.arrow):
+        if target.arrow.unit == "ns" and src.arrow.unit != "ns":
+            return _to_nanoseconds(e, target, try_cast)
         return _round_timestamp(e, target)
     if src.is_string and pa.types.is_time(target.arrow):
         # Polars cannot cast text to TIME at all (and its TIME ends before DuckDB's
@@ -256,6 +269,27 @@ def duck_cast(
     if source_column:
         parts.append(f" when casting from source column {source_column}")
     return Ternary(failed, fail_where(failed, parts, target), out, target)
+
+
+def _shape(dtype: DataType) -> str:
+    """``struct``, ``list`` or ``scalar``: casts between different shapes are DuckDB's
+    (text parsed as a LIST or STRUCT) or fail there (ConversionException)."""
+    if pa.types.is_struct(dtype.arrow):
+        return "struct"
+    return "list" if _is_nested(dtype) else "scalar"
+
+
+def _moves_fields(src: pa.DataType, target: pa.DataType) -> bool:
+    """Whether a cast of ``src`` to ``target`` pairs STRUCT fields of different names
+    (at any depth: inside LISTs and STRUCTs too)."""
+    if pa.types.is_struct(src) and pa.types.is_struct(target):
+        if [f.name for f in src] != [f.name for f in target]:
+            return True
+        return any(_moves_fields(a.type, b.type) for a, b in zip(src, target, strict=True))
+    lists = (pa.types.is_list, pa.types.is_large_list, pa.types.is_fixed_size_list)
+    if any(k(src) for k in lists) and any(k(target) for k in lists):
+        return _moves_fields(src.value_type, target.value_type)
+    return False
 
 
 def _enum_name(dtype: DataType) -> str:
@@ -418,6 +452,20 @@ def _round_timestamp(x: Expr, target: DataType) -> Expr:
         compare("lt", v, lit(0, INT64)), fn("neg", [magnitude], INT64), magnitude, INT64
     )
     return cast(cast(rounded, x.dtype), target)
+
+
+def _to_nanoseconds(x: Expr, target: DataType, try_cast: bool) -> Expr:
+    """A TIMESTAMP (seconds to microseconds) as TIMESTAMP_NS, whose 64-bit nanoseconds end
+    in 1677 and 2262: beyond them DuckDB raises ``ConversionException`` (``TRY_CAST``:
+    NULL)."""
+    stored = _PER_SECOND[str(getattr(x.dtype.to_polars(), "time_unit", "us"))]
+    limit = (2**63 - 1) // (_PER_SECOND["ns"] // stored)
+    over = compare("gt", fn("abs", [cast(x, INT64)], INT64), lit(limit, INT64))
+    widened = cast(x, target, strict=False)
+    if try_cast:
+        return Ternary(over, lit(None, target), widened, target)
+    message = ["Conversion Error: Could not convert Timestamp to higher precision."]
+    return Ternary(over, fail_where(over, message, target), widened, target)
 
 
 def _integer_digits(dtype: DataType) -> int | None:
@@ -749,6 +797,10 @@ def rtype(e: dict[str, Any]) -> DataType:
 def _ref(t: ExprTranslator, e: dict[str, Any]) -> Expr:
     col = t.ref(int(e["index"]))
     want = rtype(e)
+    if _moves_fields(col.dtype.arrow, want.arrow):
+        # DuckDB's optimizer typed the column as a STRUCT with fields in another order
+        # (a cast it folded in): matched by name, as duck_cast does.
+        return duck_cast(col, want)
     return col if col.dtype == want else cast(col, want)
 
 
@@ -1242,7 +1294,10 @@ def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
         exact = binop(op, cast(a, wide), cast(b, wide), wide)
         digits = int(dtype.arrow.precision) - _scale(dtype)
         if digits >= 38 - _scale(dtype):
-            return cast(exact, dtype)
+            # The result is the kernel's DECIMAL(38): Polars raises where it overflows
+            # (errors.py maps that to DuckDB's OutOfRangeException). An operand with more
+            # integer digits than the result's must not fail its widening cast first.
+            return _guard_widening(op, a, b, dtype)
         bound = lit(decimal.Decimal(10) ** digits, wide)
         over = compare("ge", fn("abs", [exact], wide), bound)
         word, sym = _OP_WORDS[op]
@@ -1282,6 +1337,21 @@ def _arith(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
         )
         return Ternary(over, fail, cast(exact, dtype, strict=False), dtype)
     return binop(op, cast(a, dtype), cast(b, dtype), dtype)
+
+
+def _guard_widening(op: str, a: Expr, b: Expr, dtype: DataType) -> Expr:
+    """``a op b`` in the DECIMAL(38) ``dtype``: both sides widened to its scale, where
+    Polars raises on overflow (``errors.py`` maps that to DuckDB's OutOfRangeException).
+
+    Raises :class:`Unsupported` (DuckDB computes it in the tasks) when an operand has
+    more integer digits than ``dtype`` holds: its widening could fail where DuckDB's
+    product does not (``10**36 * 0.01``)."""
+    room = 38 - _scale(dtype)
+    for x in (a, b):
+        if x.dtype.is_decimal and int(x.dtype.arrow.precision) - _scale(x.dtype) > room:
+            raise Unsupported(f"DECIMAL(38) {_OP_WORDS[op][0]} of {x.dtype} into {dtype}")
+    wide = _decimal(38, _scale(dtype))
+    return cast(binop(op, cast(a, wide), cast(b, wide), wide), dtype)
 
 
 @_register("+", "add")
@@ -1670,7 +1740,7 @@ def _struct_extract(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Ex
     return cast(struct_field(x, index), dtype)
 
 
-@_register("struct_pack")
+@_register("struct_pack", "row")
 def _struct_pack(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     """``{'a': x, 'b': y}`` and ``struct_pack(a := x, b := y)``: the field names and types
     are those DuckDB bound (the result type)."""
@@ -2484,9 +2554,11 @@ def strftime_format(fmt: str) -> str:
 def _strftime(t: ExprTranslator, e: dict[str, Any], dtype: DataType) -> Expr:
     x, f = _args(t, e)
     raw_format = str(_const(f, "the strftime format"))
+    if "%z" in raw_format or "%Z" in raw_format:
+        # A zone: DuckDB's text for naive values (an empty zone) and for TIMESTAMPTZ
+        # differs from the kernel's, which refuses naive values.
+        raise Unsupported("strftime() with %z or %Z")
     if is_tstz(x.dtype):
-        if "%z" in raw_format or "%Z" in raw_format:
-            raise Unsupported("strftime() of a TIMESTAMP WITH TIME ZONE with %z or %Z")
         x = local_time(x)
     if _is_date(x):  # DuckDB formats a DATE as its midnight (%H is 00)
         x = cast(x, TIMESTAMP_US)

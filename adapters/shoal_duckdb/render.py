@@ -128,6 +128,8 @@ def sql_type(t: dict[str, Any]) -> str:
         if not fields or any(not c["first"] for c in info["child_types"]):
             raise CannotRender("a STRUCT type without field names")
         return f"STRUCT({', '.join(fields)})"
+    if tid == "TUPLE" and info.get("child_types"):
+        return f"TUPLE({', '.join(sql_type(c['second']) for c in info['child_types'])})"
     if tid == "MAP":
         entry = info["child_type"]["type_info"]["child_types"]
         return f"MAP({sql_type(entry[0]['second'])}, {sql_type(entry[1]['second'])})"
@@ -174,9 +176,7 @@ def sql_constant(v: dict[str, Any]) -> str:
         return "NULL"
     name = sql_type(t) if tid != "TUPLE" else ""
     if v.get("is_null"):
-        if tid == "TUPLE":
-            raise CannotRender("a NULL of an unnamed STRUCT type")
-        return f"CAST(NULL AS {name})"
+        return f"CAST(NULL AS {name or sql_type(t)})"
     raw: Any = v["value"]
     info = t.get("type_info") or {}
     if tid == "BOOLEAN":

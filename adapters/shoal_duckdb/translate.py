@@ -12,12 +12,15 @@ translated is recorded and translation goes on, so that one
 from __future__ import annotations
 
 import contextlib
+import decimal
+import itertools
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import duckdb
+import numpy as np
 import polars as pl
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -57,6 +60,7 @@ from shoal_duckdb.exprs import (
     compare,
     comparison_op,
     duck_cast,
+    fail_where,
     fn,
     is_not_null,
     is_null,
@@ -154,6 +158,15 @@ class Translator:
         except Exception:  # a DuckDB release without the setting: IEEE semantics
             ieee = []
         self.ieee_floating_point_ops = bool(ieee[0][0]) if ieee else True
+        try:
+            several = con.sql(
+                "SELECT current_setting('scalar_subquery_error_on_multiple_rows')"
+            ).fetchall()
+        except Exception:  # a DuckDB release without the setting: it raises
+            several = []
+        #: DuckDB's setting of that name: when false, a correlated scalar subquery that
+        #: gives several rows for a row gives any one of them instead of raising.
+        self.scalar_subquery_error_on_multiple_rows = bool(several[0][0]) if several else True
         #: The operator input whose untranslatable expressions DuckDB computes in the
         #: tasks (:meth:`foreign`), if any.
         self._foreign: ForeignColumns | None = None
@@ -429,6 +442,34 @@ def _out_of_calendar(arrow: pa.Table) -> str | None:
     return None
 
 
+def _beyond_precision(arrow: pa.Table) -> str | None:
+    """The first DECIMAL(38) column of ``arrow`` holding a value of 39 digits, or None.
+
+    DuckDB's HUGEINT reaches +-1.7e38 (39 digits) but travels as Arrow's
+    ``decimal128(38, 0)`` (as DuckDB exports it, unchecked); the kernel's DECIMAL(38)
+    cannot hold such a value (Polars panics on it). Exact: the candidates (high 64 bits
+    at or beyond those of 10**38) are checked as Python integers."""
+    bound = 10**38
+    hi_pos, hi_neg = bound >> 64, (-bound) >> 64
+    for name, column in zip(arrow.column_names, arrow.columns, strict=True):
+        if not (pa.types.is_decimal128(column.type) and column.type.precision == 38):
+            continue
+        for chunk in column.chunks:
+            if len(chunk) == chunk.null_count:
+                continue
+            words = np.frombuffer(chunk.buffers()[1], dtype="<i8")
+            hi = words[2 * chunk.offset : 2 * (chunk.offset + len(chunk))][1::2]
+            (maybe,) = np.nonzero((hi >= hi_pos) | (hi <= hi_neg))
+            for i in maybe.tolist():
+                v = chunk[i].as_py()
+                if v is not None and abs(int(v.scaleb(column.type.scale, _WIDE))) >= bound:
+                    return name
+    return None
+
+
+_WIDE = decimal.Context(prec=80)
+
+
 def _end_of_day(arrow: pa.Table) -> str | None:
     """The first TIME column of ``arrow`` that holds DuckDB's ``24:00:00``, or None."""
     for name, column in zip(arrow.column_names, arrow.columns, strict=True):
@@ -547,6 +588,14 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
                 where,
                 f"column {beyond}: infinite DATE or TIMESTAMP values ('infinity') or values"
                 " beyond the years -262000..262000",
+            )
+            raise _Failed()
+        huge = _beyond_precision(arrow)
+        if huge:
+            t.error(
+                where,
+                f"column {huge}: HUGEINT values of 39 digits (the kernel's DECIMAL(38) cannot"
+                " hold them)",
             )
             raise _Failed()
         midnight = _end_of_day(arrow)
@@ -1240,6 +1289,16 @@ def _limit_by_row_numbers(t: Translator, child: Rel, op: dict[str, Any]) -> Rel:
             value = t.expr(v["expression"], child.cols, where)
             if value.dtype.is_decimal:  # DuckDB reads it as a DOUBLE: 2.5 rounds to 2
                 value = cast(value, FLOAT64)
+            if value.dtype.is_string:
+                # DuckDB reads text as a UINT64 and raises InvalidInputException.
+                parsed = duck_cast(value, INT64, try_cast=True)
+                failed = and_all([is_null(parsed), is_not_null(value)])
+                parts: list[Expr | str] = [
+                    "Invalid Input Error: Could not convert string '",
+                    value,
+                    "' to UINT64",
+                ]
+                return Ternary(failed, fail_where(failed, parts, INT64), parsed, INT64)
             return duck_cast(value, INT64)
         t.error(where, f"{what} of kind {v.get('type')} (percentages) is not supported")
         raise _Failed()
@@ -2359,6 +2418,30 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     above one fails the query."""
     if not keys:
         return _equi(t, left, right, keys, "left")
+    width = len(right.cols)
+    message = lit(
+        "Invalid Input Error: More than one row returned by a subquery used as an "
+        "expression - scalar subqueries can only return a single row.",
+        STRING,
+    )
+    if not t.scalar_subquery_error_on_multiple_rows:
+        # DuckDB gives any one of the rows, which one being its hash table's business:
+        # where they are all equal that is the row; where they differ shoal cannot know
+        # DuckDB's pick and fails the query rather than answer otherwise.
+        named = _fresh_projection(
+            t,
+            right,
+            [*(("single_col", c) for c in right.cols), *(("single_key", k.right) for k in keys)],
+        )
+        keys = [_Key(k.left, c, k.null_safe) for k, c in zip(keys, named.cols[width:], strict=True)]
+        # (the keys stay columns of the right side for the join; not in the output)
+        right = Rel(Distinct(named.node, None, "any", False, named.node.schema), named.cols)
+        message = lit(
+            "shoal: a correlated scalar subquery gave several different rows for one row "
+            "(scalar_subquery_error_on_multiple_rows=false: DuckDB returns any one of them, "
+            "and shoal cannot tell which)",
+            STRING,
+        )
     key_proj = _fresh_projection(t, right, [("single_key", k.right) for k in keys])
     n_name = t.fresh("single_count")
     counts_schema = Schema.of([*((c.name, c.dtype) for c in key_proj.cols), (n_name, IDX)])
@@ -2387,13 +2470,8 @@ def _single(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) 
     )
     rel = _equi(t, left, counted_rel, keys, "left")
     too_many = compare("gt", rel.cols[-1], lit(1, IDX))
-    message = lit(
-        "Invalid Input Error: More than one row returned by a subquery used as an "
-        "expression - scalar subqueries can only return a single row.",
-        STRING,
-    )
     exprs: list[tuple[str, Expr]] = [(c.name, c) for c in left.cols]
-    for j, c in enumerate(right.cols):
+    for j, c in enumerate(right.cols[:width]):
         e: Expr = c
         if j == 0:
             e = Ternary(too_many, raise_where(too_many, message, c.dtype), c, c.dtype)
@@ -2467,28 +2545,42 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
         t.error(where, "a mark join without equality conditions")
         raise _Failed()
     plain = [k for k in keys if not k.null_safe]
-    if len(plain) > 1:
-        t.error(where, "a mark join on several = conditions is not supported")
+    if len(plain) > _MARK_KEYS:
+        t.error(where, f"a mark join on more than {_MARK_KEYS} = conditions is not supported")
         raise _Failed()
     key_names = [t.fresh("mark_key") for _ in keys]
     proj = t.project(right, [(n, k.right) for n, k in zip(key_names, keys, strict=True)])
     rkeys = proj.cols
     usable = proj
     if plain:
-        i = keys.index(plain[0])
-        usable = t.filter(proj, is_not_null(rkeys[i]))
+        usable = t.filter(
+            proj, and_all([is_not_null(rkeys[j]) for j, k in enumerate(keys) if not k.null_safe])
+        )
     flag = t.fresh("mark_found")
     marked = t.project(
         Rel(Distinct(usable.node, None, "any", False, usable.node.schema), usable.cols),
         [*((c.name, c) for c in usable.cols), (flag, lit(True, BOOL))],
     )
-    nulls_equal = all(k.null_safe for k in keys)
-    schema = Schema(left.node.schema.fields + marked.node.schema.fields)
+    # NULLs equal: the IS NOT DISTINCT FROM keys match NULL to NULL, and the right side
+    # holds no NULL in the = key (filtered above), which a NULL on the left thus never
+    # meets. (With NULLs unequal for all keys, a NULL correlated key found nothing.)
+    nulls_equal = True
+    # Keys as columns of the left side (the kernel's join keys are columns or plain
+    # expressions: a STRUCT built of columns is refused there).
+    key_exprs = [(t.fresh("mark_lkey"), k.left) for k in keys if not isinstance(k.left, Col)]
+    left_node = left.node
+    left_keys: list[Expr] = [k.left for k in keys]
+    if key_exprs:
+        with_keys = t.project(left, [*((c.name, c) for c in left.cols), *key_exprs])
+        left_node = with_keys.node
+        extra = iter(with_keys.cols[len(left.cols) :])
+        left_keys = [k.left if isinstance(k.left, Col) else next(extra) for k in keys]
+    schema = Schema(left_node.schema.fields + marked.node.schema.fields)
     joined = Rel(
         Join(
-            left.node,
+            left_node,
             marked.node,
-            tuple(k.left for k in keys),
+            tuple(left_keys),
             tuple(marked.cols[:-1]),
             "left",
             "_r",
@@ -2503,6 +2595,15 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     if not plain:
         mark: Expr = is_not_null(found)
         return t.project(joined, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+    if len(plain) > 1:
+        unknown_rel, maybe = _mark_unknown(t, joined, proj, keys, left_keys)
+        mark = Ternary(
+            is_not_null(found),
+            lit(True, BOOL),
+            Ternary(maybe, lit(None, BOOL), lit(False, BOOL), BOOL),
+            BOOL,
+        )
+        return t.project(unknown_rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
     # NULL semantics of "x IN (right keys)": needs the right side's row and NULL counts,
     # per value of the IS NOT DISTINCT FROM keys (a correlated NOT IN: DuckDB joins on the
     # correlated columns with those), else over the whole right side.
@@ -2548,6 +2649,75 @@ def _mark(t: Translator, left: Rel, right: Rel, keys: list[_Key], where: str) ->
     mark = Ternary(is_not_null(found), lit(True, BOOL), unknown, BOOL)
     rel = Rel(with_stats, joined.cols)
     return t.project(rel, [*((c.name, c) for c in left.cols), (mark_name, mark)])
+
+
+#: The most = conditions of a mark join (``(a, b) IN (SELECT x, y ...)``): its NULL
+#: semantics take 3**n joins (:func:`_mark_unknown`).
+_MARK_KEYS = 3
+
+
+def _mark_unknown(
+    t: Translator, joined: Rel, proj: Rel, keys: list[_Key], left_keys: list[Expr]
+) -> tuple[Rel, Expr]:
+    """Whether a left row of a mark join on several ``=`` conditions (and any IS NOT
+    DISTINCT FROM ones) meets a right row where no ``=`` is false and some compares a NULL:
+    then ``(a, b) IN (...)`` is NULL rather than FALSE when no row matches (SQL's
+    three-valued AND, over the right rows with the same IS NOT DISTINCT FROM keys).
+
+    For each split of the ``=`` keys into Q (both sides equal, not NULL) and D (NULL on the
+    right) with the left row non-NULL exactly on Q and D: the distinct right rows of that
+    NULL pattern, joined on Q and the IS NOT DISTINCT FROM keys (NULLs equal: the right
+    side holds no NULL in Q). Returns ``joined`` with those joins and the condition."""
+    plain = [j for j, k in enumerate(keys) if not k.null_safe]
+    safe = [j for j, k in enumerate(keys) if k.null_safe]
+    node, cols = joined.node, joined.cols
+    terms: list[Expr] = []
+    for choice in itertools.product((0, 1, 2), repeat=len(plain)):  # 0: left NULL, 1: Q, 2: D
+        q = [j for j, c in zip(plain, choice, strict=True) if c == 1]
+        d = [j for j, c in zip(plain, choice, strict=True) if c == 2]
+        if len(q) == len(plain):
+            continue  # all equal: the match itself
+        pattern = [is_not_null(proj.cols[j]) for j in q] + [is_null(proj.cols[j]) for j in d]
+        rows = t.filter(proj, and_all(pattern)) if pattern else proj
+        on = safe + q
+        flag = t.fresh("mark_null_match")
+        if on:
+            picked = _fresh_projection(t, rows, [("mark_nkey", proj.cols[j]) for j in on])
+            distinct = Distinct(picked.node, None, "any", False, picked.node.schema)
+            flagged = t.project(
+                Rel(distinct, picked.cols),
+                [*((c.name, c) for c in picked.cols), (flag, lit(True, BOOL))],
+            )
+            schema = Schema(node.schema.fields + flagged.node.schema.fields)
+            node = Join(
+                node,
+                flagged.node,
+                tuple(left_keys[j] for j in on),
+                tuple(flagged.cols[:-1]),
+                "left",
+                "_r",
+                True,
+                False,
+                schema,
+            )
+            hit: Expr = is_not_null(flagged.cols[-1])
+        else:
+            counted = Aggregate(
+                rows.node,
+                (),
+                (NamedExpr(flag, Agg("len", None, IDX)),),
+                False,
+                Schema.of([(flag, IDX)]),
+            )
+            schema = Schema(node.schema.fields + counted.schema.fields)
+            node = Join(node, counted, (), (), "cross", "_r", False, False, schema)
+            hit = compare("gt", Col(flag, IDX), lit(0, IDX))
+        left_pattern = [
+            is_not_null(left_keys[j]) if c else is_null(left_keys[j])
+            for j, c in zip(plain, choice, strict=True)
+        ]
+        terms.append(and_all([*left_pattern, hit]))
+    return Rel(node, cols), or_all(terms)
 
 
 __all__ = ["OPERATORS", "Rel", "Translator", "translate"]

@@ -152,6 +152,15 @@ def arrow_of(t: dict[str, Any]) -> pa.DataType:
         return pa.large_list(arrow_of(info["child_type"]))
     if tid == "STRUCT":
         return pa.struct([pa.field(c["first"], arrow_of(c["second"])) for c in info["child_types"]])
+    if tid == "TUPLE" and info.get("child_types"):
+        # An unnamed STRUCT (``(1, 'a')``, ``row(...)``): DuckDB's Arrow export names the
+        # fields element1, element2, ... and reads such a STRUCT back as the TUPLE.
+        return pa.struct(
+            [
+                pa.field(f"element{i}", arrow_of(c["second"]))
+                for i, c in enumerate(info["child_types"], start=1)
+            ]
+        )
     raise UnsupportedError(f"DuckDB type {type_name(t)} is not supported by shoal")
 
 
@@ -306,7 +315,10 @@ def value_of(v: dict[str, Any]) -> Any:
         return Interval(int(raw["months"]), int(raw["days"]), int(raw["micros"]))
     if tid == "LIST":
         child = t["type_info"]["child_type"]
-        return [value_of({"type": child, **c}) for c in raw["children"]]
+        items = [value_of({"type": child, **c}) for c in raw["children"]]
+        if child.get("id") == "HUGEINT":  # elements of a DECIMAL(38, 0) list: as DECIMAL
+            return [None if x is None else decimal.Decimal(x) for x in items]
+        return items
     raise UnsupportedError(f"constant of DuckDB type {type_name(t)} is not supported by shoal")
 
 

@@ -27,6 +27,13 @@ class OpenFragment:
     ``node`` is the fragment's root so far (its leaves are the scan or
     :class:`~shoal.ir.nodes.StageInput` nodes numbered as ``inputs``), run as ``num_tasks``
     tasks; ``est_bytes`` estimates its output for the broadcast decision.
+
+    ``hashed`` lists column sets of ``node``'s output that its partitions are hash
+    partitioned on (rows equal on every column of a set are in one partition: after a hash
+    exchange on them, and through what keeps rows where they are; see :func:`carry_hashed`),
+    so that an aggregation on keys that include a set completes in place, without another
+    exchange. ``whole_buckets`` says why no task of the fragment may be split into subtasks
+    (:mod:`shoal.runners.skew`): an operator in it needs every row of its bucket.
     """
 
     node: PlanNode
@@ -35,10 +42,44 @@ class OpenFragment:
     scan_partitions: tuple[ScanInput, ...] | None = None
     est_bytes: int = 0
     name: str = "scan"
+    hashed: tuple[tuple[str, ...], ...] = ()
+    whole_buckets: str = ""
 
     def wrap(self, node: PlanNode) -> OpenFragment:
+        if self.hashed:
+            self.hashed = carry_hashed(self.node, node, self.hashed)
         self.node = node
         return self
+
+
+def carry_hashed(
+    old: PlanNode, node: PlanNode, hashed: tuple[tuple[str, ...], ...]
+) -> tuple[tuple[str, ...], ...]:
+    """The column sets of ``node``'s output hash partitioned as ``hashed`` is of ``old``'s
+    (``node``'s child in the same partitions), or fewer: a filter, sort, slice or distinct
+    keeps rows in their partition with their values; a projection or aggregation carries
+    the sets whose columns it passes on unchanged (``col(a)``, or ``col(a) AS b``); a join
+    whose left input is ``old`` keeps its left columns' names and, but for a full or right
+    join, every left row stays where it was. Anything else: none."""
+    from shoal.ir.expr import Col
+    from shoal.ir.nodes import Aggregate, Distinct, Filter, Join, Project, Slice, Sort
+
+    if isinstance(node, Filter | Sort | Slice | Distinct):
+        return hashed if node.input is old else ()
+    if isinstance(node, Project | Aggregate):
+        if node.input is not old:
+            return ()
+        named = node.exprs if isinstance(node, Project) else node.keys
+        renamed: dict[str, str] = {}
+        for e in named:
+            if isinstance(e.expr, Col):
+                renamed.setdefault(e.expr.name, e.name)
+        return tuple(
+            tuple(renamed[c] for c in cols) for cols in hashed if all(c in renamed for c in cols)
+        )
+    if isinstance(node, Join) and node.left is old and node.how not in ("full", "right"):
+        return hashed
+    return ()
 
 
 class PlanningContext(Protocol):

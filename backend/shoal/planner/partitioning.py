@@ -42,6 +42,13 @@ class ScanSplit:
     #: out against the scan's predicate (not read by any task).
     row_groups: int = 0
     row_groups_pruned: int = 0
+    #: Fraction of the scanned rows that the scan's predicate is estimated to keep from
+    #: the footers' min/max statistics (:func:`estimate_selectivity`), counting only its
+    #: ``col <op> literal`` terms; None: no term could be estimated. ``unestimated``: the
+    #: predicate has terms the statistics say nothing about (the planner's default
+    #: selectivity applies to them).
+    selectivity: float | None = None
+    unestimated: bool = False
 
 
 def check_paths(source: ParquetSource | FileSource) -> list[int]:
@@ -80,7 +87,7 @@ def split_scan(
         parts: tuple[ScanInput, ...] = tuple(FilePartition(p) for p in scan.source.paths)
         return ScanSplit(parts or (FilePartition(""),), sum(sizes), 0)
     assert isinstance(scan.source, ParquetSource)
-    groups, pruned = _row_groups(scan)
+    groups, pruned, kept = _row_groups(scan)
     total = sum(g[3] for g in groups)
     if min_partitions > 1 and total > MIN_SPLIT_BYTES:
         target_bytes = min(target_bytes, max(MIN_SPLIT_BYTES, total // min_partitions))
@@ -113,19 +120,40 @@ def split_scan(
         partitions.append(ScanPartition(tuple(current)))
     rows_total = sum(p.rows for p, _ in units)
     n_groups = sum(1 for g in groups if g[2]) + pruned
-    return ScanSplit(tuple(partitions), total, rows_total, n_groups, pruned)
+    selectivity, unestimated = None, False
+    if scan.predicate is not None:
+        terms = _terms(scan.predicate)
+        # Terms the statistics estimate: against a number or a date (``==`` not on floats).
+        known = [
+            (c, op, v)
+            for c, op, v in _conjuncts(scan.predicate)
+            if _number(v) is not None and not (op == "eq" and isinstance(v, float))
+        ]
+        unestimated = len(known) < len(terms)
+        if known and rows_total:
+            selectivity = sum(r * f for r, f in kept) / max(1, sum(r for r, _ in kept))
+        elif known:
+            selectivity = 0.0
+    return ScanSplit(
+        tuple(partitions), total, rows_total, n_groups, pruned, selectivity, unestimated
+    )
 
 
-def _row_groups(scan: Scan) -> tuple[list[tuple[str, int, int, int, tuple[str, ...]]], int]:
+def _row_groups(
+    scan: Scan,
+) -> tuple[list[tuple[str, int, int, int, tuple[str, ...]]], int, list[tuple[int, float]]]:
     """(path, first row, rows, estimated bytes, the file's Null-typed columns to cast)
     of every row group of the scan's files that
     the scan's predicate may keep (see :func:`row_group_may_match`), in order, and how many
     were pruned; a file without row groups gives one entry of 0 rows. Checks the files
-    agree. Footers are read through :func:`shoal.storage.read_footers` (parallel, cached)."""
+    agree. Footers are read through :func:`shoal.storage.read_footers` (parallel, cached).
+    Third: (rows, estimated fraction kept by the predicate's ``col <op> literal`` terms,
+    :func:`estimate_selectivity`) of each row group kept."""
     assert isinstance(scan.source, ParquetSource)
     columns = set(scan.schema.names)
     width = scan.schema.row_width()
     out: list[tuple[str, int, int, int, tuple[str, ...]]] = []
+    kept: list[tuple[int, float]] = []
     pruned = 0
     first: tuple[str, dict[str, DataType]] | None = None
     conjuncts = _conjuncts(scan.predicate) if scan.predicate is not None else []
@@ -156,18 +184,27 @@ def _row_groups(scan: Scan) -> tuple[list[tuple[str, int, int, int, tuple[str, .
                 pruned += 1
             else:
                 out.append((path, offset, rg.num_rows, max(size, rg.num_rows * width), nulls))
+                if conjuncts and rg.num_rows:
+                    kept.append((rg.num_rows, estimate_selectivity(conjuncts, rg, leaf)))
             offset += rg.num_rows
         if meta.num_row_groups == 0:
             out.append((path, 0, 0, 0, nulls))
     if not out and metas:  # every row group pruned: one empty piece keeps the scan typed
         out.append((scan.source.paths[0], 0, 0, 0, ()))
-    return out, pruned
+    return out, pruned, kept
 
 
 # ---------------------------------------------------------------- row-group pruning
 
 #: ``lit <op> col`` read as ``col <flipped op> lit``.
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq"}
+
+
+def _terms(pred: Expr) -> list[Expr]:
+    """The terms of ``pred``'s top-level AND."""
+    if isinstance(pred, BinaryOp) and pred.op == "and":
+        return _terms(pred.left) + _terms(pred.right)
+    return [pred]
 
 
 def _conjuncts(pred: Expr) -> list[tuple[str, str, Any]]:
@@ -246,6 +283,67 @@ def row_group_may_match(
         except TypeError:
             continue
     return True
+
+
+def _number(value: Any) -> float | None:
+    """``value`` (a footer statistic or a literal) on a number line where differences are
+    meaningful: numbers as they are, dates as days; None for anything else (strings)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, datetime.date) and not isinstance(value, datetime.datetime):
+        return float(value.toordinal())
+    return None
+
+
+def estimate_selectivity(
+    conjuncts: list[tuple[str, str, Any]], rg: pq.RowGroupMetaData, leaf: dict[str, int]
+) -> float:
+    """Estimated fraction of the rows of row group ``rg`` that pass ``conjuncts``
+    (``col <op> literal``, ANDed), from its min/max statistics: a column's values taken as
+    spread evenly between its min and max, so the terms on one column (``a >= x AND
+    a < y``: one interval) keep the share of ``[min, max]`` they cover, and ``col == v``
+    over integers or dates one of the ``max - min + 1`` values; columns as independent
+    (the product). A term on a column without usable statistics, on strings, or ``==`` on
+    floats counts as keeping every row: the planner applies its default selectivity to
+    what is not estimated. Nulls (the footer's null count) pass no term. The rule is the textbook one of cost-based optimisers (uniform
+    values, independent columns)."""
+    bounds: dict[str, list[tuple[str, float]]] = {}
+    for name, op, value in conjuncts:
+        v = _number(value)
+        if v is not None:
+            bounds.setdefault(name, []).append((op, v))
+    fraction = 1.0
+    for name, terms in bounds.items():
+        j = leaf.get(name)
+        stats = rg.column(j).statistics if j is not None else None
+        if stats is None or not stats.has_min_max:
+            continue
+        lo, hi = _number(stats.min), _number(stats.max)
+        if lo is None or hi is None or hi < lo or lo != lo or hi != hi:
+            continue
+        # Integers and dates count values (an interval [a, b] holds b - a + 1 of them);
+        # floats measure length. Strict bounds of integers move by one.
+        step = 0.0 if isinstance(stats.min, float) else 1.0
+        low, high = lo, hi
+        for op, v in terms:
+            if op == "eq":
+                low, high = max(low, v), min(high, v)
+            elif op == "ge":
+                low = max(low, v)
+            elif op == "gt":
+                low = max(low, v + step) if step else max(low, v)
+            elif op == "le":
+                high = min(high, v)
+            elif op == "lt":
+                high = min(high, v - step) if step else min(high, v)
+        if high < low:
+            return 0.0
+        fraction *= min(1.0, (high - low + step) / (hi - lo + step)) if hi > lo else 1.0
+        if stats.has_null_count and rg.num_rows:  # a null passes no comparison
+            fraction *= 1.0 - stats.null_count / rg.num_rows
+    return fraction
 
 
 def _check_same_schema(

@@ -241,6 +241,9 @@ class Stage:
     scan_partitions: tuple[ScanInput, ...] | None = None
     boundaries_from: int | None = None
     est_bytes: int = 0
+    #: Why no task of the stage may be split into subtasks (:mod:`shoal.runners.skew`):
+    #: an operator of its fragment needs every row of its bucket; empty: no such operator.
+    whole_buckets: str = ""
 
     @property
     def operators(self) -> list[str]:

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+import polars as pl
+
 from shoal.config import Config
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Cast, Col, Expr, NamedExpr
@@ -56,7 +58,7 @@ from shoal.ir.nodes import (
     Unnest,
     Unpivot,
 )
-from shoal.ir.types import Schema
+from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
 from shoal.planner.context import OpenFragment as _Open
@@ -78,9 +80,26 @@ from shoal.planner.physical import (
 )
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
+#: A semi join broadcasts its (small) left side to the right side's partitions when
+#: broadcasting the right side to the left's would move this many times more bytes.
+SEMI_BY_PROBE_FACTOR = 2
+#: Columns of a left row's identity in a semi join by the right side's partitions.
+_SEMI_ROW = "__shoal_semi_row"
+_SEMI_PART = "__shoal_semi_part"
+
 #: Fraction of rows a filter is assumed to keep when estimating sizes for the broadcast
 #: decision (no column statistics yet; DuckDB's optimizer uses the same default).
 FILTER_SELECTIVITY = 0.2
+
+
+def scan_selectivity(split: ScanSplit) -> float:
+    """Fraction of a filtered scan's rows estimated to pass its predicate: what the
+    Parquet footers' min/max statistics say of its ``col <op> literal`` terms
+    (:attr:`ScanSplit.selectivity`), times :data:`FILTER_SELECTIVITY` when some terms (or
+    all) are beyond the statistics (column against column, ``is_in``, string functions)."""
+    known = 1.0 if split.selectivity is None else split.selectivity
+    unknown = split.unestimated or split.selectivity is None
+    return known * (FILTER_SELECTIVITY if unknown else 1.0)
 
 
 class _Builder:
@@ -189,6 +208,7 @@ class _Builder:
             scan_partitions=op.scan_partitions,
             boundaries_from=boundaries_from,
             est_bytes=op.est_bytes,
+            whole_buckets=op.whole_buckets,
         )
         self.plan.stages.append(st)
         return st
@@ -232,7 +252,7 @@ class _Builder:
             self.plan.row_groups_pruned += split.row_groups_pruned
             est = split.est_bytes
             if node.predicate is not None:
-                est = int(est * FILTER_SELECTIVITY)
+                est = int(est * scan_selectivity(split))
             return _Open(
                 node,
                 len(split.partitions),
@@ -377,6 +397,13 @@ class _Builder:
             return op.wrap(
                 Aggregate(op.node, node.keys, node.aggs, node.maintain_order, node.schema)
             )
+        if not node.maintain_order and _co_located(op.hashed, node.keys):
+            # Every group's rows are in one partition already (an earlier hash exchange on
+            # a subset of the keys): the aggregation completes in place, with no exchange.
+            op.whole_buckets = "an aggregation completes in place on each bucket"
+            return op.wrap(
+                Aggregate(op.node, node.keys, node.aggs, node.maintain_order, node.schema)
+            )
         key_cols = tuple(NamedExpr(k.name, Col(k.name, k.dtype)) for k in node.keys)
         if agg2.can_split(node.aggs):
             tp = agg2.split(node.keys, node.aggs)
@@ -395,6 +422,7 @@ class _Builder:
                     name=f"{op.name}+partial-agg",
                 )
                 final = self.read(st, "bucket", n, "final-agg")
+                final.hashed = (tuple(k.name for k in key_cols),)
             else:
                 st = self.cut(op, SingleOutput(), name=f"{op.name}+partial-agg")
                 final = self.read(st, "all", 1, "final-agg")
@@ -404,6 +432,7 @@ class _Builder:
             n = self.shuffle_n(op)
             st = self.cut(op, HashOutput(tuple(k.expr for k in node.keys), n))
             final = self.read(st, "bucket", n, "agg")
+            final.hashed = _column_set(tuple(k.expr for k in node.keys))
         else:
             final = self.gather(op, "agg")
         return final.wrap(
@@ -421,6 +450,18 @@ class _Builder:
         can_left = node.how in ("inner", "right", "cross")
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
+        if (
+            node.how == "semi"
+            and threshold
+            and left.est_bytes <= threshold
+            and right.num_tasks > 1
+            and left.num_tasks * right.est_bytes
+            > SEMI_BY_PROBE_FACTOR * right.num_tasks * left.est_bytes
+            # One left task reading the right side whole is a gather: as good and a stage
+            # fewer, unless the right side is too big to gather.
+            and (left.num_tasks > 1 or right.est_bytes > threshold)
+        ):
+            return self._semi_by_probe(node, left, right)
         candidates = []
         if can_right and (
             right.num_tasks == 1
@@ -450,7 +491,37 @@ class _Builder:
         joined = replace(
             node, left=StageInput(0, ls.fragment.schema), right=StageInput(1, rs.fragment.schema)
         )
-        return _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
+        out = _Open(joined, n, specs, est_bytes=left.est_bytes + right.est_bytes, name="hash-join")
+        out.hashed = _join_hashed(node)
+        return out
+
+    def _semi_by_probe(self, node: Join, left: _Open, right: _Open) -> _Open:
+        """A semi join of a small left side with a large right side: the left side is
+        broadcast to the right side's partitions instead of the right side to the left's
+        (or both shuffled). Each left row gets an identity, (its task, its index in the
+        task); each right partition keeps the left rows that have a match in it; one task
+        then keeps each identity once, in the left side's order, and drops it. A left row
+        is in the output exactly when some right partition matched it, as the semi join
+        says; duplicate left rows keep their own identities, so they stay duplicated."""
+        idx = DataType.from_polars(pl.get_index_type())
+        indexed = Schema.of([(_SEMI_ROW, idx), *left.node.schema.items()])
+        left.wrap(RowIndex(left.node, _SEMI_ROW, 0, indexed))
+        rows = self.cut(left, SingleOutput(), name=f"{left.name}+broadcast")
+        tagged = Schema.of([*indexed.items(), (_SEMI_PART, DataType.from_polars(pl.UInt32))])
+        k = len(right.inputs)
+        right.inputs.append(StageInputSpec(rows.id, "all", tagged))
+        small = StageInput(k, tagged, source_column=_SEMI_PART)
+        right.wrap(replace(node, left=small, right=right.node, schema=tagged))
+        right.name = f"{right.name}+semi-join"
+        matched = self.cut(right, SingleOutput())
+        out = self.read(matched, "all", 1, "semi-join")
+        ident = (_SEMI_PART, _SEMI_ROW)
+        out.wrap(Distinct(out.node, ident, "any", False, tagged))
+        order = tuple(Col(c, tagged[c]) for c in ident)
+        out.wrap(Sort(out.node, order, (False, False), (False, False), False, tagged))
+        keep = tuple(NamedExpr(c, Col(c, t)) for c, t in node.schema.items())
+        out.est_bytes = left.est_bytes
+        return out.wrap(Project(out.node, keep, node.schema))
 
     def _ordered_join(self, node: Join, left: _Open, right: _Open) -> _Open:
         """A join whose output order Polars defines (``maintain_order``): the side whose
@@ -490,6 +561,7 @@ class _Builder:
         n = self.shuffle_n(op)
         st = self.cut(op, HashOutput(keys, n), name=f"{op.name}+shuffle")
         final = self.read(st, "bucket", n, "distinct")
+        final.hashed = (tuple(names),)
         return final.wrap(Distinct(final.node, node.subset, node.keep, False, node.schema))
 
     def union(self, node: Union) -> _Open:
@@ -579,6 +651,39 @@ class _Builder:
             op.wrap(Slice(op.node, 0, node.offset + node.length, node.schema))
         g = self.gather(op, "limit")
         return g.wrap(Slice(g.node, node.offset, node.length, node.schema))
+
+
+def _column_set(exprs: tuple[Expr, ...]) -> tuple[tuple[str, ...], ...]:
+    """``exprs`` (the keys of a hash exchange) as one column set, when each is a plain
+    column; else none."""
+    if exprs and all(isinstance(e, Col) for e in exprs):
+        return (tuple(e.name for e in exprs if isinstance(e, Col)),)
+    return ()
+
+
+def _join_hashed(node: Join) -> tuple[tuple[str, ...], ...]:
+    """The column sets of a hash join's output (both sides hash partitioned on their keys)
+    that its partitions are hash partitioned on: the left keys, unless a right or full join
+    emits left keys of null for unmatched right rows of any bucket; the right keys of an
+    inner or right join where the output keeps them under their own names. Equal values of
+    a right key meet in one bucket: both sides hash the same type (:func:`_hash_keys`)."""
+    out: list[tuple[str, ...]] = []
+    if node.how in ("inner", "left", "semi", "anti"):
+        out.extend(_column_set(node.left_on))
+    if node.how in ("inner", "right"):
+        rights = _column_set(node.right_on)
+        left_names = set(node.left.schema.names)
+        for cols in rights:
+            if all(c in node.schema.names and c not in left_names for c in cols):
+                out.append(cols)
+    return tuple(out)
+
+
+def _co_located(hashed: tuple[tuple[str, ...], ...], keys: tuple[NamedExpr, ...]) -> bool:
+    """Whether rows with equal ``keys`` (an aggregation's) are certainly in one partition:
+    some hashed column set of the input is among the keys' plain columns."""
+    plain = {k.expr.name for k in keys if isinstance(k.expr, Col)}
+    return any(cols and set(cols) <= plain for cols in hashed)
 
 
 def _hash_keys(

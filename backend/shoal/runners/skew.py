@@ -107,6 +107,8 @@ def split_sides(stage: Stage) -> tuple[Join, tuple[int, ...]] | str:
     be split, left first), or a reason why no task of ``stage`` may be split."""
     if stage.num_tasks < 2:
         return "single-task stage (operators above the join may need all rows)"
+    if stage.whole_buckets:
+        return stage.whole_buckets
     found = _find_hash_join(stage, stage.fragment, None)
     if isinstance(found, str):
         return found
