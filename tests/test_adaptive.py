@@ -368,3 +368,109 @@ def test_duckdb_filtered_side_turns_into_a_broadcast_join() -> None:
     report = last_query()
     assert report is not None
     assert any("run as a broadcast join" in line for line in report.adaptive), report.adaptive
+
+
+def _agg() -> pl.LazyFrame:
+    return (
+        _facts().lazy().group_by("k", "s").agg(pl.col("v").sum(), n=pl.len(), i=pl.col("i").min())
+    )
+
+
+#: Sorts whose input turns out small: after an aggregation of a few groups, after a join,
+#: over nothing, with NaN / null keys, descending, nulls last, ties kept in input order,
+#: and what follows the sort in its stage or after it (a projection, a slice, a tail).
+SMALL_SORTS: dict[str, Callable[[], pl.LazyFrame]] = {
+    "agg-asc": lambda: _agg().sort("k", "s"),
+    "agg-desc-nulls-last": lambda: _agg().sort(
+        ["v", "k", "s"], descending=[True, False, True], nulls_last=True
+    ),
+    "agg-nulls-first-desc": lambda: _agg().sort(["k", "s"], descending=True),
+    "agg-ties-stable": lambda: _agg().sort("s", maintain_order=True),
+    "agg-ties-desc-stable": lambda: _agg().sort("n", descending=True, maintain_order=True),
+    "agg-then-project": lambda: _agg().sort("k", "s").with_columns(w=pl.col("v") * 2),
+    "agg-then-slice": lambda: _agg().sort("i").slice(3),
+    "agg-then-tail": lambda: _agg().sort("i").tail(4),
+    "join": lambda: (
+        _facts()
+        .lazy()
+        .filter(pl.col("i") % 10 == 0)
+        .join(_dims().lazy(), on="k")
+        .sort(["name", "v", "i"], nulls_last=True)
+    ),
+    "join-stable-ties": lambda: (
+        _facts()
+        .lazy()
+        .filter(pl.col("i") % 10 == 0)
+        .join(_dims().lazy(), on="k")
+        .sort("name", maintain_order=True)
+    ),
+    "filter-nan-desc": lambda: (
+        _facts()
+        .lazy()
+        .filter(pl.col("i") % 7 == 0)
+        .sort(["v", "i"], descending=[True, False], nulls_last=[True, False])
+    ),
+}
+
+
+#: Sorts with tied keys after an aggregation: only the key column's order is fixed.
+TIED_KEYS = {"agg-ties-stable": "s", "agg-ties-desc-stable": "n"}
+
+
+def _same_sorted(got: pl.DataFrame, q: pl.LazyFrame, key: str | None) -> None:
+    """Rows and order as native; with tied ``key`` values only that column's order."""
+    if key is None:
+        _same(got, q, ordered=True)
+        return
+    _same(got, q)
+    assert got[key].equals(q.collect(engine="in-memory")[key])
+
+
+@pytest.mark.parametrize("name", sorted(SMALL_SORTS))
+def test_a_small_sort_runs_as_one_task_without_a_range_split(name: str) -> None:
+    """The sampled stage gave a few KiB: the range split runs no task and the sort stage
+    one, reading every piece of the sampled stage in order; rows and order as native."""
+    q = SMALL_SORTS[name]()
+    got, report = _run(q, _config(10**9))
+    _same_sorted(got, q, TIED_KEYS.get(name))
+    lines = [line for line in report.adaptive if "range split" in line]
+    assert len(lines) == 1, report.adaptive
+    # After an aggregation, its final step runs in the sort's task too: no sample taken.
+    assert ("no sample" in lines[0]) == name.startswith("agg"), lines
+    stages = {s.name: s.num_tasks for s in report.physical.stages}
+    sorts = [n for n in stages if n.endswith("sort")]
+    assert stages["range-split"] == 0 and [stages[n] for n in sorts] == [1], stages
+    assert not any(
+        sid == s.id
+        for s in report.physical.stages
+        if s.name == "range-split"
+        for sid, _ in report.task_stats
+    )
+    off, plain = _run(q, _config(10**9, adaptive=False))
+    _same_sorted(off, q, TIED_KEYS.get(name))
+    assert _tasks(report) < _tasks(plain)
+
+
+def test_a_small_sort_over_nothing() -> None:
+    q = _facts().lazy().filter(pl.col("i") < 0).group_by("k").agg(pl.len()).sort("k")
+    got, _ = _run(q, _config(10**9))
+    _same(got, q, ordered=True)
+    assert got.height == 0
+
+
+def test_a_small_sort_is_reported_by_explain_analyze() -> None:
+    q = _agg().sort("k", "s", nulls_last=True)
+    text = shoal.explain(q, config=shoal.Config(**_config(10**9)), analyze=True)  # type: ignore[arg-type]
+    assert "Adaptive execution:" in text and "range split" in text, text
+
+
+def test_a_sort_over_more_than_one_task_keeps_its_range_split() -> None:
+    """Over the coalescing target (here 1 byte a task) the range exchange runs as planned;
+    with ``shuffle_partitions`` set (no coalescing) too."""
+    q = _agg().sort("k", "s")
+    for cfg in (_config(1), _config(10**9, shuffle_partitions=4)):
+        got, report = _run(q, cfg)
+        _same(got, q, ordered=True)
+        assert not any("range split" in line for line in report.adaptive), report.adaptive
+        stages = {s.name: s.num_tasks for s in report.physical.stages}
+        assert stages["range-split"] > 0, stages

@@ -20,6 +20,9 @@ same rows:
   than ``target_partition_bytes``), so a shuffle of a few KiB runs as one task and a large
   one keeps every CPU busy. Off when ``shuffle_partitions`` is set (the user asked for
   that many partitions).
+* **a small sort in one task**: when a sort's sampled stage gave at most one coalesced
+  task's bytes, its range split runs no task and the sort stage one task over every piece
+  of the sampled stage (:func:`range_sort_stage`).
 
 Where a stage's task count changes, the stages that follow its partitions one by one
 (pointwise or concatenated inputs) change with it. What may not be re-planned is left as
@@ -176,6 +179,69 @@ def coalesce_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
         if not isinstance(out, HashOutput | RangeOutput) or out.n != stage.num_tasks:
             return f"stage {spec.stage}'s buckets do not match its tasks"
     return _fragment_blocker(stage, plan) or retask_blocker(plan, stage)
+
+
+def range_sort_stage(plan: PhysicalPlan, split: Stage) -> tuple[Stage, int] | str | None:
+    """For ``split``, the range-split stage of a sort (it reads its sampled stage pointwise
+    and range-partitions it for one sort stage, which reads its buckets): that sort stage
+    and the index of its input reading ``split``, when the sort may instead run as one task
+    reading every piece of the sampled stage; a string saying why not; None when ``split``
+    is no such stage.
+
+    Exact where coalescing every bucket of ``split`` into one task of the sort stage is
+    (:func:`coalesce_blocker`): equal keys share a range bucket, so one task reading the
+    buckets in order sees tied rows in the sampled stage's partition order, as it does
+    reading that stage's pieces in partition order; the same sort then gives the same rows
+    in the same order."""
+    if not isinstance(split.output, RangeOutput) or split.boundaries_from is None:
+        return None
+    if len(split.inputs) != 1 or split.inputs[0].mode != "pointwise":
+        return None
+    if split.inputs[0].stage != split.boundaries_from:
+        return None
+    consumers = plan.consumers(split.id)
+    if len(consumers) != 1:
+        return "its buckets are read by several stages"
+    sort = consumers[0]
+    reads = [i for i, spec in enumerate(sort.inputs) if split.id in spec.stages]
+    if len(reads) != 1 or sort.inputs[reads[0]].mode != "bucket":
+        return f"stage {sort.id} does not read its buckets alone"
+    if sum(spec.mode == "bucket" for spec in sort.inputs) != 1:
+        return f"stage {sort.id} reads another shuffle"
+    why = coalesce_blocker(plan, sort)
+    if why is not None:
+        return why
+    return sort, reads[0]
+
+
+#: Operators that give no more rows than they read: a stage made of these only, over
+#: inputs that fit one task, gives an output that fits one task too.
+_NOT_GROWING = (StageInput, Aggregate, Distinct, Filter, Project, Slice)
+
+
+def fuse_into_sort(
+    sort: Stage, index: int, source: Stage
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]] | None:
+    """The sort stage's new fragment and inputs once ``source`` (the sampled stage, now one
+    task) runs in it: ``source``'s inputs first, its fragment in place of the sort's input
+    ``index`` (the range split), then the sort's other inputs. None when ``source``'s
+    fragment may give more rows than it reads (a join, an explode: then its output may not
+    fit one task)."""
+    if not all(isinstance(n, _NOT_GROWING) for n in source.fragment.walk()):
+        return None
+    offset = len(source.inputs)
+    kept = [i for i in range(len(sort.inputs)) if i != index]
+    moved = {old: offset + k for k, old in enumerate(kept)}
+
+    def swap(node: PlanNode) -> PlanNode | None:
+        if isinstance(node, StageInput):
+            if node.index == index:
+                return source.fragment
+            return replace(node, index=moved[node.index])
+        return None
+
+    inputs = (*source.inputs, *(sort.inputs[i] for i in kept))
+    return transform(sort.fragment, swap), inputs
 
 
 def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:

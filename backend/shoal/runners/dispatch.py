@@ -158,6 +158,8 @@ class _StageState:
     #: Adaptive execution: the buckets task ``p`` reads (``buckets[p]``), when they are not
     #: one per task as planned (coalesced or skipped; see :mod:`shoal.runners.adaptive`).
     buckets: list[list[int]] | None = None
+    #: Re-planned already (a stage that took its sampled stage's fragment and buckets).
+    adapted: bool = False
 
     @property
     def finished(self) -> bool:
@@ -281,7 +283,7 @@ class DispatchLoop:
             if st.stage.id in self._held:  # its hash join may become a broadcast join
                 continue
             if st.output is None:
-                if self.adaptive:
+                if self.adaptive and not st.adapted:
                     self._adapt(st)
                     if not st.undispatched:  # it runs no task
                         continue
@@ -671,6 +673,8 @@ class DispatchLoop:
                 self._note(f"{label}: {tasks} task(s) skipped: input from {ins} is empty")
                 return
             self._note(f"{label}: input from {ins} is empty, not skipped: {why}")
+        if self.coalesce_bytes is not None and self._sort_in_one_task(st):
+            return
         bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
         if not bucket_inputs:
             return
@@ -711,6 +715,74 @@ class DispatchLoop:
             what += f"; {len(skipped)} empty bucket(s) skipped"
         self._retask(stage, len(groups), what)
         self._note(f"{label}: {what}")
+        if len(groups) == 1 and self.coalesce_bytes is not None:
+            self._fuse_sort(st, total)
+
+    def _sort_in_one_task(self, st: _StageState) -> bool:
+        """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
+        its sampled stage gave no more bytes than one coalesced task is given: run no task
+        of it; its sort stage runs as one task reading every piece of the sampled stage, in
+        partition order. Whether it did so."""
+        stage = st.stage
+        found = adapt.range_sort_stage(self.plan, stage)
+        if found is None:
+            return False
+        assert self.coalesce_bytes is not None
+        src = self.states[stage.inputs[0].stage]
+        total = sum(s.bytes_out for s in src.stats.values())
+        target = adapt.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
+        if total > target:
+            return False
+        label = f"stage {stage.id} [{stage.name}]"
+        if isinstance(found, str):
+            self._note(f"{label}: kept for a small input ({adapt.size(total)}): {found}")
+            return False
+        sort, index = found
+        planned, tasks = sort.num_tasks, stage.num_tasks
+        self._retask(sort, 1, "sorts its input in one task")
+        spec = sort.inputs[index]
+        direct = replace(spec, stage=src.stage.id, mode="all", more=())
+        sort.inputs = tuple(direct if i == index else s for i, s in enumerate(sort.inputs))
+        self._retask(stage, 0, "skipped: its sort runs in one task")
+        self._note(
+            f"{label}: {tasks} task(s) skipped: stage {src.stage.id} gave "
+            f"{adapt.size(total)} (at most {adapt.size(target)} for one task); stage "
+            f"{sort.id} [{sort.name}] sorts it in 1 task (planned {planned}), no range split"
+        )
+        return True
+
+    def _fuse_sort(self, st: _StageState, total: int) -> None:
+        """``st`` now runs as one task: when it is the sampled stage of a sort that may run
+        as one task (:func:`adaptive.range_sort_stage`) and its fragment gives no more
+        rows than it reads (:func:`adaptive.fuse_into_sort`), its fragment runs in the
+        sort stage's one task, over the same buckets; it and the range split run no
+        task."""
+        stage = st.stage
+        consumers = self.plan.consumers(stage.id)
+        if len(consumers) != 1:
+            return
+        split = consumers[0]
+        found = adapt.range_sort_stage(self.plan, split)
+        if not isinstance(found, tuple) or split.boundaries_from != stage.id:
+            return
+        sort, index = found
+        fused = adapt.fuse_into_sort(sort, index, stage)
+        if fused is None:
+            return
+        planned = sort.num_tasks
+        self._retask(sort, 1, "runs its sampled stage and sorts in one task")
+        sort.fragment, sort.inputs = fused
+        sort.est_bytes += stage.est_bytes
+        sort.name = f"{stage.name.removesuffix('+sample')}+sort"
+        sort_state = self.states[sort.id]
+        sort_state.buckets, sort_state.adapted = st.buckets, True
+        stage.inputs, stage.scan_partitions = (), None
+        self._retask(stage, 0, f"runs in stage {sort.id}")  # the range split follows
+        self._note(
+            f"stage {stage.id} and stage {split.id} [range-split] run in stage {sort.id} "
+            f"[{sort.name}]: 1 task (planned {planned}) over {adapt.size(total)}, no sample "
+            f"or range split"
+        )
 
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
