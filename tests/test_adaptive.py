@@ -313,10 +313,23 @@ def test_a_broadcast_switch_under_aggregation_and_sort() -> None:
 def test_a_large_side_stays_a_hash_join() -> None:
     probe = _facts(seed=1).lazy()
     big = _facts(seed=2).lazy().filter(pl.col("i") % 2 == 0).select("k", w="v")
-    q = probe.join(big, on="k").group_by("k").agg(pl.len())
+    q = probe.join(big, on="k").group_by("s").agg(pl.len(), pl.col("w").sum())
     got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
     _same(got, q)
     assert any("stays a hash join" in line for line in report.adaptive), report.adaptive
+
+
+def test_an_aggregation_completed_in_the_join_buckets_is_never_switched_to_broadcast() -> None:
+    """A group-by on the join key completes in the hash join's buckets (no second exchange:
+    each key is in one bucket). Run as a broadcast join in the probe side's partitions, a
+    key would span tasks and its group would come out once per task: the switch must not
+    happen, however small the other side turns out."""
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    q = probe.join(small, on="k").group_by("k").agg(pl.len(), pl.col("w").sum())
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
+    _same(got, q)
+    assert not any("broadcast join" in line for line in report.adaptive), report.adaptive
 
 
 def test_every_piece_is_released_after_adaptive_changes() -> None:
