@@ -461,3 +461,21 @@ def test_sql_in_subquery_of_expressions(rows: int) -> None:
         "SELECT a FROM t WHERE a - 1 NOT IN (SELECT c FROM u WHERE c IS NOT NULL)",
     ):
         check(ctx.execute(query), config=CONFIG.replace(default_partitions=3))
+
+
+def test_var_and_std_of_a_group_alone_in_its_bucket() -> None:
+    """A hash bucket may hold one group of one row. Polars' streaming engine (what a task
+    runs) gives var/std(ddof=0) of that one frame's lone NaN or infinity as 0.0, where the
+    whole frame gives NaN (found by the function-table walk: 0.0 for the null key's NaN)."""
+    nan, inf = float("nan"), float("inf")
+    df = pl.DataFrame(
+        {"k": [None, 1, 2, 3, 4, 5, 5, 6], "f": [nan, inf, 1.5, -0.0, None, nan, 2.0, -inf]},
+        schema={"k": pl.Int64, "f": pl.Float64},
+    )
+    aggs = [
+        getattr(pl.col("f"), name)(ddof=ddof).alias(f"{name}{ddof}")
+        for name in ("var", "std")
+        for ddof in (0, 1)
+    ]
+    config = CONFIG.replace(shuffle_partitions=16, small_query_bytes=0)
+    check(df.lazy().group_by("k").agg(aggs), sort=True, config=config)

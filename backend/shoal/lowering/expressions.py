@@ -724,10 +724,19 @@ def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:
         return getattr(arg, name)()
     if name in ("std", "var"):
         ddof = options.get("ddof", 1)
-        # Null unless more than ddof values are valid, as Polars' in-memory engine gives it;
-        # its streaming engine (the kernel's collect()) gives 0.0 for a one-row group whose
-        # value is null with ddof=0.
-        return pl.when(arg.count() > ddof).then(getattr(arg, name)(ddof=ddof))
+        # As Polars' in-memory engine gives it. Null unless more than ddof values are
+        # valid: its streaming engine (the kernel's collect()) gives 0.0 for a one-row group
+        # whose value is null with ddof=0. One valid value (ddof=0): (x - x)^2, NaN for a
+        # NaN or an infinity; the streaming engine gives 0.0 when the whole frame is that
+        # one row (a hash bucket can hold one group of one row), the in-memory engine NaN.
+        one = ((arg - arg.mean()) ** 2).sum()
+        return (
+            pl.when(arg.count() <= ddof)
+            .then(None)
+            .when(arg.count() == 1)
+            .then(one.sqrt() if name == "std" else one)
+            .otherwise(getattr(arg, name)(ddof=ddof))
+        )
     if name in ("nan_min", "nan_max", "implode", "product", "arg_min", "arg_max"):
         return getattr(arg, name)()
     if name == "item":
