@@ -135,7 +135,9 @@ def _check_trace(data: dict[str, Any], report: QueryReport, config: Config) -> N
 
     # The stages track: one slice per stage that covers each of its tasks.
     stages = {e["args"]["stage"]: e for e in events if e["ph"] == "X" and e["cat"] == "stage"}
-    assert set(stages) == {st.id for st in report.physical.stages}
+    # (a stage adaptive execution left without work, e.g. a range split skipped for a
+    # small sort, ran no task and has no slice)
+    assert set(stages) == {st.id for st in report.physical.stages if st.num_tasks}
     for e in tasks:
         st = stages[e["args"]["stage"]]
         assert _within(e["ts"], st) and _within(e["ts"] + e["dur"], st)
@@ -346,7 +348,7 @@ def test_listener_receives_the_same_events_live(caplog):
             < order[("TaskFinished", e.stage, e.partition)]
         )
     stages = [e for e in seen if isinstance(e, ev.StageFinished)]
-    assert [s.stage for s in stages] == [st.id for st in report.physical.stages]
+    assert [s.stage for s in stages] == [st.id for st in report.physical.stages if st.num_tasks]
     assert all(s.complete for s in stages)
     spans = {e.name for e in seen if isinstance(e, ev.LoopSpan)}
     assert {"construct dispatch batch", "dispatch", "await"} <= spans

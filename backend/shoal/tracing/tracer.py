@@ -362,7 +362,9 @@ class QueryTracer:
             stage=sid,
             stage_name=info.name,
             partition=task.partition,
-            operators=info.operators,
+            # what the task ran: adaptive execution may have given the stage another
+            # fragment than planned (a final aggregation moved into its sort's task)
+            operators=tuple(task.stage.operators),
             node_id=stats.node_id,
             pid=stats.pid,
             thread=stats.thread,
