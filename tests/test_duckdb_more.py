@@ -10,24 +10,7 @@ from collections.abc import Iterator
 import duckdb
 import pytest
 
-import shoal
-
-#: Tiny partitions: every in-memory table is split into 3 partitions.
-CONFIG = shoal.Config(
-    runner="local", default_partitions=3, shuffle_partitions=3, target_partition_bytes=256
-)
-
-
-def check(con: duckdb.DuckDBPyConnection, query: str, ordered: bool = False) -> None:
-    """``query`` on shoal (``raise_on_fail=True``) and on DuckDB: the same types and rows
-    (a multiset unless ``ordered``)."""
-    got_rel = shoal.duckdb.sql(con, query, raise_on_fail=True, config=CONFIG)
-    want_rel = con.sql(query)
-    assert [str(t) for t in got_rel.types] == [str(t) for t in want_rel.types]
-    got, want = got_rel.fetchall(), want_rel.fetchall()
-    if not ordered:
-        got, want = sorted(got, key=repr), sorted(want, key=repr)
-    assert got == want
+from .test_duckdb_crashes import check
 
 
 @pytest.fixture

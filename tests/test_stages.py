@@ -8,8 +8,6 @@ null keys, NaN, duplicates and an empty partition.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import polars as pl
 import pytest
 from polars.testing import assert_frame_equal
@@ -22,19 +20,10 @@ from shoal.runners.session import last_query
 from shoal.runners.skew import split_sides
 from shoal_polars.engine import to_ir
 
+from .test_memory import _write
+
 #: Hash joins everywhere (no broadcast), 3 partitions after each exchange.
 HASH = {"broadcast_join_threshold_bytes": 0, "shuffle_partitions": 3, "small_query_bytes": 0}
-
-
-def _write(df: pl.DataFrame, root: Path, name: str, parts: int) -> pl.LazyFrame:
-    """``df`` as ``parts`` Parquet files plus an empty one under ``root/name``."""
-    d = root / name
-    d.mkdir(parents=True, exist_ok=True)
-    step = -(-df.height // parts)
-    for i in range(parts):
-        df.slice(i * step, step).write_parquet(d / f"{name}.{i}.parquet")
-    df.clear().write_parquet(d / f"{name}.empty.parquet")
-    return pl.scan_parquet(d / "*.parquet")
 
 
 @pytest.fixture(scope="module")

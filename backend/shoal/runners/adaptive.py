@@ -270,15 +270,6 @@ def group_buckets(
     return groups
 
 
-def size(n: float) -> str:
-    """``n`` bytes for a person: ``12.0 MiB``."""
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"  # pragma: no cover
-
-
 # ------------------------------------------------ a hash join turned broadcast join
 
 

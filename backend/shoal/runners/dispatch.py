@@ -42,6 +42,7 @@ from shoal.ir.types import Schema
 from shoal.planner.physical import OutputSpec, PhysicalPlan, RangeOutput, ScanInput, Stage
 from shoal.runners import adaptive as adapt
 from shoal.runners.memory import ByteLedger, MemoryReport, PieceKey, readers
+from shoal.runners.profile import size_text
 from shoal.runners.skew import group_pieces, split_sides
 from shoal.tracing.tracer import NO_SPAN, QueryTracer
 
@@ -705,11 +706,11 @@ class DispatchLoop:
             for i in bucket_inputs:
                 self._release(self._pieces(st, i, b))
         st.buckets = groups
-        what = f"{n} buckets ({adapt.size(total)}) read by {len(groups)} task(s)"
+        what = f"{n} buckets ({size_text(total)}) read by {len(groups)} task(s)"
         if target is not None and len(groups) < n - len(skipped):
             what = (
-                f"{n} buckets ({adapt.size(total)}) coalesced into {len(groups)} task(s) "
-                f"(target {adapt.size(target)} each)"
+                f"{n} buckets ({size_text(total)}) coalesced into {len(groups)} task(s) "
+                f"(target {size_text(target)} each)"
             )
         if skipped:
             what += f"; {len(skipped)} empty bucket(s) skipped"
@@ -735,7 +736,7 @@ class DispatchLoop:
             return False
         label = f"stage {stage.id} [{stage.name}]"
         if isinstance(found, str):
-            self._note(f"{label}: kept for a small input ({adapt.size(total)}): {found}")
+            self._note(f"{label}: kept for a small input ({size_text(total)}): {found}")
             return False
         sort, index = found
         planned, tasks = sort.num_tasks, stage.num_tasks
@@ -746,7 +747,7 @@ class DispatchLoop:
         self._retask(stage, 0, "skipped: its sort runs in one task")
         self._note(
             f"{label}: {tasks} task(s) skipped: stage {src.stage.id} gave "
-            f"{adapt.size(total)} (at most {adapt.size(target)} for one task); stage "
+            f"{size_text(total)} (at most {size_text(target)} for one task); stage "
             f"{sort.id} [{sort.name}] sorts it in 1 task (planned {planned}), no range split"
         )
         return True
@@ -780,7 +781,7 @@ class DispatchLoop:
         self._retask(stage, 0, f"runs in stage {sort.id}")  # the range split follows
         self._note(
             f"stage {stage.id} and stage {split.id} [range-split] run in stage {sort.id} "
-            f"[{sort.name}]: 1 task (planned {planned}) over {adapt.size(total)}, no sample "
+            f"[{sort.name}]: 1 task (planned {planned}) over {size_text(total)}, no sample "
             f"or range split"
         )
 
@@ -801,14 +802,14 @@ class DispatchLoop:
                 continue  # (started after all: as planned)
             if nbytes > self.broadcast_bytes:
                 self._note(
-                    f"{label}: stays a hash join: stage {sw.build} gave {adapt.size(nbytes)}"
+                    f"{label}: stays a hash join: stage {sw.build} gave {size_text(nbytes)}"
                     f" > broadcast_join_threshold_bytes"
                 )
                 continue
             self._switch_to_broadcast(sw, nbytes)
             self._note(
                 f"{label}: hash join run as a broadcast join of stage {sw.build} "
-                f"({adapt.size(nbytes)}, estimated {adapt.size(build.stage.est_bytes)}) "
+                f"({size_text(nbytes)}, estimated {size_text(build.stage.est_bytes)}) "
                 f"in {join.stage.num_tasks} task(s) of stage {sw.probe}'s partitions; "
                 f"stage {sw.probe} not shuffled"
             )

@@ -30,7 +30,8 @@ SKEW_MIN_S = 0.05
 LARGE_EXCHANGE_BYTES = 1 << 30
 
 
-def _size(n: float) -> str:
+def size_text(n: float) -> str:
+    """``n`` bytes for a person: ``12.0 MiB`` (``B``, ``KiB``, ``MiB``, ``GiB``)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -67,10 +68,10 @@ def analyze_text(report: QueryReport) -> str:
         bytes_out = sum(s.bytes_out for s in stats)
         nodes = len({s.node_id for s in stats})
         timing = f"{times[0]:.3f}/{med:.3f}/{times[-1]:.3f}"
-        spilled = "-" if spill is None else _size(spill.by_stage.get(st.id, (0,))[0])
+        spilled = "-" if spill is None else size_text(spill.by_stage.get(st.id, (0,))[0])
         lines.append(
             f"{f'{st.id} [{st.name}]':<{w}} {len(stats):>5} {rows_in:>12,} {rows_out:>12,} "
-            f"{_size(bytes_out):>11} {timing:>20}  {nodes:>5} "
+            f"{size_text(bytes_out):>11} {timing:>20}  {nodes:>5} "
             f"{report.resent.get(st.id, 0):>6} {spilled:>9}"
         )
         warnings.extend(bucket_skew(st, stats))
@@ -84,12 +85,12 @@ def analyze_text(report: QueryReport) -> str:
         if len(outs) > 1 and outs[-1] >= 1 << 20 and outs[-1] > SKEW_RATIO * median_out:
             warnings.append(
                 f"stage {st.id} [{st.name}]: skew: its largest output is "
-                f"{_size(outs[-1])}, {outs[-1] / median_out:.1f}x the median"
+                f"{size_text(outs[-1])}, {outs[-1] / median_out:.1f}x the median"
             )
         kind = st.describe_output()
         if bytes_out > LARGE_EXCHANGE_BYTES and ("hash" in kind or "range" in kind):
             warnings.append(
-                f"stage {st.id} [{st.name}]: a large shuffle: {_size(bytes_out)} written ({kind})"
+                f"stage {st.id} [{st.name}]: a large shuffle: {size_text(bytes_out)} written ({kind})"
             )
         for inp in st.inputs:
             if inp.mode == "all":  # every task reads all of it: a broadcast
@@ -98,14 +99,14 @@ def analyze_text(report: QueryReport) -> str:
                 )
                 if sent > LARGE_EXCHANGE_BYTES // 8:
                     warnings.append(
-                        f"stage {st.id} [{st.name}]: broadcasts {_size(sent)} to each of its "
+                        f"stage {st.id} [{st.name}]: broadcasts {size_text(sent)} to each of its "
                         f"{st.num_tasks} tasks"
                     )
     mem = report.memory
     if mem is not None:
         lines.append(
-            f"memory: peak {_size(mem.peak_bytes_held)} of task outputs held"
-            + (f" (limit {_size(mem.max_bytes_held)})" if mem.max_bytes_held else "")
+            f"memory: peak {size_text(mem.peak_bytes_held)} of task outputs held"
+            + (f" (limit {size_text(mem.max_bytes_held)})" if mem.max_bytes_held else "")
             + f"; {mem.held_back} times held back, {mem.forced} forced, "
             f"{len(mem.splits)} tasks split"
         )
@@ -235,7 +236,7 @@ def bucket_skew(st: Stage, stats: list[TaskStats]) -> list[str]:
     held = f" ({rows[big]:,} rows)" if len(rows) == len(per_bucket) else ""
     return [
         f"stage {st.id} [{st.name}]: skewed exchange: bucket {big} holds "
-        f"{_size(per_bucket[big])}{held}, {per_bucket[big] / median:.1f}x the median bucket "
+        f"{size_text(per_bucket[big])}{held}, {per_bucket[big] / median:.1f}x the median bucket "
         "(one task of the reading stage gets all of it)"
     ]
 
@@ -309,7 +310,7 @@ def spill_line(report: QueryReport) -> str:
     if not (b or rb):
         return "spilled: nothing (Ray's object store, whole cluster)"
     return (
-        f"spilled: {_size(b)} in {n:,} objects to disk, {_size(rb)} in {rn:,} objects "
+        f"spilled: {size_text(b)} in {n:,} objects to disk, {size_text(rb)} in {rn:,} objects "
         "restored (Ray's object store, whole cluster, during the query)"
     )
 

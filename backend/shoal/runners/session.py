@@ -6,9 +6,9 @@ import contextlib
 import contextvars
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import polars as pl
 import polars.selectors as cs
@@ -176,17 +176,25 @@ def _cpus(config: Config) -> int:
     return (started.num_cpus if started else None) or os.cpu_count() or 1
 
 
+_T = TypeVar("_T")
+
+
+def _traced(config: Config, run: Callable[[QueryTracer | None], _T]) -> _T:
+    """``run(tracer)`` inside the query's tracer when tracing is on, ``run(None)`` otherwise."""
+    tracer = start_query(config)  # None unless tracing is on
+    if tracer is None:
+        return run(None)
+    with tracer:
+        return run(tracer)
+
+
 def run_plan(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> pa.Table:
     """Plan ``plan``, run it on the configured runner, and return the result with exactly
     ``plan.schema``. Raises ``FileNotFoundError`` for a missing input before any task runs,
     :class:`shoal.TaskError` when a task fails, :class:`shoal.QueryCancelledError` when
     ``cancel`` is set (from another thread) before the query ends. Traced when tracing is
     on (see :mod:`shoal.tracing`)."""
-    tracer = start_query(config)  # None unless tracing is on
-    if tracer is None:
-        return _run_plan(plan, config, None, cancel)
-    with tracer:
-        return _run_plan(plan, config, tracer, cancel)
+    return _traced(config, lambda tracer: _run_plan(plan, config, tracer, cancel))
 
 
 def start_runner(config: Config) -> None:
@@ -274,11 +282,7 @@ def run_plans(
     (:func:`shoal.planner.planner.build_many`), one dispatch loop, one report
     (:func:`last_query`). Returns each plan's result with exactly its schema, in order.
     Raises as :func:`run_plan` does."""
-    tracer = start_query(config)
-    if tracer is None:
-        return _run_plans(plans, config, None, cancel)
-    with tracer:
-        return _run_plans(plans, config, tracer, cancel)
+    return _traced(config, lambda tracer: _run_plans(plans, config, tracer, cancel))
 
 
 def _run_plans(
@@ -315,11 +319,7 @@ class ResultRefs:
 def run_plan_refs(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> ResultRefs:
     """Like :func:`run_plan`, but leave the result where the tasks put it (nothing is
     fetched to the driver): see :class:`ResultRefs`. Raises as :func:`run_plan` does."""
-    tracer = start_query(config)
-    if tracer is None:
-        return _run_plan_refs(plan, config, None, cancel)
-    with tracer:
-        return _run_plan_refs(plan, config, tracer, cancel)
+    return _traced(config, lambda tracer: _run_plan_refs(plan, config, tracer, cancel))
 
 
 def _run_plan_refs(
