@@ -80,8 +80,12 @@ def test_plans_are_sized_by_the_cluster_as_it_is_now(cluster: object) -> None:
     i = pl.int_range(200_000, eager=True)
     df = pl.DataFrame({"k": i * 7919 % 5_000, "v": (i * 31 % 1000).cast(pl.Float64)})
     plan, expected = agg_sort_plan(df)
-    got = shoal.execute(plan, runner="ray")  # connects to the cluster when run alone
-    before = int(ray.cluster_resources()["CPU"])
+    shoal.execute(plan, runner="ray")  # connects to the cluster when run alone
+    # A test before this one may have removed a node: the runner's view of the cluster
+    # (read for the query above, or up to CLUSTER_VIEW_TTL_S before it) may predate that.
+    before = int(sum(n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]))
+    time.sleep(CLUSTER_VIEW_TTL_S)
+    got = shoal.execute(plan, runner="ray")
     assert pl.from_arrow(got).equals(expected)
     report = last_query()
     assert report is not None
@@ -108,6 +112,11 @@ def test_udf_larger_than_any_node_fails_before_running(cluster: object) -> None:
     nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
     largest = max(r.get("CPU", 0) for r in nodes)
     need = largest + 1
+    if sum(r.get("CPU", 0) for r in nodes) < need:  # a test before this one removed a node
+        c, _ = cluster  # type: ignore[misc]
+        c.add_node(num_cpus=int(largest))
+        c.wait_for_nodes()
+        nodes = [n["Resources"] for n in ray.nodes() if n["Alive"]]
     assert sum(r.get("CPU", 0) for r in nodes) >= need  # the totals would have let it through
 
     @shoal.udf(return_dtype=pl.Int64, num_cpus=need, concurrency=1)

@@ -93,7 +93,7 @@ def test_a_shared_filtered_scan_runs_once(files: dict[str, str]) -> None:
     queries = [
         shared.group_by("k").agg(pl.col("v").sum(), pl.len()).sort("k"),
         shared.select(pl.col("v").sum(), pl.col("s").n_unique()),
-        shared.sort("v", "s", nulls_last=True),
+        shared.sort("v", "s", "k", nulls_last=True),  # (v, s) has ties: k orders them
     ]
     _run(queries)
     report = _report()
@@ -215,7 +215,7 @@ def test_collect_all_on_ray(ray_runner: None, files: dict[str, str]) -> None:
     queries = [
         shared.group_by("k").agg(pl.col("v").sum()).sort("k"),
         shared.select(pl.col("s").n_unique()),
-        shared.sort("v", "s", nulls_last=True),
+        shared.sort("v", "s", "k", nulls_last=True),  # (v, s) has ties: k orders them
     ]
     engine = shoal.DistEngine(
         runner="ray",
