@@ -130,3 +130,59 @@ def test_polars_join_on_a_column_and_an_expression(how: str, coalesce: bool) -> 
             coalesce=coalesce,
         )
     )
+
+
+# ---------------------------------------------------------------- HUGEINT constants
+
+
+@pytest.fixture
+def huge() -> Iterator[duckdb.DuckDBPyConnection]:
+    """t(i HUGEINT[], h HUGEINT): NULLs, duplicates, an empty list, a list holding NULL."""
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t (i HUGEINT[], h HUGEINT)")
+    c.execute(
+        """INSERT INTO t VALUES ([2], 2), ([1], 1), ([1, 2], NULL), ([], 3), ([NULL], 4),
+           ([2, 3], 3), (NULL, -12345678901234567890123456789), ([-1, 0], 0)"""
+    )
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        # 39-digit constants: the kernel's DECIMAL(38) cannot hold them (the task raised
+        # Polars' InvalidOperationError); DuckDB computes such an expression in the task.
+        "list_contains(i, 170141183460469231731687303715884105727)",
+        "list_contains([170141183460469231731687303715884105727::HUGEINT, 1], h)",
+        "h = -170141183460469231731687303715884105727",
+        "h IN (1, 170141183460469231731687303715884105727)",
+        # an IN list of HUGEINT constants mixing small and large values (a TypeError
+        # building the list of DECIMAL(38) values from Python ints)
+        "h IN (1, 12345678901234567890123456789)",
+        "h NOT IN (3, -12345678901234567890123456789, NULL)",
+        "list_contains(i, h)",
+        "list_contains(i, 12345678901234567890123456789)",
+    ],
+)
+def test_hugeint_constants(huge: duckdb.DuckDBPyConnection, expr: str) -> None:
+    check_sql(huge, f"SELECT h, {expr} AS x FROM t")
+
+
+def test_hugeint_overflow_raises_duckdbs_class(huge: duckdb.DuckDBPyConnection) -> None:
+    query = "SELECT h + 170141183460469231731687303715884105727 FROM t"
+    with pytest.raises(duckdb.OutOfRangeException):
+        huge.sql(query).fetchall()
+    with pytest.raises(duckdb.OutOfRangeException):
+        shoal.duckdb.sql(huge, query, raise_on_fail=True, config=_config(3)).fetchall()
+
+
+def test_hugeint_of_39_digits_in_a_table_falls_back(huge: duckdb.DuckDBPyConnection) -> None:
+    """A table holding 39-digit HUGEINT values is refused (the kernel's DECIMAL(38) cannot
+    carry them), with a message naming the column; without raise_on_fail DuckDB answers."""
+    huge.execute("INSERT INTO t VALUES ([], 170141183460469231731687303715884105727)")
+    query = "SELECT h, count(*) FROM t GROUP BY h"
+    with pytest.raises(shoal.UnsupportedError, match="column h: HUGEINT values of 39 digits"):
+        shoal.duckdb.sql(huge, query, raise_on_fail=True, config=_config(3))
+    got = shoal.duckdb.sql(huge, query, raise_on_fail=False, config=_config(3)).fetchall()
+    assert sorted(got, key=repr) == sorted(huge.sql(query).fetchall(), key=repr)

@@ -1106,6 +1106,8 @@ def _in(t: ExprTranslator, kids: list[dict[str, Any]]) -> Expr:
         values = [_value_as(i, x.dtype) for i in items if isinstance(i, Lit)]
         has_null = any(v is None for v in values)
         present = [v for v in values if v is not None]
+        if x.dtype.is_decimal:  # a HUGEINT constant is an int: one kind for the list
+            present = [decimal.Decimal(v) if isinstance(v, int) else v for v in present]
         list_type = DataType(pa.large_list(x.dtype.arrow))
         found = fn("is_in", [x, lit(present, list_type)], BOOL)
         if has_null:
