@@ -2718,17 +2718,20 @@ def _first_last(which: str) -> Callable[..., Expr]:
     return handler
 
 
-def _arg_extreme(largest: bool) -> Callable[..., Expr]:
+def _arg_extreme(largest: bool, null_args: bool = False) -> Callable[..., Expr]:
     def handler(
         args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
     ) -> Expr:
         """``arg_max(x, by)`` (``arg_min``): ``x`` at the row with the largest (smallest)
         ``by``, NaN above every number; rows where ``x`` or ``by`` is NULL are skipped;
-        ties give the first such row in input order; NULL when no row is left."""
+        ties give the first such row in input order; NULL when no row is left.
+        ``arg_max_null``/``arg_min_null`` (``null_args``) skip only the rows whose ``by``
+        is NULL: a NULL ``x`` at the extreme row is the answer (DuckDB's documentation of
+        those functions)."""
         if len(args) != 2:
             raise Unsupported("arg_max()/arg_min() with a count (the list form)")
         x, by = args
-        skip = or_all([is_null(x), is_null(by)])
+        skip = is_null(by) if null_args else or_all([is_null(x), is_null(by)])
         if keep is not None:
             skip = or_all([skip, not_(fn("coalesce", [keep, lit(False, BOOL)], BOOL))])
         ranked = Ternary(skip, lit(None, by.dtype), by, by.dtype)
@@ -2751,6 +2754,42 @@ def _arg_extreme(largest: bool) -> Callable[..., Expr]:
     return handler
 
 
+def _arg_extreme_nulls_last(largest: bool) -> Callable[..., Expr]:
+    def handler(
+        args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+    ) -> Expr:
+        """``arg_max_nulls_last(x, by)`` (``arg_min_nulls_last``): ``x`` at the first row
+        of the group sorted by ``by`` (descending for max), NaN above every number and NULL
+        ``by`` after every value, no row skipped (a NULL ``x`` is an answer); ties give the
+        first such row in input order; NULL for no row. The list form (a count) is
+        refused: DuckDB's heap orders ties its own way."""
+        if len(args) != 2:
+            raise Unsupported("arg_max_nulls_last()/arg_min_nulls_last() with a count")
+        x, by = args
+        keys: list[Expr] = [by]
+        descending: tuple[bool, ...] = (largest,)
+        if keep is not None:  # rows the FILTER drops sort after every kept row
+            dropped = not_(fn("coalesce", [keep, lit(False, BOOL)], BOOL))
+            keys, descending = [dropped, by], (False, largest)
+        best = fn(
+            "sort_by",
+            [x, *keys],
+            x.dtype,
+            descending=descending,
+            nulls_last=(True,) * len(keys),
+            maintain_order=True,
+        )
+        out = Ternary(
+            compare("eq", _kept_count(None, keep), lit(0, IDX)),
+            lit(None, x.dtype),
+            Agg("first", best, x.dtype),
+            x.dtype,
+        )
+        return cast(out, dtype)
+
+    return handler
+
+
 _ORDERED: dict[str, Callable[..., Expr]] = {
     "string_agg": _string_agg,
     "group_concat": _string_agg,
@@ -2763,6 +2802,10 @@ _ORDERED: dict[str, Callable[..., Expr]] = {
     "arg_min": _arg_extreme(False),
     "argmin": _arg_extreme(False),
     "min_by": _arg_extreme(False),
+    "arg_max_null": _arg_extreme(True, null_args=True),
+    "arg_min_null": _arg_extreme(False, null_args=True),
+    "arg_max_nulls_last": _arg_extreme_nulls_last(True),
+    "arg_min_nulls_last": _arg_extreme_nulls_last(False),
 }
 
 _QUANTILES = frozenset({"quantile_cont", "quantile_disc", "quantile", "median"})
@@ -3008,6 +3051,8 @@ def _count_star(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
 
 def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
     def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+        if len(args) != 1:
+            raise Unsupported(f"{name}() with a count (the list form)")
         (x,) = args
         if name in ("min", "max") and _is_nested(x.dtype):
             raise Unsupported(f"{name}() of {type_name_of(x.dtype)} values")
@@ -3019,6 +3064,8 @@ def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
 def _max(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     """DuckDB orders NaN above every number, so the max of floats with a NaN is NaN;
     Polars' ``max`` skips NaN, ``nan_max`` does not."""
+    if len(args) != 1:
+        raise Unsupported("max() with a count (the list form)")
     (x,) = args
     if _is_nested(x.dtype):
         raise Unsupported(f"max() of {type_name_of(x.dtype)} values")
