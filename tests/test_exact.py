@@ -231,3 +231,44 @@ def test_min_max_with_a_count_is_refused(args: duckdb.DuckDBPyConnection) -> Non
     translator)."""
     with pytest.raises(shoal.UnsupportedError, match=r"min\(\) with a count"):
         shoal.duckdb.sql(args, "SELECT min(arg, 2) FROM tbl", raise_on_fail=True)
+
+
+# ---------------------------------------------------------------- SELECT without FROM
+
+
+@pytest.fixture
+def ints() -> Iterator[duckdb.DuckDBPyConnection]:
+    """integers(i), strings(v): duplicates and NULLs."""
+    c = duckdb.connect()
+    c.execute("CREATE TABLE integers AS SELECT * FROM (VALUES (1), (2), (2), (3), (NULL)) t(i)")
+    c.execute("CREATE TABLE strings AS SELECT * FROM (VALUES ('hello'), ('world'), (NULL)) t(v)")
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        # DuckDB's dummy scan has a column of its own, which a window or a mark join over
+        # it outputs first ("column reference #1 out of range" before)
+        "SELECT row_number() OVER ()",
+        "SELECT avg(42) OVER (), count(*) OVER ()",
+        "SELECT 1 IN (SELECT 1)",
+        "SELECT 1 IN (SELECT i FROM integers), 4 IN (SELECT i FROM integers)",
+        "SELECT NULL IN (SELECT i FROM integers), 1 IN (SELECT NULL)",
+        "SELECT 1 = ANY(SELECT i FROM integers WHERE i IS NOT NULL)",
+        "SELECT 'hello' IN (SELECT v FROM strings), 'bla' IN (SELECT v FROM strings)",
+        "SELECT ROW(1, 2) IN (SELECT i, i + 1 FROM integers)",
+        "SELECT ROW(1, 3) IN (SELECT i, i + 1 FROM integers WHERE i IS NOT NULL)",
+        "FROM (SELECT 42) t(x), (SELECT x * 2 QUALIFY row_number() OVER () < 10)",
+        # a LATERAL VALUES list that reads the row it joins ("column reference #0 out of
+        # range" before): every list row computed over every input row
+        "SELECT * FROM integers, LATERAL (VALUES (integers.i + 1), (integers.i * 2)) t(k)",
+        "SELECT * FROM integers a, integers b JOIN LATERAL (VALUES (a.i)) ss(x) ON (true)",
+        "SELECT count(*) FROM integers a, integers b JOIN LATERAL (VALUES (a.i), (-1)) ss(x)"
+        " ON b.i = ss.x",
+        "SELECT * FROM (VALUES (1), (NULL)) x(lb), LATERAL (VALUES (lb, lb + 1.5)) y(a, b)",
+    ],
+)
+def test_without_from_and_lateral_values(ints: duckdb.DuckDBPyConnection, query: str) -> None:
+    check_sql(ints, query)

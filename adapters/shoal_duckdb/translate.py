@@ -854,9 +854,13 @@ def _empty(t: Translator, op: dict[str, Any]) -> Rel:
 
 @_register("LOGICAL_DUMMY_SCAN")
 def _dummy(t: Translator, op: dict[str, Any]) -> Rel:
+    """DuckDB's dummy scan (SELECT without FROM): one row, and one column of its own that
+    the operators above it count (a window or a mark join over it outputs the dummy column
+    first: their own columns are ``#1`` on)."""
     name = t.fresh("dummy")
     table = pa.table({name: pa.array([True])})
-    return Rel(Scan(InMemorySource(table), Schema.from_arrow(table.schema)), ())
+    schema = Schema.from_arrow(table.schema)
+    return Rel(Scan(InMemorySource(table), schema), (Col(name, schema[name]),))
 
 
 def _constant_table(
@@ -895,6 +899,9 @@ def _raw_number(v: Any, dtype: DataType) -> int | None:
 
 @_register("LOGICAL_EXPRESSION_GET")
 def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
+    kids = op.get("children") or []
+    if kids and kids[0].get("type") != "LOGICAL_DUMMY_SCAN":
+        return _values_per_row(t, op)
     rows = []
     try:
         for row in op["expressions"]:
@@ -907,6 +914,32 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
         t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
+
+
+def _values_per_row(t: Translator, op: dict[str, Any]) -> Rel:
+    """A VALUES list over an input (a LATERAL VALUES that reads the columns of the row it
+    joins): every row of the list computed over every input row, as DuckDB's expression
+    scan does; the output is the list's columns only (its input's are not among its
+    bindings)."""
+    where = "VALUES"
+    child, cols = t.single_child(op)
+    types = [t.dtype(x, where) for x in op["expr_types"]]
+    rows = [[t.expr(e, cols, where) for e in row] for row in op["expressions"]]
+    rel = _done(child)
+    for row in rows:
+        for e, want in zip(row, types, strict=True):
+            if e.dtype != want:
+                t.error(where, f"a value of type {e.dtype} in a column of type {want}")
+                raise _Failed()
+    names = [t.fresh("col") for _ in types]
+    schema = Schema.of(list(zip(names, types, strict=True)))
+    parts: list[PlanNode] = []
+    for row in rows:
+        computed = t.project(rel, [("col", e) for e in row])
+        renamed = tuple(NamedExpr(n, c) for n, c in zip(names, computed.cols, strict=True))
+        parts.append(Project(computed.node, renamed, schema))
+    node = parts[0] if len(parts) == 1 else Union(tuple(parts), schema)
+    return Rel(node, tuple(Col(n, d) for n, d in zip(names, types, strict=True)))
 
 
 def _values_on_duckdb(t: Translator, op: dict[str, Any]) -> Rel | None:
@@ -999,11 +1032,6 @@ def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
         t.error(where, f"{e.get('expression_class')} is not supported")
         raise _Failed()
     rel = _done(child)
-    if op["children"][0].get("type") == "LOGICAL_DUMMY_SCAN":
-        # DuckDB's dummy scan (SELECT without FROM) has one column of its own.
-        dummy = rel.node.schema.names[0]
-        rel = Rel(rel.node, (Col(dummy, rel.node.schema[dummy]),))
-        cols = rel.cols
     values = t.expr(e["child"], cols, where)
     if not pa.types.is_large_list(values.dtype.arrow):
         t.error(where, f"unnest() of {values.dtype} (only lists unnest here)")
