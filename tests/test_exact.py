@@ -272,3 +272,42 @@ def ints() -> Iterator[duckdb.DuckDBPyConnection]:
 )
 def test_without_from_and_lateral_values(ints: duckdb.DuckDBPyConnection, query: str) -> None:
     check_sql(ints, query)
+
+
+# ---------------------------------------------------------------- rowid
+
+
+@pytest.fixture
+def rows() -> Iterator[duckdb.DuckDBPyConnection]:
+    """t(i, g) with deleted rows (gaps in rowid), NULLs and duplicates; a view filtering on
+    rowid; r(rowid, x), whose real column named rowid hides the virtual one."""
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t AS SELECT range AS i, range % 3 AS g FROM range(20)")
+    c.execute("DELETE FROM t WHERE i IN (3, 4, 11)")
+    c.execute("INSERT INTO t VALUES (100, 1), (101, NULL), (5, 2)")
+    c.execute("CREATE VIEW late AS SELECT * FROM t WHERE rowid > 5")
+    c.execute(
+        "CREATE TABLE r AS SELECT * FROM (VALUES (7, 'a'), (7, 'b'), (NULL, 'c')) v(rowid, x)"
+    )
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT rowid, i FROM t",
+        "SELECT count(*) FROM t WHERE rowid > 10",
+        "SELECT * FROM late",
+        "SELECT count(*) FROM late JOIN t USING (i)",
+        "SELECT g, sum(rowid), count(rowid) FROM t GROUP BY g",
+        "SELECT rowid // 4 AS b, count(*) FROM t GROUP BY b",
+        "SELECT ARRAY(SELECT i FROM t ORDER BY rowid DESC)",
+        "SELECT a.rowid, b.rowid FROM t a JOIN t b ON a.i = b.i + 1",
+        "SELECT rowid, x FROM r",
+    ],
+)
+def test_rowid_is_read_from_duckdb(rows: duckdb.DuckDBPyConnection, query: str) -> None:
+    """DuckDB's virtual rowid of a table (refused before: 'they depend on storage order')
+    is read from DuckDB with the rows."""
+    check_sql(rows, query)

@@ -383,12 +383,18 @@ class Translator:
             return rel
         return Rel(Filter(rel.node, predicate, rel.node.schema), rel.cols)
 
-    def table_arrow(self, qualified: str, columns: Sequence[str]) -> pa.Table:
-        """Columns of a DuckDB table as Arrow (read once per query)."""
-        key = (qualified, *columns)
+    def table_arrow(
+        self, qualified: str, columns: Sequence[str], rowid: str | None = None
+    ) -> pa.Table:
+        """Columns of a DuckDB table as Arrow (read once per query); with ``rowid`` also
+        DuckDB's virtual ``rowid`` column under that name, last."""
+        key = (qualified, *columns, f"rowid={rowid}")
         got = self._tables.get(key)
         if got is None:
-            listing = ", ".join(quote_ident(c) for c in columns)
+            listing = ", ".join(
+                [quote_ident(c) for c in columns]
+                + ([f"rowid AS {quote_ident(rowid)}"] if rowid is not None else [])
+            )
             got = self.con.sql(f"SELECT {listing} FROM {qualified}").to_arrow_table()
             self._tables[key] = got
         return got
@@ -543,6 +549,10 @@ def translate(
 # ---------------------------------------------------------------- scans
 
 
+#: DuckDB's column index of a table's virtual ``rowid`` column (COLUMN_IDENTIFIER_ROW_ID).
+_ROW_ID = 2**64 - 1
+
+
 @_register("LOGICAL_GET")
 def _get(t: Translator, op: dict[str, Any]) -> Rel:
     func = str(op.get("qname", {}).get("path", ["?"])[-1])
@@ -558,6 +568,15 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     # Virtual columns (rowid) have indexes past the table's columns. A scan that reads
     # none but counts rows (count(*)) still needs a real column to carry the row count.
     read = list(dict.fromkeys(i for i in indexes if i < len(names))) or [0]
+    standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
+    # DuckDB's rowid of a table's row is read from DuckDB with the row (exact, gaps left
+    # by deleted rows included); not of a stand-in (another table than the user's), nor
+    # where a real column named rowid hides it.
+    rowid = (
+        t.fresh("rowid")
+        if _ROW_ID in indexes and standin is None and not any(n.lower() == "rowid" for n in names)
+        else None
+    )
     scanned: list[tuple[str, DataType]] = []
     for i in read:
         try:
@@ -566,7 +585,9 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             t.error(where, f"column {names[i]}: {exc}")
     if len(scanned) < len(read):
         raise _Failed()
-    standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
+    if rowid is not None:
+        read.append(_ROW_ID)
+        scanned.append((rowid, INT64))
     if standin is not None and standin.kind == "parquet":
         from shoal import storage
 
@@ -580,7 +601,8 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             qualified = ".".join(
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
-            arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+            listed = [n for n, _ in scanned if n != rowid]
+            arrow = t.table_arrow(qualified, listed, rowid)
         arrow = _with_enums(arrow, dict(scanned))
         beyond = _out_of_calendar(arrow)
         if beyond:
@@ -617,8 +639,9 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     positional: list[Expr | None] = []
     for entry in op.get("column_indexes", []):
         i = int(entry["index"])
-        c = by_index.get(i) if i < len(names) else None
-        positional.append(None if c is None else _extracted(t, c, entry, names[i], where))
+        c = by_index.get(i) if i < len(names) or i == _ROW_ID else None
+        name = "rowid" if i == _ROW_ID else names[i] if i < len(names) else "?"
+        positional.append(None if c is None else _extracted(t, c, entry, name, where))
     pred = _table_filters(t, op, positional, where)
     scan_rel = Rel(Scan(source, schema, pred), tuple(cols_as_read))
     if isinstance(source, ParquetSource):
@@ -642,7 +665,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             out.append((hint, got))  # a struct field: typed by _extracted
             continue
         assert isinstance(got, Col)
-        want = t.dtype(types[indexes[p]], where)
+        want = INT64 if indexes[p] == _ROW_ID else t.dtype(types[indexes[p]], where)
         out.append((got.name, got if got.dtype == want else cast(got, want)))
     plain = [e for _, e in out] == cols_as_read
     if plain and not any(c.name.lower() in t.names for c in cols_as_read):
