@@ -311,3 +311,38 @@ def test_rowid_is_read_from_duckdb(rows: duckdb.DuckDBPyConnection, query: str) 
     """DuckDB's virtual rowid of a table (refused before: 'they depend on storage order')
     is read from DuckDB with the rows."""
     check_sql(rows, query)
+
+
+# ---------------------------------------------------------------- several UNNESTs
+
+
+@pytest.fixture
+def lists() -> Iterator[duckdb.DuckDBPyConnection]:
+    """t(k, a, b): lists of different lengths, NULL lists, empty lists, NULL elements."""
+    c = duckdb.connect()
+    c.execute(
+        """CREATE TABLE t AS SELECT * FROM (VALUES (1, [1, 2, 3], ['a']), (2, NULL, ['b', 'c']),
+           (3, [], NULL), (4, NULL, NULL), (5, [NULL, 4], []), (6, [7], ['x', NULL, 'z']),
+           (6, [7], ['x', NULL, 'z'])) t(k, a, b)"""
+    )
+    yield c
+    c.close()
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT k, unnest(a), unnest(b) FROM t",
+        "SELECT unnest(a) AS x, unnest(b) AS y, k FROM t WHERE k > 1",
+        "SELECT unnest([1, 2, 3]), unnest([4, 5])",
+        "SELECT k, unnest(a) + 1, unnest(b) || '!' FROM t",
+        "SELECT k, unnest(a), unnest(a) FROM t",
+        "SELECT unnest(a), unnest(b), unnest([k]) FROM t",
+        "SELECT k, count(*), count(x), count(y) FROM (SELECT k, unnest(a) x, unnest(b) y FROM t)"
+        " GROUP BY k",
+    ],
+)
+def test_several_unnests_pad_with_null(lists: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Several UNNESTs in one SELECT (refused before): as many rows as the longest list,
+    the others padded with NULL; none when every list is NULL or empty."""
+    check_sql(lists, query)

@@ -1047,9 +1047,8 @@ def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
     where = "UNNEST"
     child, cols = t.single_child(op)
     exprs = op.get("expressions") or []
-    if len(exprs) != 1:
-        t.error(where, "several UNNESTs in one SELECT (DuckDB pads the shorter lists with NULL)")
-        raise _Failed()
+    if len(exprs) > 1:
+        return _unnest_several(t, op, child, cols)
     e = exprs[0]
     if e.get("expression_class") != "BOUND_UNNEST":
         t.error(where, f"{e.get('expression_class')} is not supported")
@@ -1070,6 +1069,58 @@ def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
     if element != want:
         return t.project(exploded, [*((c.name, c) for c in rel.cols), ("unnest", cast(out, want))])
     return exploded
+
+
+def _unnest_several(
+    t: Translator, op: dict[str, Any], child: Rel | None, cols: Sequence[Col]
+) -> Rel:
+    """Several ``unnest(list)`` in one SELECT: per input row as many rows as its longest
+    list, the shorter lists padded with NULL (a NULL list counts as empty); none where
+    every list is NULL or empty (DuckDB's rule). Output: the input's columns, then the
+    unnested values in order."""
+    where = "UNNEST"
+    values: list[Expr] = []
+    wants: list[DataType] = []
+    for e in op["expressions"]:
+        if e.get("expression_class") != "BOUND_UNNEST":
+            t.error(where, f"{e.get('expression_class')} is not supported")
+            raise _Failed()
+        v = t.expr(e["child"], cols, where)
+        if not pa.types.is_large_list(v.dtype.arrow):
+            t.error(where, f"unnest() of {v.dtype} (only lists unnest here)")
+            raise _Failed()
+        values.append(fn("coalesce", [v, lit([], v.dtype)], v.dtype))
+        wants.append(t.dtype(e["return_type"], where))
+    rel = _done(child)
+    lengths = [cast(fn("list.len", [v], IDX), INT64) for v in values]
+    longest = fn("max_horizontal", lengths, INT64) if len(lengths) > 1 else lengths[0]
+    index_list = DataType(pa.large_list(pa.int64()))
+    positions = Function(
+        "int_ranges", (lit(0, INT64), longest, lit(1, INT64)), (("dtype", INT64),), index_list
+    )
+    padded = [fn("list.gather", [v, positions], v.dtype, null_on_oob=True) for v in values]
+    kept = t.filter(rel, compare("gt", longest, lit(0, INT64)))
+    listed = t.project(kept, [*((c.name, c) for c in kept.cols), *(("unnest", p) for p in padded)])
+    names = [c.name for c in listed.cols[len(kept.cols) :]]
+    elements = {n: DataType(v.dtype.arrow.value_type) for n, v in zip(names, values, strict=True)}
+    fields = [(n, elements.get(n, dt)) for n, dt in listed.node.schema.fields]
+    node = Explode(
+        listed.node, tuple(names), Schema.of(fields), empty_as_null=False, keep_nulls=False
+    )
+    outs = [Col(n, elements[n]) for n in names]
+    exploded = Rel(node, (*kept.cols, *outs))
+    if all(o.dtype == w for o, w in zip(outs, wants, strict=True)):
+        return exploded
+    return t.project(
+        exploded,
+        [
+            *((c.name, c) for c in kept.cols),
+            *(
+                ("unnest", o if o.dtype == w else cast(o, w))
+                for o, w in zip(outs, wants, strict=True)
+            ),
+        ],
+    )
 
 
 def _registered_udf(e: dict[str, Any]) -> Any:
