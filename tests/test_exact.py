@@ -346,3 +346,24 @@ def test_several_unnests_pad_with_null(lists: duckdb.DuckDBPyConnection, query: 
     """Several UNNESTs in one SELECT (refused before): as many rows as the longest list,
     the others padded with NULL; none when every list is NULL or empty."""
     check_sql(lists, query)
+
+
+# ---------------------------------------------------------------- EXCLUDE
+
+
+@pytest.mark.parametrize("exclude", ["CURRENT ROW", "GROUP", "TIES"])
+@pytest.mark.parametrize(
+    "function", ["row_number()", "rank()", "percent_rank()", "ntile(3)", "lag(v)", "lead(v, 2)"]
+)
+def test_exclude_is_ignored_where_the_frame_is(exclude: str, function: str) -> None:
+    """Ranks, ntile and lag/lead ignore the frame, its EXCLUDE clause too (refused before)."""
+    c = duckdb.connect()
+    c.execute(
+        "CREATE TABLE t AS SELECT range AS i, range % 3 AS g, "
+        "CASE WHEN range % 4 = 0 THEN NULL ELSE range END AS v FROM range(12)"
+    )
+    check_sql(
+        c,
+        f"SELECT i, {function} OVER (PARTITION BY i % 2 ORDER BY g, i "
+        f"ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING EXCLUDE {exclude}) AS w FROM t",
+    )

@@ -1590,7 +1590,10 @@ def _unordered(op: dict[str, Any]) -> bool:
 
 def _window_problem(w: dict[str, Any]) -> str | None:
     kind = w["type"]
-    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
+    frameless = kind in _RANKING | _PARTITION_RANKS | _SHIFTS and not w.get("arg_orders")
+    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER" and not frameless:
+        # (ranks, ntile and lag/lead without ORDER BY in their arguments ignore the frame,
+        # its EXCLUDE clause included)
         return "EXCLUDE is not supported"
     if _framed(w):
         return _framed_problem(w)
