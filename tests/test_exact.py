@@ -367,3 +367,29 @@ def test_exclude_is_ignored_where_the_frame_is(exclude: str, function: str) -> N
         f"SELECT i, {function} OVER (PARTITION BY i % 2 ORDER BY g, i "
         f"ROWS BETWEEN 1 PRECEDING AND 1 FOLLOWING EXCLUDE {exclude}) AS w FROM t",
     )
+
+
+# ---------------------------------------------------------------- descending quantiles
+
+
+@pytest.mark.parametrize(
+    "aggs",
+    [
+        "quantile_disc(x, -0.25), quantile_cont(x, -0.25), quantile_cont(x, -0.9)",
+        "percentile_disc(0.25) WITHIN GROUP (ORDER BY x DESC), "
+        "percentile_cont(0.3) WITHIN GROUP (ORDER BY x DESC)",
+        "quantile_disc(x, [-0.1, -0.5, -0.75]), quantile_cont(x, [-0.1, -0.5, -0.75])",
+        "quantile_disc(x, -1.0), quantile_disc(x, -0.0)",
+    ],
+)
+def test_negative_quantiles_count_from_the_top(aggs: str) -> None:
+    """A negative quantile (and WITHIN GROUP (ORDER BY x DESC)) is a position in the
+    descending order, NaN first (refused before)."""
+    c = duckdb.connect()
+    c.execute(
+        """CREATE TABLE t AS SELECT * FROM (VALUES (1, 1.5::DOUBLE), (1, 'nan'), (1, NULL),
+           (1, -2.0), (1, 7.25), (2, 3.0), (2, 3.0), (2, -0.0), (3, NULL), (4, 10), (4, 20),
+           (4, 30), (4, 40), (4, 50), (4, 60)) t(g, x)"""
+    )
+    check_sql(c, f"SELECT g, {aggs} FROM t GROUP BY g")
+    check_sql(c, f"SELECT {aggs} FROM t")

@@ -2817,6 +2817,7 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
     ``quantile``: one of the values (:func:`_discrete_quantile`); ``median``:
     ``quantile_cont(x, 0.5)``."""
     x = args[0]
+    descending = False
     if name == "median":
         q = 0.5
     else:
@@ -2824,19 +2825,18 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         if len(args) < 2 or not quantiles:
             raise Unsupported(f"{name}() without quantiles")
         qs = [float(value_of(v)) for v in quantiles]
-        if any(v < 0 for v in qs) or data.get("desc"):
-            # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which
-            # its binder turns into one) as a position in the descending order.
-            raise Unsupported(
-                f"{name}() with a negative quantile or WITHIN GROUP (ORDER BY ... DESC)"
-            )
+        # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which its
+        # binder turns into one) as the position |q| in the descending order (NaN first);
+        # its binder refuses quantiles of both signs.
+        descending = bool(data.get("desc")) or any(v < 0 for v in qs)
+        qs = [abs(v) for v in qs]
         if _is_list(args[1]):
             # A list of quantiles: the list of their values (NULL for no values).
             if not (x.dtype.is_float or x.dtype.is_integer) or not x.columns():
                 raise Unsupported(f"{name}() of a list of quantiles of {x.dtype}")
             inner = DataType(dtype.arrow.value_type)
             one = "quantile_disc" if name in ("quantile_disc", "quantile") else "quantile_cont"
-            each = [_quantile_of(one, x, v, inner) for v in qs]
+            each = [_quantile_of(one, x, v, inner, descending) for v in qs]
             values = fn("concat_list", each, dtype)
             none = compare("eq", Agg("count", x, IDX), lit(0, IDX))
             return Ternary(none, lit(None, dtype), values, dtype)
@@ -2851,15 +2851,16 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         # every value is the constant: it, or NULL for no rows (or a NULL constant)
         rows = cast(Agg("len", None, IDX), INT64)
         return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
-    return _quantile_of(name, x, q, dtype)
+    return _quantile_of(name, x, q, dtype, descending)
 
 
-def _quantile_of(name: str, x: Expr, q: float, dtype: DataType) -> Expr:
+def _quantile_of(name: str, x: Expr, q: float, dtype: DataType, descending: bool = False) -> Expr:
     """One quantile ``q`` of the column ``x`` as ``dtype``: continuous for
-    ``quantile_cont`` and ``median``, else discrete."""
+    ``quantile_cont`` and ``median``, else discrete; positions in the descending order
+    of the values with ``descending``."""
     if name in ("quantile_cont", "median"):
-        return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
-    return cast(_discrete_quantile(x, q), dtype)
+        return cast(_continuous_quantile(cast(x, FLOAT64), q, descending), dtype)
+    return cast(_discrete_quantile(x, q, descending), dtype)
 
 
 def _mad(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
@@ -2912,12 +2913,13 @@ def _product(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     return cast(Ternary(none, lit(None, FLOAT64), total, FLOAT64), dtype)
 
 
-def _continuous_quantile(x: Expr, q: float) -> Expr:
+def _continuous_quantile(x: Expr, q: float, descending: bool = False) -> Expr:
     """DuckDB's ``quantile_cont`` of DOUBLE ``x``: with ``rn = (n - 1) * q`` over the ``n``
     sorted non-NULL values (NaN largest), ``lo * (1 - d) + hi * d`` where ``lo`` and ``hi``
     are the values at ``floor(rn)`` and ``ceil(rn)`` and ``d = rn - floor(rn)`` (DuckDB's
     own formula; Polars' linear interpolation rounds differently); the value itself when
-    ``rn`` is whole; NULL for no values."""
+    ``rn`` is whole; NULL for no values. With ``descending`` the values are sorted the
+    other way (NaN first)."""
     n = cast(Agg("count", x, IDX), INT64)
     rn = binop(
         "mul", cast(binop("sub", n, lit(1, INT64), INT64), FLOAT64), lit(q, FLOAT64), FLOAT64
@@ -2926,7 +2928,7 @@ def _continuous_quantile(x: Expr, q: float) -> Expr:
     lo_at = Ternary(none, lit(None, INT64), cast(fn("floor", [rn], FLOAT64), INT64), INT64)
     hi_at = Ternary(none, lit(None, INT64), cast(fn("ceil", [rn], FLOAT64), INT64), INT64)
     ordered = fn(
-        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=False, nulls_last=True
+        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=descending, nulls_last=True
     )
     lo = fn("gather", [ordered, lo_at], FLOAT64, scalar=True)
     hi = fn("gather", [ordered, hi_at], FLOAT64, scalar=True)
@@ -2968,9 +2970,10 @@ def fused_multiply_add(a: Expr, b: Expr, c: Expr) -> Expr:
     return add(s, add(sum_error, product_error))
 
 
-def _discrete_quantile(x: Expr, q: float) -> Expr:
+def _discrete_quantile(x: Expr, q: float, descending: bool = False) -> Expr:
     """The value at position ``ceil(n * q) - 1`` (0-based, at least 0) of the sorted
-    non-NULL values (NaN largest): DuckDB's ``quantile_disc``; NULL for no values."""
+    non-NULL values (NaN largest; sorted the other way with ``descending``): DuckDB's
+    ``quantile_disc``; NULL for no values."""
     n = cast(Agg("count", x, IDX), INT64)
     scaled = fn("ceil", [binop("mul", cast(n, FLOAT64), lit(q, FLOAT64), FLOAT64)], FLOAT64)
     position: Expr = fn(
@@ -2980,7 +2983,7 @@ def _discrete_quantile(x: Expr, q: float) -> Expr:
     )
     position = Ternary(compare("eq", n, lit(0, INT64)), lit(None, INT64), position, INT64)
     ordered = fn(
-        "sort", [fn("drop_nulls", [x], x.dtype)], x.dtype, descending=False, nulls_last=True
+        "sort", [fn("drop_nulls", [x], x.dtype)], x.dtype, descending=descending, nulls_last=True
     )
     return fn("gather", [ordered, position], x.dtype, scalar=True)
 
