@@ -393,3 +393,17 @@ def test_negative_quantiles_count_from_the_top(aggs: str) -> None:
     )
     check_sql(c, f"SELECT g, {aggs} FROM t GROUP BY g")
     check_sql(c, f"SELECT {aggs} FROM t")
+
+
+# ---------------------------------------------------------------- Polars: set_sorted
+
+
+def test_polars_set_sorted_is_the_values() -> None:
+    """``set_sorted`` (a hint: refused before) over sorted values, in an as-of join key and
+    a projection, as Polars answers."""
+    left = pl.LazyFrame({"a": [-10, 5, 5, 10, None], "v": ["a", "b", "c", "d", "e"]})
+    right = pl.LazyFrame({"a": [1, 2, 3, 6, 7], "w": [1.0, -0.0, math.nan, 6.0, None]})
+    left, right = (f.drop_nulls("a").with_columns(pl.col("a").set_sorted()) for f in (left, right))
+    check_polars(left.join_asof(right, on="a"))
+    check_polars(left.join_asof(right, on=pl.col("a").set_sorted(), strategy="forward"))
+    check_polars(left.select(pl.col("a").set_sorted().alias("s"), pl.col("v")))

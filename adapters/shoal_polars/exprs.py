@@ -430,6 +430,11 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     # is. Two occurrences of such an expression are evaluated apart, as Polars does.
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
+    if key == "set_sorted":
+        # A hint that the values are sorted: the values themselves. (Where the hint is
+        # false Polars may answer from it wrongly, per its documentation; shoal answers
+        # from the values.)
+        return args[0]
     if key == "as_struct":
         # pl.struct(...): the field names are those of the struct dtype Polars resolved.
         fields = tuple(f.name for f in dtype.arrow)
