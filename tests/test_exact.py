@@ -407,3 +407,37 @@ def test_polars_set_sorted_is_the_values() -> None:
     check_polars(left.join_asof(right, on="a"))
     check_polars(left.join_asof(right, on=pl.col("a").set_sorted(), strategy="forward"))
     check_polars(left.select(pl.col("a").set_sorted().alias("s"), pl.col("v")))
+
+
+# ---------------------------------------------------------------- Polars SQL: DIV and %
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT a % b AS r, a // b AS q FROM df WHERE a > -9223372036854775808 OR b <> -1",
+        "SELECT a % b AS r FROM df",
+        "SELECT a % b AS r, a // b AS q FROM small",
+        "SELECT a % 3 AS r, a // -3 AS q, -a % 4 AS s FROM small",
+        "SELECT a % b AS r, a // b AS q FROM unsigned",
+    ],
+)
+def test_polars_sql_truncating_division(query: str) -> None:
+    """Polars' SQL ``//`` and ``%`` (``trunc_int_div``/``trunc_rem``: rounding toward zero,
+    NULL for a zero divisor, ``MIN % -1`` is 0; refused before) on integers."""
+    ctx = pl.SQLContext(
+        df=pl.LazyFrame(
+            {
+                "a": [-(2**63), 7, -7, None, 5, 7, -7, 0, 9, 7],
+                "b": [-1, -2, 2, 3, 0, 2, -2, -5, None, 7],
+            }
+        ),
+        small=pl.LazyFrame(
+            {"a": [-127, 7, -7, 100, None], "b": [-1, -2, 0, 3, 1]},
+            schema={"a": pl.Int8, "b": pl.Int8},
+        ),
+        unsigned=pl.LazyFrame(
+            {"a": [200, 7, 0], "b": [3, 2, 0]}, schema={"a": pl.UInt8, "b": pl.Int64}
+        ),
+    )
+    check_polars(ctx.execute(query))

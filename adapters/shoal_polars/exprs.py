@@ -430,6 +430,14 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     # is. Two occurrences of such an expression are evaluated apart, as Polars does.
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
+    if key in ("trunc_int_div", "trunc_rem"):
+        # Polars' SQL DIV (//) and %: rounding toward zero. Integers only: the remainder of
+        # floats is C's fmod, which the kernel has no exact form of.
+        if not all(pa.types.is_integer(a.dtype.arrow) for a in args):
+            t.error(f"{where}: expression Function({key})", "of non-integer values")
+            return t.placeholder_expr(dtype)
+        name = "truncdiv" if key == "trunc_int_div" else "truncrem"
+        return Function(name, args, (("dtype", dtype),), dtype)
     if key == "set_sorted":
         # A hint that the values are sorted: the values themselves. (Where the hint is
         # false Polars may answer from it wrongly, per its documentation; shoal answers
