@@ -441,3 +441,26 @@ def test_polars_sql_truncating_division(query: str) -> None:
         ),
     )
     check_polars(ctx.execute(query))
+
+
+@pytest.mark.parametrize(
+    "part", ["millennium", "century", "decade", "epoch", "millisecond", "microsecond", "quarter"]
+)
+def test_polars_sql_extract(part: str) -> None:
+    """Polars' SQL ``EXTRACT`` writes Rust's ``/`` (``BinaryExpr(Divide)``, refused before):
+    floats divided, integers by a constant rounded toward zero."""
+    import datetime as dt
+
+    frame = pl.LazyFrame(
+        {
+            "t": [
+                dt.datetime(1999, 12, 31, 23, 59, 59, 999999),
+                dt.datetime(2000, 1, 1),
+                None,
+                dt.datetime(1, 1, 1, 0, 0, 0, 1),
+                dt.datetime(1969, 7, 20, 20, 17, 40, 123456),
+                dt.datetime(2024, 2, 29, 12),
+            ]
+        }
+    )
+    check_polars(pl.SQLContext(df=frame).execute(f"SELECT EXTRACT({part} FROM t) AS x FROM df"))
