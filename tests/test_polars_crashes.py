@@ -346,6 +346,30 @@ def test_128_bit_integers_in_lists_are_refused_naming_the_column() -> None:
     check(lf.select(pl.col("a") * 2))  # the list column is not read: runs on shoal
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pl.col("u").cum_sum(),
+        pl.col("u").cum_prod(reverse=True),
+        pl.col("u").product(),
+        pl.col("u").cum_sum().over("k"),
+    ],
+    ids=["cum_sum", "cum_prod", "product", "cum_sum_over"],
+)
+def test_uint128_sums_whose_dtype_polars_disagrees_on_are_refused(expr: pl.Expr) -> None:
+    """For a UInt128 input Polars' plan types cum_sum, cum_prod and product Int64 while its
+    engines return UInt128 (Polars 2.1): shoal answered Int64, a wrong dtype. They are
+    refused by name and the fallback gives Polars' own answer; Int128 runs on shoal."""
+    lf = pl.LazyFrame({"u": pl.Series([3, None, 2, 2, 0], dtype=pl.UInt128), "k": [1, 1, 2, 2, 1]})
+    lf = lf.with_columns(a=pl.col("u").cast(pl.Int128))
+    with pytest.raises(UnsupportedError, match=r"of a UInt128 column: Polars' schema says Int64"):
+        to_ir(lf.select(expr))
+    with pytest.warns(ShoalFallbackWarning, match="UInt128"):
+        got = lf.select(expr).collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.select(expr).collect())
+    check(lf.select(pl.col("a").cum_sum(), c=pl.col("a").cum_prod(), p=pl.col("a").product()))
+
+
 def test_object_columns_are_refused() -> None:
     """pyarrow took a Polars Object column as the objects' addresses (bytes)."""
     lf = pl.LazyFrame({"o": pl.Series([object(), 1], dtype=pl.Object), "a": [1, 2]})

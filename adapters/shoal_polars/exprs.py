@@ -390,6 +390,11 @@ def _alias(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> 
     return translate_expr(t, view.expr, where)
 
 
+#: Functions whose result dtype Polars' planner and engines disagree on for a UInt128
+#: input (the plan's schema says Int64, ``collect`` returns UInt128; Polars 2.1).
+_UINT128_TYPE_DISAGREES = frozenset({"cum_sum", "cum_prod", "product"})
+
+
 def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Expr:
     data = view.function_data
     # A function without parameters may come as its name alone (TemporalFunction.Replace).
@@ -398,6 +403,14 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "dynamic_pred":
         # A runtime filter Polars adds below a top-k sort; always true is exact.
         return Lit(True, BOOL)
+    if key in _UINT128_TYPE_DISAGREES and t.nt.get_dtype(view.input[0]) == pl.UInt128:
+        # Polars' planner types these Int64 for a UInt128 input, but its engines return
+        # UInt128 (Polars 2.1): no one dtype answers both, so the query stays on Polars.
+        t.error(
+            f"{where}: expression Function({key}) of a UInt128 column",
+            "Polars' schema says Int64 where its engines return UInt128",
+        )
+        return t.placeholder_expr(dtype)
     if key == "BooleanFunction.IsBetween":
         bounds = _between_bounds(t, view)
         if bounds is not None:
