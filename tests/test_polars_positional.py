@@ -30,6 +30,15 @@ QUERIES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
     "group_by-gather": lambda lf: lf.group_by("g", maintain_order=True).agg(
         pl.col("v").gather([0, -1]), pl.col("n").gather(pl.col("n") // 60).alias("by_expr")
     ),
+    "group_by-get": lambda lf: lf.group_by("g", maintain_order=True).agg(
+        pl.col("v").get(0),
+        pl.col("n").get(-1).alias("last"),
+        (pl.col("m") * 2).get(pl.len() - 1).alias("by_len"),
+        pl.col("v").sort(nulls_last=True).get(pl.col("k").min() - pl.col("k").min()).alias("s"),
+    ),
+    "group_by-get-literal": lambda lf: lf.group_by("g", maintain_order=True).agg(
+        pl.lit(7).get(0), pl.lit(pl.Series([7, 8, 9])).get(-1).alias("series")
+    ),
     "ewm": lambda lf: lf.select(
         pl.col("v").ewm_mean(alpha=0.3),
         pl.col("n").ewm_mean(com=2, adjust=False, ignore_nulls=True).alias("n_mean"),
@@ -81,6 +90,16 @@ def test_gather_out_of_bounds_raises_polars_error() -> None:
     with pytest.raises(OutOfBoundsError):
         lf.collect()
     with pytest.raises(OutOfBoundsError):  # a TaskError[OutOfBoundsError]
+        run_dist(lf, 3)
+
+
+def test_get_per_group_out_of_bounds_raises_polars_error() -> None:
+    """``agg(x.get(i))`` is the group's ``i``-th value; past a group's end Polars raises
+    ``ComputeError`` (not ``OutOfBoundsError``), and so does shoal."""
+    lf = _left().lazy().group_by("g").agg(pl.col("n").get(1))  # group None has one row
+    with pytest.raises(pl.exceptions.ComputeError, match="out of bounds"):
+        lf.collect()
+    with pytest.raises(pl.exceptions.ComputeError, match="out of bounds"):
         run_dist(lf, 3)
 
 

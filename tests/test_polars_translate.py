@@ -361,7 +361,7 @@ def test_expression_udf_raises(mem: pl.LazyFrame) -> None:
     [
         (lambda lf: lf.select(pl.col("v").top_k(2)), "Function(top_k)"),
         (
-            lambda lf: lf.group_by("g").agg(pl.col("v").get(0)),
+            lambda lf: lf.group_by("g").agg(pl.col("v").get(pl.col("k"))),
             "Expr.get (one value per group)",
         ),
         (lambda lf: lf.select(pl.col("g").mode()), "Function(mode)"),

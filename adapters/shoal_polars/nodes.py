@@ -563,6 +563,10 @@ def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
     one Polars resolved). A literal item (``agg(pl.lit(1) + pl.lit(2))``) is one value per
     group: its ``first``. Anything else stays as it is."""
     e = ne.expr
+    if ne.name in schema.names:
+        got = _get_per_group(e)
+        if got is not None:
+            return NamedExpr(ne.name, got)
     if e.has_agg() or ne.name not in schema.names:
         return ne
     if not e.columns():
@@ -571,8 +575,34 @@ def _implode(ne: NamedExpr, schema: Schema) -> NamedExpr:
             return NamedExpr(ne.name, Agg("first", e, schema[ne.name]))
         return ne
     if any(isinstance(x, Function) and x.option("scalar") for x in e.walk()):
-        return ne  # Expr.get: one value per group, refused below
+        return ne  # Expr.get of an index shoal does not take (see _get_per_group): refused
     return NamedExpr(ne.name, Agg("implode", e, schema[ne.name]))
+
+
+def _get_per_group(e: Expr) -> Expr | None:
+    """``x.get(i)`` in ``group_by().agg()``: the value at position ``i`` of the group's
+    values of ``x`` (negative positions from the end; out of bounds a ``ComputeError``, as
+    in Polars), written as the group's list of ``x`` (``implode``) and ``list.get(i)``,
+    which is what Polars answers. ``i`` must be one value per group: an integer literal or
+    an expression of aggregates and literals. None for anything else."""
+    if not (isinstance(e, Function) and e.name == "gather" and e.option("scalar")):
+        return None
+    x, idx = e.args
+    if x.has_agg() or not _one_per_group(idx):
+        return None
+    listed = Agg("implode", x, DataType.from_polars(pl.List(x.dtype.to_polars())))
+    return Function("list.get", (listed, idx), (("null_on_oob", False),), e.dtype)
+
+
+def _one_per_group(e: Expr) -> bool:
+    """Whether ``e`` is one value per group: a non-null integer literal, an aggregate, or a
+    row-wise expression of those."""
+    if isinstance(e, Lit):
+        return isinstance(e.value, int) and not isinstance(e.value, bool)
+    if isinstance(e, Agg):
+        return True
+    kids = e.children()
+    return bool(kids) and e.is_row_local() and all(_one_per_group(k) for k in kids)
 
 
 #: IR functions that run Polars' own ``Eval`` (see :mod:`shoal_polars.rewrite`).
@@ -600,7 +630,10 @@ def _aggregated_eval(expr: Expr) -> bool:
 def _not_an_aggregate(expr: Expr) -> str:
     """Why a ``group_by().agg()`` item that aggregates nothing cannot run."""
     if any(isinstance(e, Function) and e.option("scalar") for e in expr.walk()):
-        return "Expr.get (one value per group) in an aggregation is not supported yet"
+        return (
+            "Expr.get (one value per group) in an aggregation is supported with an index "
+            "that is an integer literal or an expression of aggregates only"
+        )
     return "no aggregate function: Polars would return a list per group"
 
 
