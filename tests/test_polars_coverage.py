@@ -559,6 +559,39 @@ def test_file_scans(files: Path, name: str) -> None:
     assert sum(s.num_tasks for s in scans) >= 2 or name in _ONE_FILE
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        lambda lf: lf,
+        lambda lf: lf.select("p"),
+        lambda lf: lf.select("p", "q"),
+        lambda lf: lf.filter(pl.col("p") == 2).select(pl.col("p").sum()),
+        lambda lf: lf.select(pl.len()),
+    ],
+    ids=["all", "partition-column-only", "partition-columns-only", "filter", "len"],
+)
+def test_hive_files_that_also_hold_a_partition_column(
+    tmp_path: Path, query: Callable[[pl.LazyFrame], pl.LazyFrame]
+) -> None:
+    """A Parquet file may hold a column of its partition's name (``sink_parquet`` with
+    ``PartitionBy(key=pl.lit(1))`` writes one): Polars takes the partition value and ignores
+    the file's. A scan of the partition columns alone read that file column for the height
+    and failed with a PlanError (duplicate column name)."""
+    files = [
+        ("p=1/q=x", {"p": [7, None, 7], "v": [1.5, float("nan"), -0.0]}),
+        ("p=2/q=y", {"p": pl.Series([], dtype=pl.Int64), "v": pl.Series([], dtype=pl.Float64)}),
+        ("p=2/q=x", {"p": [9, 9], "v": [None, 2.0]}),
+        ("p=3/q=z", {"p": [None], "v": [3.0]}),
+    ]
+    for directory, data in files:
+        (tmp_path / directory).mkdir(parents=True)
+        pl.DataFrame(data).write_parquet(tmp_path / directory / "0.parquet")
+    lf = query(pl.scan_parquet(tmp_path, hive_partitioning=True))
+    expected = lf.collect(engine="in-memory")
+    for partitions in (1, 3):
+        assert_frame_equal(run_dist(lf, partitions), expected)
+
+
 #: Scans of a single file (a partition per file for CSV and NDJSON).
 _ONE_FILE = {"csv-options", "hive-pruned"}
 

@@ -299,9 +299,13 @@ def _hive_union(
             raise UnsupportedError("a scan of hive partition columns only (CSV, NDJSON)")
         src = sources[0]
         meta = storage.read_footers(src.paths[:1], src.storage_options)[0]
-        first_field = meta.schema.to_arrow_schema()[0]
+        fields = list(meta.schema.to_arrow_schema())
+        # A file may hold a partition column too (sink_parquet(PartitionBy(key=lit(1))));
+        # Polars takes the partition value, so the carrier is another column if any.
+        first_field = next((f for f in fields if f.name not in hive_cols), fields[0])
         carrier = Schema(((first_field.name, DataType(first_field.type)),))
-    wide = Schema((*carrier.fields, *((n, table_schema[n]) for n in hive_cols)))
+    kept = tuple((n, dt) for n, dt in carrier.fields if n not in hive_cols)
+    wide = Schema((*kept, *((n, table_schema[n]) for n in hive_cols)))
     file_pred = _file_conjuncts(pred, set(carrier.names)) if pred is not None else None
     parts: list[PlanNode] = []
     first = 0
@@ -309,7 +313,7 @@ def _hive_union(
         values = hive.row(first, named=True)
         first += len(source.paths)
         exprs = (
-            *_cols(carrier),
+            *_cols(Schema(kept)),
             *(NamedExpr(n, Lit(values[n], table_schema[n])) for n in hive_cols),
         )
         parts.append(Project(Scan(source, carrier, file_pred), exprs, wide, keep_height=True))
