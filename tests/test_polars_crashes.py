@@ -370,6 +370,44 @@ def test_uint128_sums_whose_dtype_polars_disagrees_on_are_refused(expr: pl.Expr)
     check(lf.select(pl.col("a").cum_sum(), c=pl.col("a").cum_prod(), p=pl.col("a").product()))
 
 
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pl.col("d").sqrt(),
+        pl.col("d").cbrt(),
+        pl.col("s").sqrt(),
+        pl.col("t").cbrt(),
+        pl.col("n").sqrt(),
+        pl.col("u").sqrt(),
+    ],
+    ids=["date-sqrt", "date-cbrt", "string", "time", "null", "duration"],
+)
+def test_roots_of_non_numeric_columns_are_refused(expr: pl.Expr) -> None:
+    """Polars' plan types sqrt and cbrt of a Date, Time, Duration, String or Null column
+    as the input's dtype while its engines return Float64 (Polars 2.1): shoal answered the
+    plan's dtype (a String column of roots, a Date) or failed casting NaN to a Date. They
+    are refused by name; the roots of numbers and booleans run on shoal."""
+    lf = pl.LazyFrame(
+        {
+            "d": [dt.date(2020, 1, 1), None, dt.date(1969, 12, 31), dt.date(2020, 1, 1)],
+            "s": ["4", None, "x", "4"],
+            "t": [dt.time(1), None, dt.time(0), dt.time(23)],
+            "n": pl.Series([None] * 4, dtype=pl.Null),
+            "u": [dt.timedelta(1), None, dt.timedelta(-2), dt.timedelta(0)],
+            "x": [4.0, float("nan"), -0.0, None],
+            "b": [True, None, False, True],
+        }
+    )
+    with pytest.raises(
+        UnsupportedError, match=r"Polars' schema says .* its engines return Float64"
+    ):
+        to_ir(lf.select(expr))
+    with pytest.warns(ShoalFallbackWarning, match=r"Function\((sqrt|cbrt)\)"):
+        got = lf.select(expr).collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, lf.select(expr).collect())
+    check(lf.select(pl.col("x").sqrt(), c=pl.col("x").cbrt(), b=pl.col("b").sqrt()))
+
+
 def test_object_columns_are_refused() -> None:
     """pyarrow took a Polars Object column as the objects' addresses (bytes)."""
     lf = pl.LazyFrame({"o": pl.Series([object(), 1], dtype=pl.Object), "a": [1, 2]})

@@ -403,6 +403,17 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     if key == "dynamic_pred":
         # A runtime filter Polars adds below a top-k sort; always true is exact.
         return Lit(True, BOOL)
+    if key in ("sqrt", "cbrt") and view.input:
+        arg_dtype = t.nt.get_dtype(view.input[0])
+        if not (arg_dtype.is_numeric() or arg_dtype == pl.Boolean):
+            # Polars' planner keeps the input's dtype (Date, Time, String, Null, ...), its
+            # engines take the root of the physical values (or fail) and return Float64
+            # (Polars 2.1): no one answer to give.
+            t.error(
+                f"{where}: expression Function({key}) of a {arg_dtype} column",
+                f"Polars' schema says {arg_dtype} where its engines return Float64",
+            )
+            return t.placeholder_expr(dtype)
     if key in _UINT128_TYPE_DISAGREES and t.nt.get_dtype(view.input[0]) == pl.UInt128:
         # Polars' planner types these Int64 for a UInt128 input, but its engines return
         # UInt128 (Polars 2.1): no one dtype answers both, so the query stays on Polars.
