@@ -15,6 +15,7 @@ import os
 import urllib.parse
 import warnings
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import polars as pl
@@ -406,6 +407,52 @@ def test_roots_of_non_numeric_columns_are_refused(expr: pl.Expr) -> None:
         got = lf.select(expr).collect(engine=DistEngine(runner="local", raise_on_fail=False))
     assert_frame_equal(got, lf.select(expr).collect())
     check(lf.select(pl.col("x").sqrt(), c=pl.col("x").cbrt(), b=pl.col("b").sqrt()))
+
+
+@pytest.mark.parametrize(
+    "expr",
+    [
+        pl.col("d") + pl.col("n"),
+        pl.col("n") * pl.col("d"),
+        pl.col("d") - None,
+        pl.col("b") + pl.col("n"),
+        pl.col("b") / None,
+        pl.col("n") / pl.col("i"),
+        pl.lit(None) / pl.col("f"),
+        pl.col("n") / pl.col("n"),
+    ],
+    ids=[
+        "dec-add",
+        "dec-mul",
+        "dec-lit",
+        "bool-add",
+        "bool-div",
+        "null-div",
+        "lit-div",
+        "null-null",
+    ],
+)
+def test_arithmetic_with_a_null_operand_whose_dtype_polars_disagrees_on(expr: pl.Expr) -> None:
+    """An operand of dtype Null (an all-null column, ``None``) divided, or added to a
+    Decimal or Boolean: Polars' plan says one dtype (Null, the Decimal's precision,
+    Boolean), its engines return another (Float64, precision 38, UInt32), Polars 2.1.
+    shoal answered the plan's dtype; now refused by name, and the fallback is Polars'."""
+    lf = pl.LazyFrame(
+        {
+            "d": pl.Series([Decimal("1.5"), None, Decimal("-0.0"), Decimal("1.5")]),
+            "b": [True, None, False, True],
+            "n": pl.Series([None] * 4, dtype=pl.Null),
+            "i": [1, None, 0, 1],
+            "f": [1.0, float("nan"), -0.0, None],
+        }
+    ).with_columns(pl.col("d").cast(pl.Decimal(5, 1)))
+    q = lf.select(x=expr)
+    with pytest.raises(UnsupportedError, match=r"BinaryExpr.*an operand of dtype Null"):
+        to_ir(q)
+    with pytest.warns(ShoalFallbackWarning, match="dtype Null"):
+        got = q.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, q.collect())
+    check(lf.select(pl.col("i") / None, pl.col("f") + None, b=pl.col("d") + pl.col("d")))
 
 
 def test_object_columns_are_refused() -> None:

@@ -249,6 +249,15 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     if op is None:
         t.error(f"{where}: expression BinaryExpr({op_name})", "operator not supported by shoal")
         return t.placeholder_expr(dtype)
+    if op in _ARITHMETIC:
+        ldt, rdt = _uncast_dtype(t, view.left), _uncast_dtype(t, view.right)
+        if _null_operand_disagrees(op, ldt, rdt):
+            t.error(
+                f"{where}: expression BinaryExpr({op_name}) of {ldt} and {rdt}",
+                f"Polars' schema says {dtype.to_polars()} where its engines return another "
+                "dtype (an operand of dtype Null)",
+            )
+            return t.placeholder_expr(dtype)
     if op in ("and", "or", "xor") and not _logical_operands(left.dtype, right.dtype):
         t.error(
             f"{where}: expression BinaryExpr({op_name})",
@@ -257,6 +266,33 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
         )
         return t.placeholder_expr(dtype)
     return BinaryOp(op, left, right, dtype)
+
+
+def _uncast_dtype(t: Translator, node: int) -> pl.DataType:
+    """The Polars dtype of expression ``node``, or of its input when it is a cast (type
+    coercion casts a Null operand to the other operand's dtype)."""
+    view = t.nt.view_expression(node)
+    if type(view).__name__ == "Cast":
+        return t.nt.get_dtype(view.expr)
+    return t.nt.get_dtype(node)
+
+
+_ARITHMETIC = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
+
+
+def _null_operand_disagrees(op: str, left: pl.DataType, right: pl.DataType) -> bool:
+    """Whether Polars' plan and its engines disagree on the dtype of ``left op right``
+    where an operand is of dtype Null (a ``pl.lit(None)``, an all-null column), as measured
+    on Polars 2.1: a Null divided by anything is Null in the plan, Float64 (or Float32,
+    Decimal) when run; a Decimal with a Null keeps the Decimal's precision in the plan and
+    gets precision 38 when run; a Boolean with a Null stays Boolean in the plan and is
+    UInt32 (``+``) or Float64 (``/``) when run."""
+    if left != pl.Null and right != pl.Null:
+        return False
+    if op == "truediv" and left == pl.Null:
+        return True
+    other = right if left == pl.Null else left
+    return isinstance(other, pl.Decimal) or other == pl.Boolean
 
 
 def _rust_divide(left: Expr, right: Expr, dtype: DataType) -> Expr | None:
