@@ -455,6 +455,38 @@ def test_arithmetic_with_a_null_operand_whose_dtype_polars_disagrees_on(expr: pl
     check(lf.select(pl.col("i") / None, pl.col("f") + None, b=pl.col("d") + pl.col("d")))
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        lambda lf: lf.select(pl.col("n").std(), v=pl.col("n").var(ddof=0)),
+        lambda lf: lf.group_by("k").agg(pl.col("n").std()),
+        lambda lf: lf.select(pl.col("n").var().over("k")),
+        lambda lf: lf.select(pl.col("b").interpolate().over("k")),
+    ],
+    ids=["std-var", "group_by", "over", "bool-interpolate"],
+)
+def test_std_of_a_null_column_and_interpolate_of_booleans_are_refused(
+    query: Callable[[pl.LazyFrame], pl.LazyFrame],
+) -> None:
+    """std/var of a Null column failed in shoal's tasks (InvalidOperationError: pow of
+    Null) where Polars answers null; interpolate of a Boolean column came back Float64 (the
+    plan's dtype) where Polars' default engine returns Boolean. Both refused by name; the
+    fallback gives Polars' own answer."""
+    lf = pl.LazyFrame(
+        {
+            "k": [1, 1, 2, 2, None, 3],
+            "n": pl.Series([None] * 6, dtype=pl.Null),
+            "b": [True, None, False, True, True, False],
+        }
+    )
+    q = query(lf)
+    with pytest.raises(UnsupportedError, match=r"(std|var|interpolate)\) of a (Null|Boolean)"):
+        to_ir(q)
+    with pytest.warns(ShoalFallbackWarning):
+        got = q.collect(engine=DistEngine(runner="local", raise_on_fail=False))
+    assert_frame_equal(got, q.collect(), check_row_order=False)
+
+
 def test_object_columns_are_refused() -> None:
     """pyarrow took a Polars Object column as the objects' addresses (bytes)."""
     lf = pl.LazyFrame({"o": pl.Series([object(), 1], dtype=pl.Object), "a": [1, 2]})

@@ -410,6 +410,11 @@ def _agg(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> Ex
         # (drop_nulls(), filter(), a literal): its values, null or not.
         return BinaryOp("add", Agg("count", arg, dtype), Agg("null_count", arg, dtype), dtype)
     if name in ("std", "var"):
+        if t.nt.get_dtype(args[0]) == pl.Null:
+            # Polars answers null (dtype Null); shoal's split (squares summed per
+            # partition) cannot square a Null column.
+            t.error(f"{where}: expression Agg({name}) of a Null column", "not supported")
+            return t.placeholder_expr(dtype)
         return Agg(name, arg, dtype, (("ddof", int(options)),))
     if name == "item":
         # Expr.item(allow_empty=): the group's single value (LazyFrame.pivot's aggregate)
@@ -450,6 +455,12 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
                 f"Polars' schema says {arg_dtype} where its engines return Float64",
             )
             return t.placeholder_expr(dtype)
+    if key == "interpolate" and view.input and t.nt.get_dtype(view.input[0]) == pl.Boolean:
+        t.error(
+            f"{where}: expression Function(interpolate) of a Boolean column",
+            "Polars' schema and engines disagree (Float64 or Boolean; some paths panic)",
+        )
+        return t.placeholder_expr(dtype)
     if key in _UINT128_TYPE_DISAGREES and t.nt.get_dtype(view.input[0]) == pl.UInt128:
         # Polars' planner types these Int64 for a UInt128 input, but its engines return
         # UInt128 (Polars 2.1): no one dtype answers both, so the query stays on Polars.
