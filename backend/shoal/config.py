@@ -34,6 +34,7 @@ from shoal.errors import ConfigFrozenError, ShoalWarning, VersionMismatchError
 
 RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
+SmallQueryWhere = Literal["driver", "worker"]
 
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset(
@@ -307,6 +308,18 @@ class Config:
             "shuffle_partitions is set, or with a stateful or GPU user function."
         ),
     )
+    small_query_where: SmallQueryWhere = field(
+        default="driver",
+        metadata=_doc(
+            "Where the one task of a small query (small_query_bytes) runs on the Ray runner: "
+            "'driver' runs it in this process with all of Polars' threads (the planner has "
+            "just read its files' footers, its frames are here), without a Ray task's start, "
+            "the object store or a worker limited to task_cpus threads; 'worker' runs it as a "
+            "Ray task. A query with a user function runs on a worker while ray_runtime_env "
+            "is set (the function may need what that environment installs there). The local "
+            "runner runs every task in this process."
+        ),
+    )
     max_tasks_in_flight: int = field(
         default=0, metadata=_doc("Tasks submitted and not yet finished, at most; 0: 2 per CPU.")
     )
@@ -424,6 +437,11 @@ class Config:
             _check_type(f.name, str(f.type), getattr(self, f.name))
         if self.runner not in ("ray", "local"):
             raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
+        if self.small_query_where not in ("driver", "worker"):
+            raise ValueError(
+                f"shoal setting small_query_where={self.small_query_where!r}: expected "
+                "'driver' or 'worker'"
+            )
         if self.progress not in ("auto", "always", "never"):
             raise ValueError(
                 f"shoal setting progress={self.progress!r}: expected 'auto', 'always' or 'never'"

@@ -30,6 +30,8 @@ from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
 _owns_ray = False
+#: Runs the small-query task of a Ray query in the driver (``small_query_where``).
+_driver: Any = None
 
 
 @dataclass
@@ -139,6 +141,22 @@ def _backend(config: Config) -> Any:
         return backend
 
 
+def _driver_backend() -> Any:
+    """The backend that runs a Ray query's small-query task in this process (see the
+    ``small_query_where`` setting): a local runner's thread pool, started on first use,
+    closed by :func:`shutdown_runner`. Its task runs with every thread of the driver's
+    Polars, inside the kernel's task scope as any task (a Polars query it starts never
+    comes back to shoal), and a UDF stage never reaches it (actor pools are not on the
+    small-query path)."""
+    global _driver
+    with _lock:
+        if _driver is None:
+            from shoal.runners.local import LocalBackend
+
+            _driver = LocalBackend()
+        return _driver
+
+
 def _check_same_runner(kind: str, config: Config) -> None:
     """A query may not ask for runner settings other than those its runner started with."""
     started = _started_with[kind]
@@ -223,6 +241,9 @@ def _start(
             physical = plan_physical_many(plan, config, cpus)
         else:
             physical = plan_physical(plan, config, cpus)
+    where = config.runner
+    if physical.small_query_in_driver:  # small_query_where: outputs in the driver's heap
+        backend, where = _driver_backend(), "local"
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -230,7 +251,7 @@ def _start(
     if held is None:
         read_store = getattr(backend, "object_store_bytes", None)  # cached: see ClusterView
         store = read_store() if read_store is not None else None
-        held = default_max_bytes_held(config.runner, store or None)
+        held = default_max_bytes_held(where, store or None)
     loop = DispatchLoop(
         physical,
         backend,
@@ -314,6 +335,9 @@ class ResultRefs:
     backend: Any
     rows: int
     runner: str
+    #: The Ray runner ran the query in the driver (``small_query_where``): ``refs`` are
+    #: Arrow tables in this process, not object references.
+    in_driver: bool = False
 
 
 def run_plan_refs(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> ResultRefs:
@@ -331,7 +355,7 @@ def _run_plan_refs(
     _last = _report(physical, loop, config)
     root = physical.root.id
     rows = sum(s.rows_out for (stage, _), s in loop.task_stats.items() if stage == root)
-    return ResultRefs(refs, backend, rows, config.runner)
+    return ResultRefs(refs, backend, rows, config.runner, physical.small_query_in_driver)
 
 
 def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
@@ -365,10 +389,14 @@ def shutdown_runner() -> None:
     """Close every backend, stop a Ray instance shoal started, and thaw runner settings."""
     global _owns_ray
     with _lock:
+        global _driver
         close_parked()  # warm actor pools (udf_keep_warm)
         for b in _backends.values():
             b.close()
         _backends.clear()
+        if _driver is not None:
+            _driver.close()
+            _driver = None
         _started_with.clear()
         if _owns_ray:
             import ray
