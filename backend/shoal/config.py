@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -139,6 +140,10 @@ def parse_size(text: str, what: str) -> int:
             "KiB, MiB, GiB (or kB, MB, GB)"
         )
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+#: :meth:`Config.digest` by config (equal configs hash alike), while the config lives.
+_DIGESTS: weakref.WeakKeyDictionary[Config, str] = weakref.WeakKeyDictionary()
 
 
 def _check_type(name: str, annotation: str, value: Any) -> None:
@@ -535,10 +540,18 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def digest(self) -> str:
-        """A short content hash (16 hex digits) of every setting."""
+        """A short content hash (16 hex digits) of every setting. Computed once per
+        content in a process (a query asks for it on the driver and in every task)."""
+        try:
+            return _DIGESTS[self]
+        except (KeyError, TypeError):  # TypeError: an unhashable extension value
+            pass
         values = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
         text = json.dumps(values, sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        got = hashlib.sha256(text.encode()).hexdigest()[:16]
+        with contextlib.suppress(TypeError):
+            _DIGESTS[self] = got
+        return got
 
     def non_defaults(self) -> dict[str, Any]:
         """The settings that differ from the defaults, by name, for display (explain,

@@ -219,16 +219,16 @@ def _whole_files(
     footers' statistics did not rule out), each read whole: the scan's predicate is applied
     after, and rules out the rows of the row groups left out, so Polars gets the whole
     file with the predicate above it, which it pushes into its reader (row-group statistics,
-    late materialisation) where row slices keep it above the reads. Files without a
-    Null-typed column to cast are read by one multi-file scan."""
+    late materialisation) where row slices keep it above the reads. One scan per file, as
+    the pieces are read: a multi-file scan would check the files' schemas against the first
+    file's (a later file's extra column raises), which the planner has done by Polars' rules
+    and the scan's options."""
     paths: list[str] = []
     nulls: dict[str, tuple[str, ...]] = {}
     for p in part.pieces:
         if p.rows > 0 and p.path not in nulls:
             paths.append(p.path)
             nulls[p.path] = p.null_columns
-    if not any(nulls.values()):
-        return [pl.scan_parquet(paths, glob=False, **so).select(cols)] if paths else []
     return [
         _null_columns_cast(
             pl.scan_parquet(path, glob=False, **so).select(cols), nulls[path], schema

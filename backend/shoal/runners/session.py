@@ -100,13 +100,21 @@ def last_query() -> QueryReport | None:
 
 
 _started_with: dict[str, Config] = {}
+_DEFAULTS: list[Config] = []
+
+
+def _defaults() -> Config:
+    """``Config()``, made once (every query compares its runner settings with it)."""
+    if not _DEFAULTS:
+        _DEFAULTS.append(Config())
+    return _DEFAULTS[0]
 
 
 def runner_settings(config: Config) -> Config:
     """The settings a runner starts with: the global config's runner settings, overridden
     by those that ``config`` (a query's config) sets to a non-default value."""
     base = _config.get_config()
-    defaults = Config()
+    defaults = _defaults()
     explicit = {
         k: getattr(config, k)
         for k in _config.RUNNER_FIELDS
@@ -160,7 +168,7 @@ def _driver_backend() -> Any:
 def _check_same_runner(kind: str, config: Config) -> None:
     """A query may not ask for runner settings other than those its runner started with."""
     started = _started_with[kind]
-    defaults = Config()
+    defaults = _defaults()
     for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
         wanted = getattr(config, name)
         if wanted != getattr(defaults, name) and wanted != getattr(started, name):
@@ -243,6 +251,7 @@ def _start(
             physical = plan_physical(plan, config, cpus)
     where = config.runner
     if physical.small_query_in_driver:  # small_query_where: outputs in the driver's heap
+        backend.check_task_cpus(config)  # fails as the query would on the cluster
         backend, where = _driver_backend(), "local"
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
@@ -379,7 +388,8 @@ def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
     if schema:
-        df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+        if list(df.schema.items()) != list(schema.items()):  # else the casts change nothing
+            df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
     else:
         df = df.drop(cs.all())
     return frame_to_arrow(df)
