@@ -390,9 +390,14 @@ class Config:
             "over about a second), 'always' or 'never'."
         ),
     )
-    udf_batch_size: int = field(
-        default=8192,
-        metadata=_doc("Rows per batch handed to a user function when the UDF sets no batch_size."),
+    udf_batch_size: int | None = field(
+        default=None,
+        metadata=_doc(
+            "Rows per batch handed to a user function when the UDF sets no batch_size. "
+            "Unset: a stateless CPU function gets each task's rows in one call (as Polars' "
+            "map_batches gets the whole column), a stateful class or GPU function 8192 rows "
+            "per call."
+        ),
     )
     udf_keep_warm: bool = field(
         default=True,
@@ -451,7 +456,7 @@ class Config:
             raise ValueError(
                 f"shoal setting progress={self.progress!r}: expected 'auto', 'always' or 'never'"
             )
-        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows", "udf_batch_size"):
+        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(
                     f"shoal setting {name} must be a positive integer, got {getattr(self, name)!r}"
@@ -469,7 +474,7 @@ class Config:
                 raise ValueError(
                     f"shoal setting {name} must be an integer >= 0, got {getattr(self, name)!r}"
                 )
-        for name in ("num_cpus", "object_store_bytes"):
+        for name in ("num_cpus", "object_store_bytes", "udf_batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"shoal setting {name} must be a positive integer, got {value!r}")
