@@ -314,3 +314,49 @@ def test_ray_driver_path_still_refuses_task_cpus_the_cluster_lacks() -> None:
     lf = _frame().lazy().select(pl.col("x").sum())
     with pytest.raises(shoal.ShoalError, match=r"task_cpus=64 .*the largest has"):
         lf.collect(engine=DistEngine(config=shoal.Config(task_cpus=64), raise_on_fail=True))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("ray_runner")
+def test_ray_driver_task_ctrl_c_returns_at_once(tmp_path: Path) -> None:
+    """Ctrl-C during a small query whose one task runs in the driver: the query raises
+    ``KeyboardInterrupt`` before its task has ended (the task's thread finishes its batches
+    in the background, as on the local runner), and the next query runs."""
+    import os
+    import signal
+    import threading
+    import time
+
+    marker = tmp_path / "started"
+    batches: list[int] = []
+
+    @shoal.udf(return_dtype=pl.Int64, name="slow_in_driver")
+    def slow(a: pl.Series) -> pl.Series:
+        batches.append(a.len())
+        marker.touch()
+        time.sleep(0.2)
+        return a * 2
+
+    sent: dict[str, float] = {}  # when SIGINT was sent
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sent["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # 20 batches of 0.2 s: 4 s run to the end.
+    lf = pl.LazyFrame({"a": range(2000)}).shoal.with_udf(slow, "a", "b")
+    engine = DistEngine(config=shoal.Config(udf_batch_size=100), raise_on_fail=True)
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        lf.collect(engine=engine)
+    began = len(batches)
+    t.join()
+    assert "at" in sent and began < 20, f"the query returned after {began} of 20 batches"
+    small = _frame().lazy().select(pl.col("x").sum())
+    assert_frame_equal(small.collect(engine=engine), small.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None and report.physical.small_query_in_driver

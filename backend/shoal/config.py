@@ -321,8 +321,10 @@ class Config:
             "just read its files' footers, its frames are here), without a Ray task's start, "
             "the object store or a worker limited to task_cpus threads; 'worker' runs it as a "
             "Ray task. A query with a user function runs on a worker while ray_runtime_env "
-            "is set (the function may need what that environment installs there). The local "
-            "runner runs every task in this process."
+            "is set (the function may need what that environment installs there). As on the "
+            "local runner, which runs every task in this process, a query cancelled or "
+            "interrupted (Ctrl-C) returns at once while its task's Polars query finishes in "
+            "the background."
         ),
     )
     max_tasks_in_flight: int = field(
