@@ -77,7 +77,10 @@ ORDERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
     "unique_first": lambda lf: lf.unique(subset="k", keep="first", maintain_order=True),
     "unique_last": lambda lf: lf.unique(subset="s", keep="last", maintain_order=True),
     "join_left_ordered": lambda lf: lf.join(
-        _other().lazy(), on="k", how="left", maintain_order="left"
+        _other().lazy(),
+        on="k",
+        how="left",
+        maintain_order="left_right",  # fully defined order
     ),
     "head": lambda lf: lf.head(3),
     "tail": lambda lf: lf.tail(2),
@@ -267,7 +270,7 @@ def test_ray_small_query_runs_in_the_driver_unless_told_otherwise(files: Path) -
     lf = (
         pl.scan_parquet(sorted(files.glob("p*.parquet")))
         .filter(pl.col("x") > -3)
-        .join(_other().lazy(), on="k", how="left", maintain_order="left")
+        .join(_other().lazy(), on="k", how="left", maintain_order="left_right")
     )
     want = lf.collect(engine="in-memory")
     for where, in_driver in (("driver", True), ("worker", False)):
