@@ -812,6 +812,12 @@ class DispatchLoop:
                 f"({size_text(nbytes)}, estimated {size_text(build.stage.est_bytes)}) "
                 f"in {join.stage.num_tasks} task(s) of stage {sw.probe}'s partitions; "
                 f"stage {sw.probe} not shuffled"
+                + (
+                    f"; its aggregation is partial there and completes in stage "
+                    f"{sw.regroup.consumer}"
+                    if sw.regroup is not None
+                    else ""
+                )
             )
 
     def _switch_to_broadcast(self, sw: adapt.BroadcastSwitch, nbytes: int) -> None:
@@ -827,6 +833,8 @@ class DispatchLoop:
             for s in spec.stages
         ]
         join.fragment, join.inputs = fragment, inputs
+        if sw.regroup is not None:  # its aggregation completes in the gathering task
+            adapt.regroup(join, self.plan.stage(sw.regroup.consumer), sw.regroup)
         join.scan_partitions = probe.scan_partitions
         join.num_tasks = n = probe.num_tasks
         join.est_bytes = probe.est_bytes + nbytes
