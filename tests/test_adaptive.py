@@ -396,6 +396,40 @@ def test_an_aggregation_that_does_not_split_keeps_its_hash_join() -> None:
     assert not any("broadcast join" in line for line in report.adaptive), report.adaptive
 
 
+GATHERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "top-k": lambda f: (
+        f.group_by("k", "s")
+        .agg(pl.col("v").sum(), n=pl.len())
+        .sort("n", "k", "s", descending=[True, False, False], nulls_last=True)
+        .head(7)
+    ),
+    "keyless": lambda f: f.group_by("k").agg(n=pl.len()).select(pl.col("n").max(), c=pl.len()),
+    "limit-all": lambda f: f.group_by("k").agg(pl.col("v").max()).head(1_000),
+    "nothing": lambda f: (
+        f.filter(pl.col("i") < 0).group_by("k").agg(pl.col("v").sum()).sort("k").head(3)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERED))
+def test_a_coalesced_final_aggregation_runs_in_the_task_that_gathers_it(name: str) -> None:
+    """A final aggregation whose buckets fit one task, read whole by one task (a top-k's
+    or a limit's gather, an aggregation without keys): the gathering task runs it itself,
+    one task fewer, the same answer as native Polars."""
+    q = GATHERED[name](_facts().lazy())
+    got, report = _run(q, _config(10**9))
+    _same(got, q, ordered=name == "top-k")
+    fused = [line for line in report.adaptive if "the one task that gathers it" in line]
+    assert bool(fused) == (name != "nothing"), report.adaptive
+    planned = shoal.explain(q, config=shoal.Config(**_config(10**9)))  # type: ignore[arg-type]
+    assert "top-k" in planned or "final-agg" in planned
+    off, plain = _run(q, {**_config(10**9), "adaptive": False})
+    _same(off, q, ordered=name == "top-k")
+    if fused:
+        # 6 final tasks coalesced into one, which runs in the gathering task
+        assert _tasks(report) == _tasks(plain) - 6
+
+
 def test_every_piece_is_released_after_adaptive_changes() -> None:
     """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
     skipped stage each release what no task reads any more."""

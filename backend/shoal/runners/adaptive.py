@@ -231,8 +231,17 @@ def fuse_into_sort(
     fit one task)."""
     if not all(isinstance(n, _NOT_GROWING) for n in source.fragment.walk()):
         return None
+    return fuse_stage(sort, index, source)
+
+
+def fuse_stage(
+    consumer: Stage, index: int, source: Stage
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
+    """``consumer``'s new fragment and inputs once ``source`` (which it reads at input
+    ``index``) runs inside it: ``source``'s inputs first, its fragment in place of that
+    input, then the consumer's other inputs."""
     offset = len(source.inputs)
-    kept = [i for i in range(len(sort.inputs)) if i != index]
+    kept = [i for i in range(len(consumer.inputs)) if i != index]
     moved = {old: offset + k for k, old in enumerate(kept)}
 
     def swap(node: PlanNode) -> PlanNode | None:
@@ -242,8 +251,33 @@ def fuse_into_sort(
             return replace(node, index=moved[node.index])
         return None
 
-    inputs = (*source.inputs, *(sort.inputs[i] for i in kept))
-    return transform(sort.fragment, swap), inputs
+    inputs = (*source.inputs, *(consumer.inputs[i] for i in kept))
+    return transform(consumer.fragment, swap), inputs
+
+
+def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | None:
+    """For ``stage`` (now one task, reading no scan), the stage that may run it inside its
+    own one task, and the input index that reads it: ``stage``'s only consumer, of one
+    task, reading it whole at one input and every other input whole too (broadcasts), no
+    scan; ``stage`` not a result of the plan. None when there is no such stage. The
+    consumer's one task then reads what ``stage``'s task read and computes the same rows
+    (a gather after a top-k, a limit, an aggregation without keys)."""
+    if stage.num_tasks != 1 or stage.scan_partitions is not None:
+        return None
+    if stage.id in plan.result_stages or stage.boundaries_from is not None:
+        return None
+    consumers = plan.consumers(stage.id)
+    if len(consumers) != 1:
+        return None
+    (c,) = consumers
+    if c.num_tasks != 1 or c.scan_partitions is not None or c.boundaries_from is not None:
+        return None
+    reads = [i for i, spec in enumerate(c.inputs) if stage.id in spec.stages]
+    if len(reads) != 1 or any(spec.mode != "all" or spec.more for spec in c.inputs):
+        return None
+    if sum(isinstance(n, StageInput) and n.index == reads[0] for n in c.fragment.walk()) != 1:
+        return None
+    return c, reads[0]
 
 
 def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:

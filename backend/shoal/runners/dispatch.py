@@ -718,6 +718,7 @@ class DispatchLoop:
         self._note(f"{label}: {what}")
         if len(groups) == 1 and self.coalesce_bytes is not None:
             self._fuse_sort(st, total)
+            self._fuse_gather(st)
 
     def _sort_in_one_task(self, st: _StageState) -> bool:
         """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
@@ -783,6 +784,41 @@ class DispatchLoop:
             f"stage {stage.id} and stage {split.id} [range-split] run in stage {sort.id} "
             f"[{sort.name}]: 1 task (planned {planned}) over {size_text(total)}, no sample "
             f"or range split"
+        )
+
+    def _fuse_gather(self, st: _StageState) -> None:
+        """``st`` now runs as one task: when its only reader is one task that reads it
+        whole, and nothing else but broadcasts (:func:`adaptive.gather_consumer`: a top-k
+        or limit gathered after a coalesced final aggregation), that reader runs ``st``'s
+        fragment itself, over the same buckets, and ``st`` runs no task: one task and one
+        round trip fewer."""
+        stage = st.stage
+        if stage.num_tasks != 1 or self.pools.get(stage.id) is not None:
+            return
+        found = adapt.gather_consumer(self.plan, stage)
+        if found is None:
+            return
+        consumer, index = found
+        if self.pools.get(consumer.id) is not None:
+            return
+        if any(
+            not self.states[s].finished
+            for i, spec in enumerate(consumer.inputs)
+            if i != index
+            for s in spec.stages
+        ):
+            return  # (its other inputs still run: the reader could not start now anyway)
+        consumer.fragment, consumer.inputs = adapt.fuse_stage(consumer, index, stage)
+        consumer.est_bytes += stage.est_bytes
+        consumer.name = f"{stage.name}+{consumer.name}"
+        state = self.states[consumer.id]
+        state.buckets, state.adapted = st.buckets, True
+        stage.inputs = ()
+        self._retask(stage, 0, f"runs in stage {consumer.id}")
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+        self._note(
+            f"stage {stage.id} runs in stage {consumer.id} [{consumer.name}], the one task "
+            f"that gathers it: 1 task fewer"
         )
 
     def _decide_switches(self) -> None:
