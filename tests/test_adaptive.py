@@ -430,6 +430,32 @@ def test_a_coalesced_final_aggregation_runs_in_the_task_that_gathers_it(name: st
         assert _tasks(report) == _tasks(plain) - 6
 
 
+@pytest.mark.parametrize("target", TARGETS)
+def test_small_partitions_read_pointwise_run_as_one_task(target: int) -> None:
+    """A shared sub-plan (Polars' cache: a join and a filter of the facts, read by an
+    aggregation and by a join against that aggregation, TPC-H Q17's shape) is one stage
+    that later stages read partition by partition; when those partitions are small, each
+    reading stage runs one task over all of them, in partition order (and a final
+    aggregation that one task gathers runs in it). Nulls, NaN and duplicate keys; the same
+    answer as native Polars, and with adaptive execution off."""
+    f = _facts().lazy().join(_dims().lazy(), on="k", how="left").filter(pl.col("i") % 5 != 0)
+    avg = f.group_by("k").agg(a=pl.col("v").mean(), n=pl.len())
+    q = (
+        f.join(avg, on="k", nulls_equal=True)
+        .filter(pl.col("v") < pl.col("a"))
+        .group_by("name")
+        .agg(pl.col("v").sum(), c=pl.len(), m=pl.col("n").max())
+    )
+    cfg = _config(target, broadcast_join_threshold_bytes=10**9)
+    got, report = _run(q, cfg)
+    _same(got, q)
+    one = [line for line in report.adaptive if "partitions" in line and "read by 1 task" in line]
+    assert len(one) == 2, report.adaptive
+    off, plain = _run(q, {**cfg, "adaptive": False})
+    _same(off, q)
+    assert _tasks(report) < _tasks(plain)
+
+
 def test_every_piece_is_released_after_adaptive_changes() -> None:
     """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
     skipped stage each release what no task reads any more."""

@@ -57,7 +57,14 @@ from shoal.ir.nodes import (
     transform,
 )
 from shoal.ir.types import Schema
-from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput, Stage, StageInputSpec
+from shoal.planner.physical import (
+    HashOutput,
+    PhysicalPlan,
+    RangeOutput,
+    SingleOutput,
+    Stage,
+    StageInputSpec,
+)
 
 #: The smallest input a coalesced task is given when the data allows (bytes): below this,
 #: the fixed cost of a task (scheduling, a fresh Polars query) outweighs running buckets in
@@ -145,6 +152,49 @@ def _fragment_blocker(stage: Stage, plan: PhysicalPlan) -> str | None:
         return None
 
     return rec(stage.fragment, None)
+
+
+def pointwise_input(stage: Stage) -> int | None:
+    """The index of ``stage``'s one pointwise input when every other input is read whole
+    (broadcasts) and it scans nothing, samples nothing and range-partitions nothing; else
+    None."""
+    if stage.scan_partitions is not None or stage.boundaries_from is not None:
+        return None
+    out = stage.output
+    if isinstance(out, RangeOutput) or (isinstance(out, SingleOutput) and out.sample_rows):
+        return None
+    found = [i for i, spec in enumerate(stage.inputs) if spec.mode != "all"]
+    if len(found) != 1 or stage.inputs[found[0]].mode != "pointwise":
+        return None
+    return found[0]
+
+
+def pointwise_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
+    """Why the partitions that ``stage`` reads pointwise (:func:`pointwise_input`) may not
+    be read by one task, in partition order, or None. Exact where its operators give, over
+    partitions read together, the union of what they give over each alone (those that
+    coalesced buckets allow, a sort only under a slice: a top-k), and where the stages
+    that read it one partition at a time can follow (:func:`retask_blocker`)."""
+    for node in stage.fragment.walk():
+        if isinstance(node, Sort):
+            parents = [n for n in stage.fragment.walk() if isinstance(n, Slice) and n.input is node]
+            if not parents:
+                return "it sorts each partition"
+    if tagged_reader(plan, stage):
+        return "a stage that reads it tags each row with its task"
+    return _fragment_blocker(stage, plan) or retask_blocker(plan, stage)
+
+
+def tagged_reader(plan: PhysicalPlan, stage: Stage) -> bool:
+    """Whether a stage that reads ``stage`` tags each row with the task it came from (a
+    :class:`StageInput` with a ``source_column``: the prefix and window plans, a semi join
+    by the large side): its answer depends on ``stage``'s partitions as planned."""
+    for c in plan.consumers(stage.id):
+        idx = {i for i, spec in enumerate(c.inputs) if stage.id in spec.stages}
+        for n in c.fragment.walk():
+            if isinstance(n, StageInput) and n.index in idx and n.source_column is not None:
+                return True
+    return False
 
 
 def retask_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
@@ -276,6 +326,8 @@ def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | Non
     if len(reads) != 1 or any(spec.mode != "all" or spec.more for spec in c.inputs):
         return None
     if sum(isinstance(n, StageInput) and n.index == reads[0] for n in c.fragment.walk()) != 1:
+        return None
+    if tagged_reader(plan, stage):
         return None
     return c, reads[0]
 

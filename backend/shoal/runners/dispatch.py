@@ -678,6 +678,8 @@ class DispatchLoop:
             return
         bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
         if not bucket_inputs:
+            if self.coalesce_bytes is not None:
+                self._pointwise_in_one_task(st)
             return
         n = stage.num_tasks
         sizes = [0] * n
@@ -719,6 +721,42 @@ class DispatchLoop:
         if len(groups) == 1 and self.coalesce_bytes is not None:
             self._fuse_sort(st, total)
             self._fuse_gather(st)
+
+    def _pointwise_in_one_task(self, st: _StageState) -> None:
+        """When ``st`` reads one stage pointwise (and others whole) and those partitions
+        hold at most :data:`adaptive.MIN_TASK_BYTES` in all, one task reads them all, in
+        partition order (:func:`adaptive.pointwise_blocker` says where that is exact); the
+        stages that follow its partitions follow. Then, as for coalesced buckets, a reader
+        that gathers it may run it (:meth:`_fuse_gather`)."""
+        stage = st.stage
+        if stage.num_tasks < 2 or self.pools.get(stage.id) is not None:
+            return
+        found = adapt.pointwise_input(stage)
+        if found is None:
+            return
+        total = sum(
+            self.ledger.nbytes(k)
+            for p in range(stage.num_tasks)
+            for k in self._pieces(st, found, p)
+        )
+        if total > adapt.MIN_TASK_BYTES:
+            return
+        label = f"stage {stage.id} [{stage.name}]"
+        why = adapt.pointwise_blocker(self.plan, stage)
+        if why is not None:
+            self._note(f"{label}: {stage.num_tasks} partitions not read by one task: {why}")
+            return
+        tasks = stage.num_tasks
+        what = f"{tasks} partitions ({size_text(total)}) read by 1 task"
+        self._retask(stage, 1, what)
+        # Then read whole: each piece keeps its one reader (this task).
+        spec = stage.inputs[found]
+        stage.inputs = tuple(
+            replace(spec, mode="all") if i == found else s for i, s in enumerate(stage.inputs)
+        )
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+        self._note(f"{label}: {what}")
+        self._fuse_gather(st)
 
     def _sort_in_one_task(self, st: _StageState) -> bool:
         """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
