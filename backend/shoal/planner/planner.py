@@ -727,6 +727,29 @@ def _small_query_blocker(plan: PlanNode, config: Config) -> str | None:
     return None
 
 
+def _place_small_queries(b: _Builder) -> None:
+    """Decide where the small-query stages of ``b.plan`` run on the Ray runner (the
+    ``small_query_where`` setting) and say so on its ``small_query`` line: in the driver
+    when every stage of the plan is a small-query stage (a ``collect_all`` that also plans
+    a distributed query runs its small ones as Ray tasks beside it), else on Ray workers.
+    The local runner runs every task in its own process: nothing to decide."""
+    stages = b.plan.stages
+    if b.config.runner != "ray" or not any(s.name == "small-query" for s in stages):
+        return
+    reason = ""
+    if b.config.small_query_where == "worker":
+        reason = "small_query_where='worker'"
+    elif any(s.name != "small-query" for s in stages):
+        reason = "the other queries of the plan run distributed"
+    elif b.config.ray_runtime_env and any(
+        isinstance(n, UdfProject) for s in stages for n in s.fragment.walk()
+    ):
+        reason = "a user function may need ray_runtime_env, which only the workers have"
+    b.plan.small_query_in_driver = not reason
+    where = "runs in the driver process" if not reason else f"runs on a Ray worker ({reason})"
+    b.plan.small_query += f"; {where}"
+
+
 def _whole_scan(
     scan: Scan, split: ScanSplit
 ) -> ScanPartition | MemoryPiece | tuple[FilePartition, ...]:
@@ -784,6 +807,7 @@ def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPl
     b = _Builder(config, _shared_nodes(plan), cpus)
     if b.small_query(plan):
         b.plan.schema = plan.schema
+        _place_small_queries(b)
         return b.plan
     b.grouped = _grouped(plan)
     _result_stage(b, b.visit(plan))
@@ -837,4 +861,5 @@ def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = Non
         b.plan.small_query = "; ".join(f"query {i}: {p}" for i, p in enumerate(paths) if p)
     b.plan.results = tuple(r for r in results if r is not None)
     b.plan.schema = plans[-1].schema
+    _place_small_queries(b)
     return b.plan
