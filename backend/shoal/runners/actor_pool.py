@@ -1,8 +1,9 @@
 """Actor pools: long-lived workers for stateful and GPU user functions.
 
 The planner gives every stateful or GPU UDF a stage of its own whose fragment is only the
-:class:`~shoal.ir.nodes.UdfProject` over the upstream stage's output (:func:`pool_udf`
-recognises one). For each such stage of a query, :func:`make_pools` makes one pool:
+:class:`~shoal.ir.nodes.UdfProject` over the upstream stage's output, or over a scan of an
+in-memory table that only selects columns, whose row ranges the pool's tasks then read
+themselves (:func:`pool_udf` recognises both). For each such stage of a query, :func:`make_pools` makes one pool:
 
 * :class:`RayActorPool` (Ray runner): Ray actors named
   ``shoal-udf-<udf name>-<query id>-<i>``, each asking Ray for the UDF's CPUs, GPUs and
@@ -70,7 +71,7 @@ from typing import Any, Protocol
 
 from shoal.errors import ShoalError
 from shoal.ir.nodes import StageInput, UdfProject
-from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.planner.physical import PhysicalPlan, Stage, plain_memory_scan
 from shoal.resources import AcquiredResources, ResourceLedger, ResourceRequest
 from shoal.runners.dispatch import TaskResult, TaskSpec
 from shoal.runners.ray_runner import ship
@@ -81,6 +82,9 @@ CLOSE_TIMEOUT_S = 15.0
 #: Batches sent to one Ray actor before it has finished the first (see the module
 #: docstring).
 CALLS_IN_FLIGHT = 2
+
+#: Seconds between two asks of Ray's free resources by a pool that could grow.
+ROOM_CHECK_S = 0.25
 
 #: Parked pools (``udf_keep_warm``) by (runner, UDF token).
 _parked: dict[tuple[str, str], Any] = {}
@@ -174,12 +178,13 @@ class _Parkable:
 
 
 def pool_udf(stage: Stage) -> UdfProject | None:
-    """The UDF node of an actor pool stage (a stateful or GPU UDF over a stage input), or
-    None for an ordinary stage."""
+    """The UDF node of an actor pool stage (a stateful or GPU UDF over a stage input, or
+    over a plain in-memory scan that the stage reads itself), or None for an ordinary
+    stage."""
     node = stage.fragment
     if (
         isinstance(node, UdfProject)
-        and isinstance(node.input, StageInput)
+        and (isinstance(node.input, StageInput) or plain_memory_scan(node.input))
         and isinstance(node.udf, UDF)
         and node.udf.needs_actor_pool
     ):
@@ -263,13 +268,24 @@ def make_pools(
 
         pool: RayActorPool | LocalProcessPool
         if runner == "ray":
-            pool = RayActorPool(u, name_of, config_handle, config_digest)
+            pool = RayActorPool(
+                u, name_of, config_handle, config_digest, cluster_cpus=_cached_cpus(backend)
+            )
         else:
             pool = LocalProcessPool(u, name_of, backend.resources, config_handle, config_digest)
         pool.key, pool.keep_warm, pool.reserve_cpus = key, keep_warm, reserve_cpus
         pool.idle_s = idle_s
         pools[st.id] = _Lease(pool)
     return pools
+
+
+def _cached_cpus(backend: Any) -> Callable[[], float] | None:
+    """The CPUs of the Ray cluster as the runner's cached
+    :class:`~shoal.runners.ray_runner.ClusterView` has them (None: no such view)."""
+    cluster = getattr(backend, "cluster", None)
+    if cluster is None:
+        return None
+    return lambda: float(cluster.cpus()[0])
 
 
 class _Lease:
@@ -394,14 +410,27 @@ def _actor_class() -> Any:
 
 
 class RayActorPool(_Parkable):
-    """A pool of Ray actors for one UDF stage (see the module docstring)."""
+    """A pool of Ray actors for one UDF stage (see the module docstring).
+
+    ``cluster_cpus`` returns the CPUs of the cluster's alive nodes together, which a
+    parking pool needs (the Ray runner's cached
+    :class:`~shoal.runners.ray_runner.ClusterView`; None: ask Ray's GCS each time, a round
+    trip of 5-25 ms on a loaded machine at the end of every query)."""
 
     def __init__(
-        self, u: UDF, name_of: Callable[[int], str], config_handle: Any, config_digest: str
+        self,
+        u: UDF,
+        name_of: Callable[[int], str],
+        config_handle: Any,
+        config_digest: str,
+        cluster_cpus: Callable[[], float] | None = None,
     ) -> None:
         import ray
 
         self._ray = ray
+        self._cluster_cpus = cluster_cpus or (lambda: float(ray.cluster_resources().get("CPU", 0)))
+        #: When the pool last asked Ray for free resources to grow (``_room_for_one``).
+        self._room_checked = -math.inf
         self.udf = u
         self._name_of = name_of
         self._config = config_handle
@@ -487,7 +516,7 @@ class RayActorPool(_Parkable):
             cpus = self.udf.resources.cpus
             if cpus <= 0:
                 return bool(self._actors)
-            total = self._ray.cluster_resources().get("CPU", 0)
+            total = self._cluster_cpus()
             keep = max(0, math.floor((total - self.reserve_cpus) / cpus + 1e-9))
             keep = min(keep, len(self._actors))
             for a in self._actors[keep:]:
@@ -500,6 +529,13 @@ class RayActorPool(_Parkable):
             return keep > 0
 
     def _room_for_one(self) -> bool:
+        """Whether Ray has the free resources for one more actor now; asked at most once
+        per :data:`ROOM_CHECK_S` (each ask is a round trip to Ray's GCS, and the loop asks
+        after every finished task while the pool could grow)."""
+        now = time.monotonic()
+        if now - self._room_checked < ROOM_CHECK_S:
+            return False
+        self._room_checked = now
         avail = self._ray.available_resources()
         r = self.udf.resources
         return (
