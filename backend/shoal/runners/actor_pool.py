@@ -83,6 +83,9 @@ CLOSE_TIMEOUT_S = 15.0
 #: docstring).
 CALLS_IN_FLIGHT = 2
 
+#: Seconds an actor is expected to take to start until one of the pool's has (1 s on a quiet
+#: machine: a process importing Ray, Polars, pyarrow and shoal, then the UDF's __init__).
+ACTOR_START_S = 1.0
 #: Seconds between two asks of Ray's free resources by a pool that could grow.
 ROOM_CHECK_S = 0.25
 
@@ -464,6 +467,15 @@ class RayActorPool(_Parkable):
         self._ready: list[bool] = []
         self._pending_ready: dict[Any, int] = {}  # ready() reference -> actor index
         self._actor_of: dict[Any, Any] = {}  # a call's stats reference -> the actor running it
+        #: Growth is measured (see :meth:`_worth_growing`): when each call in flight was
+        #: sent, when each actor last finished one, the seconds a call takes (a running
+        #: mean; None until one finished), the ``ready()`` calls that time each new
+        #: actor's start, and the seconds an actor of this pool took to start.
+        self._sent_at: dict[Any, float] = {}
+        self._done_at: list[float] = []
+        self.call_s: float | None = None
+        self._start_timers: dict[Any, float] = {}
+        self.start_s = ACTOR_START_S
         self.replaced = 0  # actors started in place of ones that died
         #: Replacements after which a dying actor fails the query instead (an actor that
         #: dies on every batch, e.g. out of memory, must not be replaced forever).
@@ -492,24 +504,63 @@ class RayActorPool(_Parkable):
         self.names.append(name)
         self._actors.append(actor)
         self._busy.append([])
+        self._done_at.append(0.0)
         self._ready.append(counts_before_ready)
+        # Sent before any batch, ready() runs right after __init__: it times the start.
+        ready = actor.ready.remote()
+        self._start_timers[ready] = time.monotonic()
         if not counts_before_ready:
-            self._pending_ready[actor.ready.remote()] = i
+            self._pending_ready[ready] = i
 
     def _reap(self) -> None:
-        """Mark actors whose call has finished as free, and new actors that started."""
+        """Mark actors whose call has finished as free, and new actors that started;
+        measure both (:meth:`_worth_growing`)."""
         busy = [r for b in self._busy for r in b]
+        now = time.monotonic()
         if busy:
             done, _ = self._ray.wait(busy, num_returns=len(busy), timeout=0, fetch_local=False)
             finished = set(done)
+            for i, b in enumerate(self._busy):
+                for r in b:
+                    if r in finished:
+                        # Its service time: from when it was sent, or from the end of the
+                        # call before it on the same actor when it waited behind that one.
+                        took = now - max(self._sent_at.pop(r, now), self._done_at[i])
+                        self._done_at[i] = now
+                        old = self.call_s
+                        self.call_s = took if old is None else 0.7 * old + 0.3 * took
             self._busy = [[r for r in b if r not in finished] for b in self._busy]
             for r in finished:
                 self._actor_of.pop(r, None)
-        if self._pending_ready:
-            refs = list(self._pending_ready)
-            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        waiting = list(self._pending_ready) + [
+            r for r in self._start_timers if r not in self._pending_ready
+        ]
+        if waiting:
+            done, _ = self._ray.wait(
+                waiting, num_returns=len(waiting), timeout=0, fetch_local=False
+            )
             for r in done:
-                self._ready[self._pending_ready.pop(r)] = True
+                if r in self._pending_ready:
+                    self._ready[self._pending_ready.pop(r)] = True
+                born = self._start_timers.pop(r, None)
+                if born is not None:
+                    self.start_s = now - born
+
+    def _worth_growing(self, backlog: int) -> bool:
+        """Whether one more actor would help: the work left for the pool's actors (the
+        ``backlog`` of unsent tasks and the calls in flight, at the pool's measured seconds
+        per call) is longer per actor than starting an actor takes (as measured for this
+        pool's actors; :data:`ACTOR_START_S` until one has started). Until a call has
+        finished there is nothing to go by, and the pool grows while resources allow.
+
+        A warm pool is trimmed when it is parked and would otherwise start an actor again
+        in every query, one that the query's few batches are done before it is up (an
+        actor start costs a process and the UDF's ``__init__``: seconds, and CPU that the
+        running batches need); the actor is then stopped at the next parking."""
+        if self.call_s is None or not self._actors:
+            return True
+        in_flight = sum(len(b) for b in self._busy)
+        return (backlog + in_flight) * self.call_s / len(self._actors) > self.start_s
 
     def _trim_for_parking(self) -> bool:
         with self._lock:
@@ -524,6 +575,7 @@ class RayActorPool(_Parkable):
                     self._ray.kill(a, no_restart=True)
             self._actors = self._actors[:keep]
             self._busy = self._busy[:keep]
+            self._done_at = self._done_at[:keep]
             self._ready = self._ready[:keep]
             self._pending_ready = {r: i for r, i in self._pending_ready.items() if i < keep}
             return keep > 0
@@ -562,6 +614,7 @@ class RayActorPool(_Parkable):
                 backlog > idle
                 and len(self._actors) < self.max
                 and not self._pending_ready
+                and self._worth_growing(backlog)
                 and self._room_for_one()
             ):
                 self._add(counts_before_ready=False)  # takes tasks once it has started
@@ -584,6 +637,7 @@ class RayActorPool(_Parkable):
                 .remote(payload, task.config, task.config_digest, layout, *args)
             )
             self._busy[i].append(out[0])
+            self._sent_at[out[0]] = time.monotonic()
             self._actor_of[out[0]] = self._actors[i]
             return list(out)
 
@@ -605,7 +659,10 @@ class RayActorPool(_Parkable):
             self.names.append(name)
             actor = self._new_actor(name)
             self._actors[i] = actor
+            for r in self._busy[i]:
+                self._sent_at.pop(r, None)
             self._busy[i] = []
+            self._done_at[i] = 0.0
             if any(r for k, r in enumerate(self._ready) if k != i):
                 # Others take batches until it has started.
                 self._ready[i] = False
