@@ -25,6 +25,7 @@ from .test_udf import (
     Offset,
     SeeDevices,
     Slow,
+    check_heap_reused,
     check_pool_reads_scan,
     frame,
     interrupt_when,
@@ -229,6 +230,12 @@ def test_warm_query_asks_ray_for_no_cluster_state(monkeypatch: pytest.MonkeyPatc
         assert asked == []
     finally:
         close_parked()
+    assert shoal_actors() == []
+
+
+def test_ray_actor_reuses_its_heap_between_batches() -> None:
+    """See ``check_heap_reused`` (on a Ray actor)."""
+    check_heap_reused(_ray(1))
     assert shoal_actors() == []
 
 
