@@ -332,6 +332,130 @@ def test_an_aggregation_completed_in_the_join_buckets_is_never_switched_to_broad
     assert not any("broadcast join" in line for line in report.adaptive), report.adaptive
 
 
+REGROUPED: dict[str, Callable[[pl.LazyFrame, pl.LazyFrame], pl.LazyFrame]] = {
+    # A top-k over the groups: the join stage's per-bucket top-k is gathered by one task.
+    "top-k": lambda probe, small: (
+        probe.join(small, on="k", how="left")
+        .group_by("k")
+        .agg(pl.len(), pl.col("w").sum(), m=pl.col("v").mean(), lo=pl.col("v").min())
+        .sort("len", "k", descending=[True, False], nulls_last=True)
+        .head(4)
+    ),
+    # Keys beyond the join key (renamed), a filter and a projection over the aggregation,
+    # a limit larger than the result (every group comes out).
+    "limit": lambda probe, small: (
+        probe.join(small, on="k")
+        .group_by(pl.col("k").alias("key"), "s")
+        .agg(n=pl.len(), t=pl.col("v").sum(), w=pl.col("w").max())
+        .filter(pl.col("n") > 1)
+        .with_columns(avg=pl.col("t") / pl.col("n"))
+        .head(10_000)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REGROUPED))
+@pytest.mark.parametrize("target", TARGETS)
+def test_an_aggregation_completed_in_the_join_buckets_moves_to_its_gather_at_a_switch(
+    name: str, target: int
+) -> None:
+    """An aggregation that completes in place in a hash join's buckets (each key in one
+    bucket), under a top-k or limit gathered by one task (TPC-H Q18's plan): when the other
+    side turns out small, the join runs as a broadcast join in the probe side's partitions
+    (a key's rows then span tasks, null keys too), so the join stage computes partial
+    aggregates and the gathering task the final ones. Same answer as native Polars, with
+    and without the switch."""
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    q = REGROUPED[name](probe, small)
+    cfg = _config(target, broadcast_join_threshold_bytes=8_000)
+    got, report = _run(q, cfg)
+    _same(got, q, ordered=name == "top-k")
+    switched = [line for line in report.adaptive if "run as a broadcast join" in line]
+    assert switched and "completes in stage" in switched[0], report.adaptive
+    skipped = [s for s in report.physical.stages if s.num_tasks == 0]
+    assert len(skipped) == 1 and "shuffle" in skipped[0].name  # the probe side's shuffle
+    off, _ = _run(q, {**cfg, "adaptive": False})
+    _same(off, q, ordered=name == "top-k")
+
+
+def test_an_aggregation_that_does_not_split_keeps_its_hash_join() -> None:
+    """``n_unique`` has no partial form: its aggregation stays in the join buckets and the
+    join stays a hash join, however small the other side."""
+    probe = _facts(seed=1).lazy()
+    small = _facts(seed=2).lazy().filter(pl.col("i") % 97 == 3).select("k", w="v")
+    q = (
+        probe.join(small, on="k")
+        .group_by("k")
+        .agg(u=pl.col("s").n_unique(), n=pl.len())
+        .sort("n", "k", descending=True)
+        .head(3)
+    )
+    got, report = _run(q, _config(12_000, broadcast_join_threshold_bytes=8_000))
+    _same(got, q, ordered=True)
+    assert not any("broadcast join" in line for line in report.adaptive), report.adaptive
+
+
+GATHERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "top-k": lambda f: (
+        f.group_by("k", "s")
+        .agg(pl.col("v").sum(), n=pl.len())
+        .sort("n", "k", "s", descending=[True, False, False], nulls_last=True)
+        .head(7)
+    ),
+    "keyless": lambda f: f.group_by("k").agg(n=pl.len()).select(pl.col("n").max(), c=pl.len()),
+    "limit-all": lambda f: f.group_by("k").agg(pl.col("v").max()).head(1_000),
+    "nothing": lambda f: (
+        f.filter(pl.col("i") < 0).group_by("k").agg(pl.col("v").sum()).sort("k").head(3)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(GATHERED))
+def test_a_coalesced_final_aggregation_runs_in_the_task_that_gathers_it(name: str) -> None:
+    """A final aggregation whose buckets fit one task, read whole by one task (a top-k's
+    or a limit's gather, an aggregation without keys): the gathering task runs it itself,
+    one task fewer, the same answer as native Polars."""
+    q = GATHERED[name](_facts().lazy())
+    got, report = _run(q, _config(10**9))
+    _same(got, q, ordered=name == "top-k")
+    fused = [line for line in report.adaptive if "the one task that gathers it" in line]
+    assert bool(fused) == (name != "nothing"), report.adaptive
+    planned = shoal.explain(q, config=shoal.Config(**_config(10**9)))  # type: ignore[arg-type]
+    assert "top-k" in planned or "final-agg" in planned
+    off, plain = _run(q, {**_config(10**9), "adaptive": False})
+    _same(off, q, ordered=name == "top-k")
+    if fused:
+        # 6 final tasks coalesced into one, which runs in the gathering task
+        assert _tasks(report) == _tasks(plain) - 6
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_small_partitions_read_pointwise_run_as_one_task(target: int) -> None:
+    """A shared sub-plan (Polars' cache: a join and a filter of the facts, read by an
+    aggregation and by a join against that aggregation, TPC-H Q17's shape) is one stage
+    that later stages read partition by partition; when those partitions are small, each
+    reading stage runs one task over all of them, in partition order (and a final
+    aggregation that one task gathers runs in it). Nulls, NaN and duplicate keys; the same
+    answer as native Polars, and with adaptive execution off."""
+    f = _facts().lazy().join(_dims().lazy(), on="k", how="left").filter(pl.col("i") % 5 != 0)
+    avg = f.group_by("k").agg(a=pl.col("v").mean(), n=pl.len())
+    q = (
+        f.join(avg, on="k", nulls_equal=True)
+        .filter(pl.col("v") < pl.col("a"))
+        .group_by("name")
+        .agg(pl.col("v").sum(), c=pl.len(), m=pl.col("n").max())
+    )
+    cfg = _config(target, broadcast_join_threshold_bytes=10**9)
+    got, report = _run(q, cfg)
+    _same(got, q)
+    one = [line for line in report.adaptive if "partitions" in line and "read by 1 task" in line]
+    assert len(one) == 2, report.adaptive
+    off, plain = _run(q, {**cfg, "adaptive": False})
+    _same(off, q)
+    assert _tasks(report) < _tasks(plain)
+
+
 def test_every_piece_is_released_after_adaptive_changes() -> None:
     """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
     skipped stage each release what no task reads any more."""
@@ -426,8 +550,9 @@ SMALL_SORTS: dict[str, Callable[[], pl.LazyFrame]] = {
 }
 
 
-#: Sorts with tied keys after an aggregation: only the key column's order is fixed.
-TIED_KEYS = {"agg-ties-stable": "s", "agg-ties-desc-stable": "n"}
+#: Sorts with tied keys after an aggregation or a join (whose row order Polars leaves open,
+#: so a stable sort's ties are in no defined order): only the key column's order is fixed.
+TIED_KEYS = {"agg-ties-stable": "s", "agg-ties-desc-stable": "n", "join-stable-ties": "name"}
 
 
 def _same_sorted(got: pl.DataFrame, q: pl.LazyFrame, key: str | None) -> None:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from pathlib import Path
 
 import polars as pl
 import pytest
+from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.runners.session import last_query
@@ -125,3 +127,32 @@ def test_a_port_that_is_not_ray_fails_within_the_timeout() -> None:
             conn.close()
     assert time.monotonic() - start < 60  # the timeout is honoured (Ray alone: > 600 s)
     assert not ray.is_initialized()
+
+
+@pytest.mark.parametrize("raise_on_fail", [True, False])
+def test_multi_file_column_checks_raise_polars_errors(tmp_path: Path, raise_on_fail: bool) -> None:
+    """Polars' scan_parquet checks every file's columns against the first file's
+    (``extra_columns="raise"``, ``missing_columns="raise"``: its defaults) and raises
+    SchemaError / ColumnNotFoundError; shoal answered instead (its tasks read each file's
+    needed columns alone). The same query with the policy relaxed answers as Polars."""
+    first, extra, short = (tmp_path / f"{n}.parquet" for n in ("first", "extra", "short"))
+    pl.DataFrame({"a": [1, None], "b": [2.0, float("nan")]}).write_parquet(first)
+    pl.DataFrame({"a": [3], "b": [-0.0], "c": ["x"]}).write_parquet(extra)
+    pl.DataFrame({"a": [4, 4]}).write_parquet(short)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=raise_on_fail, default_partitions=3)
+    cases = [
+        (pl.scan_parquet([first, extra]).select("a"), pl.exceptions.SchemaError),
+        (pl.scan_parquet([first, short]), pl.exceptions.ColumnNotFoundError),
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # without raise_on_fail: the fallback's warning
+        for lf, error in cases:
+            with pytest.raises(error):
+                lf.collect()
+            with pytest.raises(error):
+                lf.collect(engine=engine)
+        for lf in (
+            pl.scan_parquet([first, extra], extra_columns="ignore"),
+            pl.scan_parquet([first, short]).select("a"),
+        ):
+            assert_frame_equal(lf.collect(engine=engine), lf.collect())

@@ -159,6 +159,7 @@ class _Interrupter(threading.Thread):
         os.kill(os.getpid(), signal.SIGINT)
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 def test_ctrl_c_leaves_no_task_or_actor_of_the_query_in_rays_state(tmp_path: Path) -> None:
     engine = shoal.DistEngine(
         runner="ray",

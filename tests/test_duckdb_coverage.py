@@ -570,8 +570,9 @@ def test_infinite_timestamps_cast_to_timestamptz(tmp_path: Path) -> None:
 def test_infinite_timestamp_s_and_renamed_rowid_refused() -> None:
     """Values shoal read wrongly and now refuses (the query runs on DuckDB): DuckDB's
     ``infinity`` in a DATE or TIMESTAMP column of a table (TIMESTAMP_S read as 1969-12-31
-    23:59:59, ``weekofyear`` gave a number where DuckDB gives NULL), and ``rowid`` of a
-    table that a decorrelated join renames (it read as NULL)."""
+    23:59:59, ``weekofyear`` gave a number where DuckDB gives NULL); and ``rowid`` of a
+    table that a decorrelated join renames (it read as NULL, then was refused; now read
+    from DuckDB with the rows, branch exact)."""
     c = duckdb.connect()
     for unit in ("TIMESTAMP_S", "TIMESTAMP_NS", "DATE"):
         c.execute(
@@ -599,9 +600,8 @@ def test_infinite_timestamp_s_and_renamed_rowid_refused() -> None:
         "SELECT l.rowid, l.a, r.rowid, r.b FROM l FULL OUTER JOIN r ON EXISTS "
         "(SELECT 1 FROM s WHERE s.a = l.a AND s.b = r.b) ORDER BY ALL"
     )
-    with pytest.raises(shoal.UnsupportedError, match="rowid"):
-        shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG)
-    assert shoal.duckdb.sql(c, query, config=CONFIG).fetchall() == c.sql(query).fetchall()
+    got = shoal.duckdb.sql(c, query, raise_on_fail=True, config=CONFIG).fetchall()
+    assert got == c.sql(query).fetchall()
 
 
 #: Queries shoal answered where DuckDB raises, or answered differently, and now refuses
@@ -609,13 +609,6 @@ def test_infinite_timestamp_s_and_renamed_rowid_refused() -> None:
 #: or None where DuckDB answers). Those whose expression DuckDB can compute in the tasks
 #: run distributed now (tests/test_duckdb_fragment.py, RAISED_IN_TASKS).
 REFUSED = [
-    (
-        "SELECT percentile_disc(0.25) WITHIN GROUP (ORDER BY i DESC) a FROM t",
-        "ORDER BY ... DESC",
-        None,
-    ),
-    ("SELECT g, quantile_disc(i, -0.25) a FROM t GROUP BY g", "negative quantile", None),
-    ("SELECT quantile_cont(x, -0.1) a FROM t", "negative quantile", None),
     ("SELECT regexp_matches(s, '*') a FROM t", "does not parse", duckdb.InvalidInputException),
     ("SELECT regexp_replace(s, '(', 'x') a FROM t", "does not parse", duckdb.InvalidInputException),
     ("SELECT i FROM t LIMIT DATE '1992-01-01'", "DuckDB has no such cast", None),
@@ -641,6 +634,20 @@ def test_formerly_wrong_now_refused(
     except duckdb.Error as fallback:
         got = type(fallback)
     assert _norm(got) == _norm(want)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT percentile_disc(0.25) WITHIN GROUP (ORDER BY i DESC) a FROM t",
+        "SELECT g, quantile_disc(i, -0.25) a FROM t GROUP BY g",
+        "SELECT quantile_cont(x, -0.1) a FROM t",
+    ],
+)
+def test_descending_quantiles(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Formerly wrong (ascending positions), then refused; now positions in the descending
+    order as DuckDB reads a negative quantile (branch exact)."""
+    check(con, query, ordered=False)
 
 
 # ---------------------------------------------------------------- on Ray

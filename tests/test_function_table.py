@@ -390,6 +390,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "str.extract_groups": {"pattern": r"(?<first>[a-z])(?<rest>.*)"},
     "cast_enum": {"categories": ("a", "Bb", "cc"), "strict": False},
     "reinterpret": {"dtype": DataType(pa.uint64())},
+    "truncdiv": {"dtype": DataType(pa.int64())},
+    "truncrem": {"dtype": DataType(pa.int64())},
     "gather": {"scalar": False},
     "nested_nulls_last": {"dtype": DataType(pa.large_list(pa.int64()))},
     "datetime": {"time_unit": "us", "time_zone": None},

@@ -376,11 +376,20 @@ def test_backpressure_ray(ray_runner, tables):
     assert report is not None and report.memory is not None
     import ray
 
+    from shoal.runners.memory import default_max_bytes_held
+
     store = ray.cluster_resources()["object_store_memory"]
-    _dist(tables["dims"].select(pl.len()), Config(runner="ray"))
+    _dist(tables["dims"].select(pl.len()), Config(runner="ray", small_query_where="worker"))
     default = last_query()
     assert default is not None and default.memory is not None
     assert default.memory.max_bytes_held == int(store) // 2
+    # A small query whose one task runs in the driver holds its output in the driver's
+    # heap: the local runner's default limit.
+    _dist(tables["dims"].select(pl.len()), Config(runner="ray"))
+    default = last_query()
+    assert default is not None and default.memory is not None
+    assert default.physical.small_query_in_driver
+    assert default.memory.max_bytes_held == default_max_bytes_held("local")
 
 
 def test_progress_counts_subtasks(tables, monkeypatch):

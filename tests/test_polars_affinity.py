@@ -149,3 +149,65 @@ def test_affinity_ray_runner(affinity: Any, ray_runner: None) -> None:
     _check_affinity_runs_on_shoal(
         shoal.DistEngine(runner="ray", raise_on_fail=True, config=CONFIG), affinity
     )
+
+
+#: The Ray runner's small-query path, its one task in the driver process (the default).
+DRIVER = shoal.Config(small_query_where="driver")
+
+
+@pytest.mark.timeout(300)
+def test_ray_driver_task_collects_stay_on_polars(ray_runner: None) -> None:
+    """A small query on Ray runs its one task in the driver, inside the kernel's task
+    scope: under a patch that sends every collect to shoal (the kernel's own included),
+    the task's queries run on Polars, not as nested shoal queries."""
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, config=DRIVER)
+    expected = {name: lf.collect(engine="streaming") for name, lf in _queries().items()}
+    original = pl.LazyFrame.collect
+    reached_from_tasks = []
+    started = []
+
+    import shoal.runners.session as session
+
+    real_start = session._start
+
+    def counted_start(*args: Any, **kwargs: Any) -> Any:
+        started.append(1)
+        return real_start(*args, **kwargs)
+
+    def routed(self: pl.LazyFrame, *args: Any, **kwargs: Any) -> Any:
+        reached_from_tasks.append(in_task())
+        kwargs["engine"] = engine
+        return original(self, *args, **kwargs)
+
+    pl.LazyFrame.collect = routed  # type: ignore[method-assign]
+    session._start = counted_start  # type: ignore[assignment]
+    try:
+        got = {name: lf.collect() for name, lf in _queries().items()}
+    finally:
+        pl.LazyFrame.collect = original  # type: ignore[method-assign]
+        session._start = real_start  # type: ignore[assignment]
+    for name, df in got.items():
+        assert_frame_equal(df, expected[name])
+    report = last_query()
+    assert report is not None and report.physical.small_query_in_driver
+    assert any(reached_from_tasks), "the kernel's collects did not go through the patch"
+    assert len(started) == len(got), "a collect inside a task started a shoal query"
+
+
+@pytest.mark.timeout(300)
+def test_ray_driver_udf_collect_stays_on_polars(affinity: Any, ray_runner: None) -> None:
+    """A stateless UDF of a small Ray query runs in the driver; a query its body collects
+    under the affinity runs on Polars (not on shoal, not through the affinity again)."""
+
+    @shoal.udf(return_dtype=pl.Int64)
+    def plus_count(a: pl.Series) -> pl.Series:
+        assert in_task()
+        n = pl.LazyFrame({"x": [1, 2, 3]}).select(pl.len()).collect().item()
+        return a + n
+
+    lf = pl.LazyFrame({"a": [1, 2, 3, 4, 5]})
+    affinity(shoal.DistEngine(runner="ray", raise_on_fail=True, config=DRIVER))
+    got = lf.shoal.with_udf(plus_count, "a", "b").collect()
+    assert got["b"].to_list() == [4, 5, 6, 7, 8]
+    report = last_query()
+    assert report is not None and report.physical.small_query_in_driver

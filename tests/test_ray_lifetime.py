@@ -101,6 +101,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 def test_query_does_not_attach_to_a_foreign_local_instance() -> None:
     """Another program's Ray instance on this machine: with no address given, Ray's own
     ray.init() attaches to it (it reads /tmp/ray/ray_current_cluster, which an instance
@@ -157,6 +158,7 @@ def test_query_does_not_attach_to_a_foreign_local_instance() -> None:
         foreign.wait(timeout=60)
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 def test_local_instance_files_are_private_to_the_user() -> None:
     """Issue 19: Ray makes its session, socket, log and spill directories 0777 (and makes
     them so again while it runs); with no ray_temp_dir shoal keeps them under

@@ -77,7 +77,10 @@ ORDERED: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
     "unique_first": lambda lf: lf.unique(subset="k", keep="first", maintain_order=True),
     "unique_last": lambda lf: lf.unique(subset="s", keep="last", maintain_order=True),
     "join_left_ordered": lambda lf: lf.join(
-        _other().lazy(), on="k", how="left", maintain_order="left"
+        _other().lazy(),
+        on="k",
+        how="left",
+        maintain_order="left_right",  # fully defined order
     ),
     "head": lambda lf: lf.head(3),
     "tail": lambda lf: lf.tail(2),
@@ -217,3 +220,146 @@ def test_one_ray_task_same_answer(files: Path) -> None:
         assert report is not None and report.runner == "ray"
         assert len(report.physical.stages) == 1
         assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
+
+
+def test_the_one_task_reads_parquet_files_whole_under_the_predicate(
+    files: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The one task reads each Parquet file whole, the scan's predicate above the read,
+    which Polars pushes into its reader (row groups skipped by statistics, late
+    materialisation); the row slices of the distributed plan's partitions kept every read
+    below the predicate. The answer stays native Polars' (row groups the footers ruled out
+    hold no row that passes the predicate)."""
+    import shoal.execution.kernel as kernel
+
+    plans: list[str] = []
+    real = kernel.collect
+
+    def spy(lf: pl.LazyFrame) -> pl.DataFrame:
+        plans.append(lf.explain(optimizations=kernel.collect_optimizations()))
+        return real(lf)
+
+    monkeypatch.setattr(kernel, "collect", spy)
+    lf = pl.scan_parquet(sorted(files.glob("p*.parquet"))).filter(pl.col("x") > 4)
+    got = lf.collect(engine=DistEngine(config=ON, raise_on_fail=True))
+    assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
+    report = last_query()
+    assert report is not None and report.physical.row_groups_pruned > 0
+    assert "SLICE" not in plans[-1], plans[-1]
+    assert "SELECTION" in plans[-1], plans[-1]
+
+
+def test_files_with_an_extra_column_read_as_the_scan_asks(tmp_path: Path) -> None:
+    """A later file with a column the first lacks (``extra_columns="ignore"``): each file is
+    read on its own, as the distributed plan's pieces are, so Polars' multi-file schema
+    check (which would raise on the extra column) never sees them together."""
+    pl.DataFrame({"k": [1, 2, None]}).write_parquet(tmp_path / "a.parquet")
+    pl.DataFrame({"k": [3, 4], "extra": ["x", "y"]}).write_parquet(tmp_path / "b.parquet")
+    paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
+    lf = pl.scan_parquet(paths, extra_columns="ignore").filter(pl.col("k") > 1)
+    _check(lf, sort=False)
+
+
+@pytest.mark.usefixtures("ray_runner")
+def test_ray_small_query_runs_in_the_driver_unless_told_otherwise(files: Path) -> None:
+    """On Ray the one task runs in the driver process by default (``small_query_where``);
+    ``"worker"`` sends it to a Ray worker. Both give native Polars' answer, and explain and
+    the query report say where it ran."""
+    import os
+
+    lf = (
+        pl.scan_parquet(sorted(files.glob("p*.parquet")))
+        .filter(pl.col("x") > -3)
+        .join(_other().lazy(), on="k", how="left", maintain_order="left_right")
+    )
+    want = lf.collect(engine="in-memory")
+    for where, in_driver in (("driver", True), ("worker", False)):
+        config = shoal.Config(small_query_where=where)
+        got = lf.collect(engine=DistEngine(config=config, raise_on_fail=True))
+        assert_frame_equal(got, want, check_exact=True)
+        report = last_query()
+        assert report is not None and report.runner == "ray"
+        assert report.physical.small_query_in_driver is in_driver
+        pids = [s.pid for s in report.task_stats.values()]
+        assert len(pids) == 1 and (pids[0] == os.getpid()) is in_driver
+        text = shoal.explain(lf, config=config)
+        line = next(x for x in text.splitlines() if x.startswith("small-query path"))
+        if in_driver:
+            assert line.endswith("; runs in the driver process"), line
+        else:
+            assert line.endswith("; runs on a Ray worker (small_query_where='worker')"), line
+
+
+@pytest.mark.usefixtures("ray_runner")
+def test_ray_collect_all_with_a_distributed_query_keeps_the_small_one_on_a_worker() -> None:
+    """``collect_all`` of a small query and one above the threshold: one plan, which runs
+    on Ray; the small query's task runs beside the distributed stages as a Ray task."""
+    small = _frame().lazy().group_by("k", maintain_order=True).agg(pl.col("x").sum())
+    big_frame = pl.DataFrame({"k": [i % 7 for i in range(20_000)], "v": range(20_000)})
+    big = big_frame.lazy().group_by("k").agg(pl.col("v").sum()).sort("k")
+    engine = DistEngine(config=shoal.Config(small_query_bytes=50_000), raise_on_fail=True)
+    got = pl.collect_all([small, big], engine=engine)
+    assert_frame_equal(got[0], small.collect(engine="in-memory"), check_exact=True)
+    assert_frame_equal(got[1], big.collect(engine="in-memory"), check_exact=True)
+    report = last_query()
+    assert report is not None and not report.physical.small_query_in_driver
+    assert "runs on a Ray worker (the other queries of the plan run distributed)" in (
+        report.physical.small_query
+    )
+    assert any(st.name == "small-query" for st in report.physical.stages)
+    assert any(st.name != "small-query" for st in report.physical.stages)
+
+
+@pytest.mark.usefixtures("ray_runner")
+def test_ray_driver_path_still_refuses_task_cpus_the_cluster_lacks() -> None:
+    """A setting the cluster cannot run fails a small query too, although its task runs in
+    the driver: every query fails alike."""
+    lf = _frame().lazy().select(pl.col("x").sum())
+    with pytest.raises(shoal.ShoalError, match=r"task_cpus=64 .*the largest has"):
+        lf.collect(engine=DistEngine(config=shoal.Config(task_cpus=64), raise_on_fail=True))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.usefixtures("ray_runner")
+def test_ray_driver_task_ctrl_c_returns_at_once(tmp_path: Path) -> None:
+    """Ctrl-C during a small query whose one task runs in the driver: the query raises
+    ``KeyboardInterrupt`` before its task has ended (the task's thread finishes its batches
+    in the background, as on the local runner), and the next query runs."""
+    import os
+    import signal
+    import threading
+    import time
+
+    marker = tmp_path / "started"
+    batches: list[int] = []
+
+    @shoal.udf(return_dtype=pl.Int64, name="slow_in_driver")
+    def slow(a: pl.Series) -> pl.Series:
+        batches.append(a.len())
+        marker.touch()
+        time.sleep(0.2)
+        return a * 2
+
+    sent: dict[str, float] = {}  # when SIGINT was sent
+
+    def interrupt() -> None:
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        sent["at"] = time.monotonic()
+        os.kill(os.getpid(), signal.SIGINT)
+
+    # 20 batches of 0.2 s: 4 s run to the end.
+    lf = pl.LazyFrame({"a": range(2000)}).shoal.with_udf(slow, "a", "b")
+    engine = DistEngine(config=shoal.Config(udf_batch_size=100), raise_on_fail=True)
+    t = threading.Thread(target=interrupt, daemon=True)
+    t.start()
+    with pytest.raises(KeyboardInterrupt):
+        lf.collect(engine=engine)
+    began = len(batches)
+    t.join()
+    assert "at" in sent and began < 20, f"the query returned after {began} of 20 batches"
+    small = _frame().lazy().select(pl.col("x").sum())
+    assert_frame_equal(small.collect(engine=engine), small.collect(engine="in-memory"))
+    report = last_query()
+    assert report is not None and report.physical.small_query_in_driver

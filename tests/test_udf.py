@@ -487,6 +487,7 @@ def test_local_pool_grows_from_min_to_max_while_batches_wait(tmp_path: Path) -> 
     assert udf_processes() == []
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 @pytest.mark.usefixtures("local_gpus")
 def test_local_workers_see_their_own_gpus() -> None:
     lf = frame(2000).lazy().shoal.with_udf(SeeDevices, inputs="a", output="cvd")
@@ -567,6 +568,7 @@ def test_local_warm_pool_serves_the_next_query(tmp_path: Path) -> None:
     assert udf_processes() == []
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 @pytest.mark.usefixtures("local_gpus")
 def test_local_pool_closed_after_each_query_with_keep_warm_off(tmp_path: Path) -> None:
     counted = Counted.with_init(str(tmp_path))

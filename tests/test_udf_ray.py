@@ -89,6 +89,7 @@ def test_ray_pool_grows_from_min_to_max_while_batches_wait(tmp_path: Path) -> No
     assert shoal_actors() == []
 
 
+@pytest.mark.slow  # heavy (a Ray instance of its own or many processes): -m slow
 def test_ray_actors_see_their_own_gpus() -> None:
     lf = frame(2000).lazy().shoal.with_udf(SeeDevices, inputs="a", output="cvd")
     assert set(lf.collect(engine=_ray(16))["cvd"]) == {"0", "1", "2", "3"}

@@ -55,7 +55,8 @@ def ray_with_a_fake_polars_on_the_workers(
 def test_a_worker_with_another_polars_fails_the_query_naming_node_and_versions() -> None:
     lf = pl.LazyFrame({"k": [1, 2, 1, None], "v": [1.0, -0.0, float("nan"), 2.0]})
     q = lf.group_by("k").agg(pl.col("v").sum())
-    engine = shoal.DistEngine(runner="ray", raise_on_fail=True)
+    # On a worker: a small query's one task runs in the driver by default.
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, small_query_where="worker")
     with pytest.raises(VersionMismatchError) as err:
         q.collect(engine=engine)
     text = str(err.value)

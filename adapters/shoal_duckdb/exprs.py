@@ -1106,6 +1106,8 @@ def _in(t: ExprTranslator, kids: list[dict[str, Any]]) -> Expr:
         values = [_value_as(i, x.dtype) for i in items if isinstance(i, Lit)]
         has_null = any(v is None for v in values)
         present = [v for v in values if v is not None]
+        if x.dtype.is_decimal:  # a HUGEINT constant is an int: one kind for the list
+            present = [decimal.Decimal(v) if isinstance(v, int) else v for v in present]
         list_type = DataType(pa.large_list(x.dtype.arrow))
         found = fn("is_in", [x, lit(present, list_type)], BOOL)
         if has_null:
@@ -2716,17 +2718,20 @@ def _first_last(which: str) -> Callable[..., Expr]:
     return handler
 
 
-def _arg_extreme(largest: bool) -> Callable[..., Expr]:
+def _arg_extreme(largest: bool, null_args: bool = False) -> Callable[..., Expr]:
     def handler(
         args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
     ) -> Expr:
         """``arg_max(x, by)`` (``arg_min``): ``x`` at the row with the largest (smallest)
         ``by``, NaN above every number; rows where ``x`` or ``by`` is NULL are skipped;
-        ties give the first such row in input order; NULL when no row is left."""
+        ties give the first such row in input order; NULL when no row is left.
+        ``arg_max_null``/``arg_min_null`` (``null_args``) skip only the rows whose ``by``
+        is NULL: a NULL ``x`` at the extreme row is the answer (DuckDB's documentation of
+        those functions)."""
         if len(args) != 2:
             raise Unsupported("arg_max()/arg_min() with a count (the list form)")
         x, by = args
-        skip = or_all([is_null(x), is_null(by)])
+        skip = is_null(by) if null_args else or_all([is_null(x), is_null(by)])
         if keep is not None:
             skip = or_all([skip, not_(fn("coalesce", [keep, lit(False, BOOL)], BOOL))])
         ranked = Ternary(skip, lit(None, by.dtype), by, by.dtype)
@@ -2749,6 +2754,42 @@ def _arg_extreme(largest: bool) -> Callable[..., Expr]:
     return handler
 
 
+def _arg_extreme_nulls_last(largest: bool) -> Callable[..., Expr]:
+    def handler(
+        args: list[Expr], dtype: DataType, order: list[tuple[Expr, bool, bool]], keep: Expr | None
+    ) -> Expr:
+        """``arg_max_nulls_last(x, by)`` (``arg_min_nulls_last``): ``x`` at the first row
+        of the group sorted by ``by`` (descending for max), NaN above every number and NULL
+        ``by`` after every value, no row skipped (a NULL ``x`` is an answer); ties give the
+        first such row in input order; NULL for no row. The list form (a count) is
+        refused: DuckDB's heap orders ties its own way."""
+        if len(args) != 2:
+            raise Unsupported("arg_max_nulls_last()/arg_min_nulls_last() with a count")
+        x, by = args
+        keys: list[Expr] = [by]
+        descending: tuple[bool, ...] = (largest,)
+        if keep is not None:  # rows the FILTER drops sort after every kept row
+            dropped = not_(fn("coalesce", [keep, lit(False, BOOL)], BOOL))
+            keys, descending = [dropped, by], (False, largest)
+        best = fn(
+            "sort_by",
+            [x, *keys],
+            x.dtype,
+            descending=descending,
+            nulls_last=(True,) * len(keys),
+            maintain_order=True,
+        )
+        out = Ternary(
+            compare("eq", _kept_count(None, keep), lit(0, IDX)),
+            lit(None, x.dtype),
+            Agg("first", best, x.dtype),
+            x.dtype,
+        )
+        return cast(out, dtype)
+
+    return handler
+
+
 _ORDERED: dict[str, Callable[..., Expr]] = {
     "string_agg": _string_agg,
     "group_concat": _string_agg,
@@ -2761,6 +2802,10 @@ _ORDERED: dict[str, Callable[..., Expr]] = {
     "arg_min": _arg_extreme(False),
     "argmin": _arg_extreme(False),
     "min_by": _arg_extreme(False),
+    "arg_max_null": _arg_extreme(True, null_args=True),
+    "arg_min_null": _arg_extreme(False, null_args=True),
+    "arg_max_nulls_last": _arg_extreme_nulls_last(True),
+    "arg_min_nulls_last": _arg_extreme_nulls_last(False),
 }
 
 _QUANTILES = frozenset({"quantile_cont", "quantile_disc", "quantile", "median"})
@@ -2772,6 +2817,7 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
     ``quantile``: one of the values (:func:`_discrete_quantile`); ``median``:
     ``quantile_cont(x, 0.5)``."""
     x = args[0]
+    descending = False
     if name == "median":
         q = 0.5
     else:
@@ -2779,19 +2825,18 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         if len(args) < 2 or not quantiles:
             raise Unsupported(f"{name}() without quantiles")
         qs = [float(value_of(v)) for v in quantiles]
-        if any(v < 0 for v in qs) or data.get("desc"):
-            # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which
-            # its binder turns into one) as a position in the descending order.
-            raise Unsupported(
-                f"{name}() with a negative quantile or WITHIN GROUP (ORDER BY ... DESC)"
-            )
+        # DuckDB reads a negative quantile (and WITHIN GROUP (ORDER BY x DESC), which its
+        # binder turns into one) as the position |q| in the descending order (NaN first);
+        # its binder refuses quantiles of both signs.
+        descending = bool(data.get("desc")) or any(v < 0 for v in qs)
+        qs = [abs(v) for v in qs]
         if _is_list(args[1]):
             # A list of quantiles: the list of their values (NULL for no values).
             if not (x.dtype.is_float or x.dtype.is_integer) or not x.columns():
                 raise Unsupported(f"{name}() of a list of quantiles of {x.dtype}")
             inner = DataType(dtype.arrow.value_type)
             one = "quantile_disc" if name in ("quantile_disc", "quantile") else "quantile_cont"
-            each = [_quantile_of(one, x, v, inner) for v in qs]
+            each = [_quantile_of(one, x, v, inner, descending) for v in qs]
             values = fn("concat_list", each, dtype)
             none = compare("eq", Agg("count", x, IDX), lit(0, IDX))
             return Ternary(none, lit(None, dtype), values, dtype)
@@ -2806,15 +2851,16 @@ def _quantile(name: str, args: list[Expr], dtype: DataType, data: dict[str, Any]
         # every value is the constant: it, or NULL for no rows (or a NULL constant)
         rows = cast(Agg("len", None, IDX), INT64)
         return Ternary(compare("gt", rows, lit(0, INT64)), cast(x, dtype), lit(None, dtype), dtype)
-    return _quantile_of(name, x, q, dtype)
+    return _quantile_of(name, x, q, dtype, descending)
 
 
-def _quantile_of(name: str, x: Expr, q: float, dtype: DataType) -> Expr:
+def _quantile_of(name: str, x: Expr, q: float, dtype: DataType, descending: bool = False) -> Expr:
     """One quantile ``q`` of the column ``x`` as ``dtype``: continuous for
-    ``quantile_cont`` and ``median``, else discrete."""
+    ``quantile_cont`` and ``median``, else discrete; positions in the descending order
+    of the values with ``descending``."""
     if name in ("quantile_cont", "median"):
-        return cast(_continuous_quantile(cast(x, FLOAT64), q), dtype)
-    return cast(_discrete_quantile(x, q), dtype)
+        return cast(_continuous_quantile(cast(x, FLOAT64), q, descending), dtype)
+    return cast(_discrete_quantile(x, q, descending), dtype)
 
 
 def _mad(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
@@ -2867,12 +2913,13 @@ def _product(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     return cast(Ternary(none, lit(None, FLOAT64), total, FLOAT64), dtype)
 
 
-def _continuous_quantile(x: Expr, q: float) -> Expr:
+def _continuous_quantile(x: Expr, q: float, descending: bool = False) -> Expr:
     """DuckDB's ``quantile_cont`` of DOUBLE ``x``: with ``rn = (n - 1) * q`` over the ``n``
     sorted non-NULL values (NaN largest), ``lo * (1 - d) + hi * d`` where ``lo`` and ``hi``
     are the values at ``floor(rn)`` and ``ceil(rn)`` and ``d = rn - floor(rn)`` (DuckDB's
     own formula; Polars' linear interpolation rounds differently); the value itself when
-    ``rn`` is whole; NULL for no values."""
+    ``rn`` is whole; NULL for no values. With ``descending`` the values are sorted the
+    other way (NaN first)."""
     n = cast(Agg("count", x, IDX), INT64)
     rn = binop(
         "mul", cast(binop("sub", n, lit(1, INT64), INT64), FLOAT64), lit(q, FLOAT64), FLOAT64
@@ -2881,7 +2928,7 @@ def _continuous_quantile(x: Expr, q: float) -> Expr:
     lo_at = Ternary(none, lit(None, INT64), cast(fn("floor", [rn], FLOAT64), INT64), INT64)
     hi_at = Ternary(none, lit(None, INT64), cast(fn("ceil", [rn], FLOAT64), INT64), INT64)
     ordered = fn(
-        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=False, nulls_last=True
+        "sort", [fn("drop_nulls", [x], FLOAT64)], FLOAT64, descending=descending, nulls_last=True
     )
     lo = fn("gather", [ordered, lo_at], FLOAT64, scalar=True)
     hi = fn("gather", [ordered, hi_at], FLOAT64, scalar=True)
@@ -2923,9 +2970,10 @@ def fused_multiply_add(a: Expr, b: Expr, c: Expr) -> Expr:
     return add(s, add(sum_error, product_error))
 
 
-def _discrete_quantile(x: Expr, q: float) -> Expr:
+def _discrete_quantile(x: Expr, q: float, descending: bool = False) -> Expr:
     """The value at position ``ceil(n * q) - 1`` (0-based, at least 0) of the sorted
-    non-NULL values (NaN largest): DuckDB's ``quantile_disc``; NULL for no values."""
+    non-NULL values (NaN largest; sorted the other way with ``descending``): DuckDB's
+    ``quantile_disc``; NULL for no values."""
     n = cast(Agg("count", x, IDX), INT64)
     scaled = fn("ceil", [binop("mul", cast(n, FLOAT64), lit(q, FLOAT64), FLOAT64)], FLOAT64)
     position: Expr = fn(
@@ -2935,7 +2983,7 @@ def _discrete_quantile(x: Expr, q: float) -> Expr:
     )
     position = Ternary(compare("eq", n, lit(0, INT64)), lit(None, INT64), position, INT64)
     ordered = fn(
-        "sort", [fn("drop_nulls", [x], x.dtype)], x.dtype, descending=False, nulls_last=True
+        "sort", [fn("drop_nulls", [x], x.dtype)], x.dtype, descending=descending, nulls_last=True
     )
     return fn("gather", [ordered, position], x.dtype, scalar=True)
 
@@ -3006,6 +3054,8 @@ def _count_star(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
 
 def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
     def handler(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
+        if len(args) != 1:
+            raise Unsupported(f"{name}() with a count (the list form)")
         (x,) = args
         if name in ("min", "max") and _is_nested(x.dtype):
             raise Unsupported(f"{name}() of {type_name_of(x.dtype)} values")
@@ -3017,6 +3067,8 @@ def _minmax(name: str) -> Callable[[list[Expr], DataType, bool], Expr]:
 def _max(args: list[Expr], dtype: DataType, distinct: bool) -> Expr:
     """DuckDB orders NaN above every number, so the max of floats with a NaN is NaN;
     Polars' ``max`` skips NaN, ``nan_max`` does not."""
+    if len(args) != 1:
+        raise Unsupported("max() with a count (the list form)")
     (x,) = args
     if _is_nested(x.dtype):
         raise Unsupported(f"max() of {type_name_of(x.dtype)} values")

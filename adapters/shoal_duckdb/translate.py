@@ -383,12 +383,18 @@ class Translator:
             return rel
         return Rel(Filter(rel.node, predicate, rel.node.schema), rel.cols)
 
-    def table_arrow(self, qualified: str, columns: Sequence[str]) -> pa.Table:
-        """Columns of a DuckDB table as Arrow (read once per query)."""
-        key = (qualified, *columns)
+    def table_arrow(
+        self, qualified: str, columns: Sequence[str], rowid: str | None = None
+    ) -> pa.Table:
+        """Columns of a DuckDB table as Arrow (read once per query); with ``rowid`` also
+        DuckDB's virtual ``rowid`` column under that name, last."""
+        key = (qualified, *columns, f"rowid={rowid}")
         got = self._tables.get(key)
         if got is None:
-            listing = ", ".join(quote_ident(c) for c in columns)
+            listing = ", ".join(
+                [quote_ident(c) for c in columns]
+                + ([f"rowid AS {quote_ident(rowid)}"] if rowid is not None else [])
+            )
             got = self.con.sql(f"SELECT {listing} FROM {qualified}").to_arrow_table()
             self._tables[key] = got
         return got
@@ -543,6 +549,10 @@ def translate(
 # ---------------------------------------------------------------- scans
 
 
+#: DuckDB's column index of a table's virtual ``rowid`` column (COLUMN_IDENTIFIER_ROW_ID).
+_ROW_ID = 2**64 - 1
+
+
 @_register("LOGICAL_GET")
 def _get(t: Translator, op: dict[str, Any]) -> Rel:
     func = str(op.get("qname", {}).get("path", ["?"])[-1])
@@ -558,6 +568,15 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     # Virtual columns (rowid) have indexes past the table's columns. A scan that reads
     # none but counts rows (count(*)) still needs a real column to carry the row count.
     read = list(dict.fromkeys(i for i in indexes if i < len(names))) or [0]
+    standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
+    # DuckDB's rowid of a table's row is read from DuckDB with the row (exact, gaps left
+    # by deleted rows included); not of a stand-in (another table than the user's), nor
+    # where a real column named rowid hides it.
+    rowid = (
+        t.fresh("rowid")
+        if _ROW_ID in indexes and standin is None and not any(n.lower() == "rowid" for n in names)
+        else None
+    )
     scanned: list[tuple[str, DataType]] = []
     for i in read:
         try:
@@ -566,7 +585,9 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             t.error(where, f"column {names[i]}: {exc}")
     if len(scanned) < len(read):
         raise _Failed()
-    standin = t.standins.get(table.lower()) if data.get("catalog") == "temp" else None
+    if rowid is not None:
+        read.append(_ROW_ID)
+        scanned.append((rowid, INT64))
     if standin is not None and standin.kind == "parquet":
         from shoal import storage
 
@@ -580,7 +601,8 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             qualified = ".".join(
                 quote_ident(str(data.get(k))) for k in ("catalog", "schema", "table")
             )
-            arrow = t.table_arrow(qualified, [n for n, _ in scanned])
+            listed = [n for n, _ in scanned if n != rowid]
+            arrow = t.table_arrow(qualified, listed, rowid)
         arrow = _with_enums(arrow, dict(scanned))
         beyond = _out_of_calendar(arrow)
         if beyond:
@@ -617,8 +639,9 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
     positional: list[Expr | None] = []
     for entry in op.get("column_indexes", []):
         i = int(entry["index"])
-        c = by_index.get(i) if i < len(names) else None
-        positional.append(None if c is None else _extracted(t, c, entry, names[i], where))
+        c = by_index.get(i) if i < len(names) or i == _ROW_ID else None
+        name = "rowid" if i == _ROW_ID else names[i] if i < len(names) else "?"
+        positional.append(None if c is None else _extracted(t, c, entry, name, where))
     pred = _table_filters(t, op, positional, where)
     scan_rel = Rel(Scan(source, schema, pred), tuple(cols_as_read))
     if isinstance(source, ParquetSource):
@@ -642,7 +665,7 @@ def _get(t: Translator, op: dict[str, Any]) -> Rel:
             out.append((hint, got))  # a struct field: typed by _extracted
             continue
         assert isinstance(got, Col)
-        want = t.dtype(types[indexes[p]], where)
+        want = INT64 if indexes[p] == _ROW_ID else t.dtype(types[indexes[p]], where)
         out.append((got.name, got if got.dtype == want else cast(got, want)))
     plain = [e for _, e in out] == cols_as_read
     if plain and not any(c.name.lower() in t.names for c in cols_as_read):
@@ -854,9 +877,13 @@ def _empty(t: Translator, op: dict[str, Any]) -> Rel:
 
 @_register("LOGICAL_DUMMY_SCAN")
 def _dummy(t: Translator, op: dict[str, Any]) -> Rel:
+    """DuckDB's dummy scan (SELECT without FROM): one row, and one column of its own that
+    the operators above it count (a window or a mark join over it outputs the dummy column
+    first: their own columns are ``#1`` on)."""
     name = t.fresh("dummy")
     table = pa.table({name: pa.array([True])})
-    return Rel(Scan(InMemorySource(table), Schema.from_arrow(table.schema)), ())
+    schema = Schema.from_arrow(table.schema)
+    return Rel(Scan(InMemorySource(table), schema), (Col(name, schema[name]),))
 
 
 def _constant_table(
@@ -895,6 +922,9 @@ def _raw_number(v: Any, dtype: DataType) -> int | None:
 
 @_register("LOGICAL_EXPRESSION_GET")
 def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
+    kids = op.get("children") or []
+    if kids and kids[0].get("type") != "LOGICAL_DUMMY_SCAN":
+        return _values_per_row(t, op)
     rows = []
     try:
         for row in op["expressions"]:
@@ -907,6 +937,32 @@ def _expression_get(t: Translator, op: dict[str, Any]) -> Rel:
         t.error("LOGICAL_EXPRESSION_GET", exc.explained())
         raise _Failed() from None
     return _constant_table(t, "LOGICAL_EXPRESSION_GET", op["expr_types"], rows)
+
+
+def _values_per_row(t: Translator, op: dict[str, Any]) -> Rel:
+    """A VALUES list over an input (a LATERAL VALUES that reads the columns of the row it
+    joins): every row of the list computed over every input row, as DuckDB's expression
+    scan does; the output is the list's columns only (its input's are not among its
+    bindings)."""
+    where = "VALUES"
+    child, cols = t.single_child(op)
+    types = [t.dtype(x, where) for x in op["expr_types"]]
+    rows = [[t.expr(e, cols, where) for e in row] for row in op["expressions"]]
+    rel = _done(child)
+    for row in rows:
+        for e, want in zip(row, types, strict=True):
+            if e.dtype != want:
+                t.error(where, f"a value of type {e.dtype} in a column of type {want}")
+                raise _Failed()
+    names = [t.fresh("col") for _ in types]
+    schema = Schema.of(list(zip(names, types, strict=True)))
+    parts: list[PlanNode] = []
+    for row in rows:
+        computed = t.project(rel, [("col", e) for e in row])
+        renamed = tuple(NamedExpr(n, c) for n, c in zip(names, computed.cols, strict=True))
+        parts.append(Project(computed.node, renamed, schema))
+    node = parts[0] if len(parts) == 1 else Union(tuple(parts), schema)
+    return Rel(node, tuple(Col(n, d) for n, d in zip(names, types, strict=True)))
 
 
 def _values_on_duckdb(t: Translator, op: dict[str, Any]) -> Rel | None:
@@ -991,19 +1047,13 @@ def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
     where = "UNNEST"
     child, cols = t.single_child(op)
     exprs = op.get("expressions") or []
-    if len(exprs) != 1:
-        t.error(where, "several UNNESTs in one SELECT (DuckDB pads the shorter lists with NULL)")
-        raise _Failed()
+    if len(exprs) > 1:
+        return _unnest_several(t, op, child, cols)
     e = exprs[0]
     if e.get("expression_class") != "BOUND_UNNEST":
         t.error(where, f"{e.get('expression_class')} is not supported")
         raise _Failed()
     rel = _done(child)
-    if op["children"][0].get("type") == "LOGICAL_DUMMY_SCAN":
-        # DuckDB's dummy scan (SELECT without FROM) has one column of its own.
-        dummy = rel.node.schema.names[0]
-        rel = Rel(rel.node, (Col(dummy, rel.node.schema[dummy]),))
-        cols = rel.cols
     values = t.expr(e["child"], cols, where)
     if not pa.types.is_large_list(values.dtype.arrow):
         t.error(where, f"unnest() of {values.dtype} (only lists unnest here)")
@@ -1019,6 +1069,58 @@ def _unnest(t: Translator, op: dict[str, Any]) -> Rel:
     if element != want:
         return t.project(exploded, [*((c.name, c) for c in rel.cols), ("unnest", cast(out, want))])
     return exploded
+
+
+def _unnest_several(
+    t: Translator, op: dict[str, Any], child: Rel | None, cols: Sequence[Col]
+) -> Rel:
+    """Several ``unnest(list)`` in one SELECT: per input row as many rows as its longest
+    list, the shorter lists padded with NULL (a NULL list counts as empty); none where
+    every list is NULL or empty (DuckDB's rule). Output: the input's columns, then the
+    unnested values in order."""
+    where = "UNNEST"
+    values: list[Expr] = []
+    wants: list[DataType] = []
+    for e in op["expressions"]:
+        if e.get("expression_class") != "BOUND_UNNEST":
+            t.error(where, f"{e.get('expression_class')} is not supported")
+            raise _Failed()
+        v = t.expr(e["child"], cols, where)
+        if not pa.types.is_large_list(v.dtype.arrow):
+            t.error(where, f"unnest() of {v.dtype} (only lists unnest here)")
+            raise _Failed()
+        values.append(fn("coalesce", [v, lit([], v.dtype)], v.dtype))
+        wants.append(t.dtype(e["return_type"], where))
+    rel = _done(child)
+    lengths = [cast(fn("list.len", [v], IDX), INT64) for v in values]
+    longest = fn("max_horizontal", lengths, INT64) if len(lengths) > 1 else lengths[0]
+    index_list = DataType(pa.large_list(pa.int64()))
+    positions = Function(
+        "int_ranges", (lit(0, INT64), longest, lit(1, INT64)), (("dtype", INT64),), index_list
+    )
+    padded = [fn("list.gather", [v, positions], v.dtype, null_on_oob=True) for v in values]
+    kept = t.filter(rel, compare("gt", longest, lit(0, INT64)))
+    listed = t.project(kept, [*((c.name, c) for c in kept.cols), *(("unnest", p) for p in padded)])
+    names = [c.name for c in listed.cols[len(kept.cols) :]]
+    elements = {n: DataType(v.dtype.arrow.value_type) for n, v in zip(names, values, strict=True)}
+    fields = [(n, elements.get(n, dt)) for n, dt in listed.node.schema.fields]
+    node = Explode(
+        listed.node, tuple(names), Schema.of(fields), empty_as_null=False, keep_nulls=False
+    )
+    outs = [Col(n, elements[n]) for n in names]
+    exploded = Rel(node, (*kept.cols, *outs))
+    if all(o.dtype == w for o, w in zip(outs, wants, strict=True)):
+        return exploded
+    return t.project(
+        exploded,
+        [
+            *((c.name, c) for c in kept.cols),
+            *(
+                ("unnest", o if o.dtype == w else cast(o, w))
+                for o, w in zip(outs, wants, strict=True)
+            ),
+        ],
+    )
 
 
 def _registered_udf(e: dict[str, Any]) -> Any:
@@ -1488,7 +1590,10 @@ def _unordered(op: dict[str, Any]) -> bool:
 
 def _window_problem(w: dict[str, Any]) -> str | None:
     kind = w["type"]
-    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER":
+    frameless = kind in _RANKING | _PARTITION_RANKS | _SHIFTS and not w.get("arg_orders")
+    if w.get("exclude_clause", "NO_OTHER") != "NO_OTHER" and not frameless:
+        # (ranks, ntile and lag/lead without ORDER BY in their arguments ignore the frame,
+        # its EXCLUDE clause included)
         return "EXCLUDE is not supported"
     if _framed(w):
         return _framed_problem(w)

@@ -275,7 +275,12 @@ def value_of(v: dict[str, Any]) -> Any:
     ):
         return int(raw)
     if tid == "HUGEINT":
-        return _hugeint(raw)
+        value = _hugeint(raw)
+        if abs(value) >= 10**38:  # the table check of translate._beyond_precision
+            raise UnsupportedError(
+                "a HUGEINT constant of 39 digits (the kernel's DECIMAL(38) cannot hold it)"
+            )
+        return value
     if tid in ("FLOAT", "DOUBLE"):
         return float(raw)
     if tid == "DECIMAL":

@@ -236,6 +236,16 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
     left = translate_expr(t, view.left, where)
     right = translate_expr(t, view.right, where)
     op = OPERATORS.get(op_name)
+    if op_name == "Divide":
+        divide = _rust_divide(left, right, dtype)
+        if divide is not None:
+            return divide
+        t.error(
+            f"{where}: expression BinaryExpr(Divide)",
+            "Rust's / (what Polars' SQL EXTRACT writes) other than of floats or of integers "
+            "by a constant other than 0 and -1 is not supported",
+        )
+        return t.placeholder_expr(dtype)
     if op is None:
         t.error(f"{where}: expression BinaryExpr({op_name})", "operator not supported by shoal")
         return t.placeholder_expr(dtype)
@@ -247,6 +257,21 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
         )
         return t.placeholder_expr(dtype)
     return BinaryOp(op, left, right, dtype)
+
+
+def _rust_divide(left: Expr, right: Expr, dtype: DataType) -> Expr | None:
+    """Polars' ``Divide`` operator (Rust's ``/`` on the operands' type; Polars' SQL writes
+    it for ``EXTRACT``), where its meaning is certain: IEEE division of floats (Polars' ``/``
+    of floats), and integer division rounding toward zero (``truncdiv``) by an integer
+    constant other than 0 (whose Rust meaning Polars' kernels define their own way) and
+    -1 (which overflows for the type's minimum). None otherwise."""
+    if left.dtype.is_float and right.dtype.is_float and dtype.is_float:
+        return BinaryOp("truediv", left, right, dtype)
+    ints = all(pa.types.is_integer(d.arrow) for d in (left.dtype, right.dtype, dtype))
+    constant = isinstance(right, Lit) and isinstance(right.value, int)
+    if ints and constant and right.value not in (0, -1):  # type: ignore[attr-defined]
+        return Function("truncdiv", (left, right), (("dtype", dtype),), dtype)
+    return None
 
 
 def _logical_operands(left: DataType, right: DataType) -> bool:
@@ -430,6 +455,19 @@ def _function(t: Translator, view: Any, node: int, dtype: DataType, where: str) 
     # is. Two occurrences of such an expression are evaluated apart, as Polars does.
     if key == "corr":
         return _corr(t, extra, args, dtype, where)
+    if key in ("trunc_int_div", "trunc_rem"):
+        # Polars' SQL DIV (//) and %: rounding toward zero. Integers only: the remainder of
+        # floats is C's fmod, which the kernel has no exact form of.
+        if not all(pa.types.is_integer(a.dtype.arrow) for a in args):
+            t.error(f"{where}: expression Function({key})", "of non-integer values")
+            return t.placeholder_expr(dtype)
+        name = "truncdiv" if key == "trunc_int_div" else "truncrem"
+        return Function(name, args, (("dtype", dtype),), dtype)
+    if key == "set_sorted":
+        # A hint that the values are sorted: the values themselves. (Where the hint is
+        # false Polars may answer from it wrongly, per its documentation; shoal answers
+        # from the values.)
+        return args[0]
     if key == "as_struct":
         # pl.struct(...): the field names are those of the struct dtype Polars resolved.
         fields = tuple(f.name for f in dtype.arrow)

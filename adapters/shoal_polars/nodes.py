@@ -169,6 +169,8 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
             problems.append(found)
             break
         sources.append(found)
+    if scan_type == "parquet" and not problems:
+        _check_file_columns(fo, paths, options, file_schema.names)
     for p in problems:
         t.error(where, p)
     pred = None if node.predicate is None else t.expr(node.predicate.node, "Scan")
@@ -198,6 +200,40 @@ def _file_scan(t: Translator, node: Any, schema: Schema) -> PlanNode:
     if pred is not None and not _is_true(pred):
         out = Filter(out, pred, schema)
     return out
+
+
+def _check_file_columns(
+    fo: Any, paths: tuple[str, ...], options: StorageOptions | None, read: tuple[str, ...]
+) -> None:
+    """The column checks of Polars' multi-file Parquet scans, done on the footers before any
+    task runs (shoal's tasks read only the columns ``read``, file by file):
+    ``extra_columns="raise"`` (``scan_parquet``'s default) fails the query when a file has a
+    top-level column that the first file (the scan's schema) lacks, whatever the query
+    reads; ``missing_columns="raise"`` (the default; other policies are refused) fails it
+    when a file lacks a column the query reads.
+
+    Raises ``polars.exceptions.SchemaError`` / ``ColumnNotFoundError`` naming the column and
+    the file, as Polars' engines do."""
+    if len(paths) < 2:
+        return
+    metas = storage.read_footers(paths, options)
+    names = [meta.schema.to_arrow_schema().names for meta in metas]
+    expected = set(names[0])
+    check_extra = str(getattr(fo, "extra_columns_policy", "raise")) == "raise"
+    for path, have in zip(paths[1:], names[1:], strict=True):
+        extra = [c for c in have if c not in expected]
+        if check_extra and extra:
+            raise pl.exceptions.SchemaError(
+                f"extra column in file outside of expected schema: {extra[0]} (file "
+                f"'{path}'; the first file has no such column): pass extra_columns='ignore' "
+                "to scan_parquet to read the columns of the first file"
+            )
+        missing = [c for c in read if c not in have]
+        if missing:
+            raise pl.exceptions.ColumnNotFoundError(
+                f"did not find column {missing[0]} in file '{path}': pass "
+                "missing_columns='insert' to scan_parquet to read it as nulls there"
+            )
 
 
 def _source_path(path: Any) -> str:

@@ -26,6 +26,7 @@ import os
 import re
 import threading
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -34,6 +35,7 @@ from shoal.errors import ConfigFrozenError, ShoalWarning, VersionMismatchError
 
 RunnerKind = Literal["ray", "local"]
 ProgressMode = Literal["auto", "always", "never"]
+SmallQueryWhere = Literal["driver", "worker"]
 
 #: Fields that shape the runner; fixed once a runner has started.
 RUNNER_FIELDS: frozenset[str] = frozenset(
@@ -138,6 +140,10 @@ def parse_size(text: str, what: str) -> int:
             "KiB, MiB, GiB (or kB, MB, GB)"
         )
     return int(float(m.group(1)) * _UNITS[(m.group(2) or "").lower()])
+
+
+#: :meth:`Config.digest` by config (equal configs hash alike), while the config lives.
+_DIGESTS: weakref.WeakKeyDictionary[Config, str] = weakref.WeakKeyDictionary()
 
 
 def _check_type(name: str, annotation: str, value: Any) -> None:
@@ -307,6 +313,20 @@ class Config:
             "shuffle_partitions is set, or with a stateful or GPU user function."
         ),
     )
+    small_query_where: SmallQueryWhere = field(
+        default="driver",
+        metadata=_doc(
+            "Where the one task of a small query (small_query_bytes) runs on the Ray runner: "
+            "'driver' runs it in this process with all of Polars' threads (the planner has "
+            "just read its files' footers, its frames are here), without a Ray task's start, "
+            "the object store or a worker limited to task_cpus threads; 'worker' runs it as a "
+            "Ray task. A query with a user function runs on a worker while ray_runtime_env "
+            "is set (the function may need what that environment installs there). As on the "
+            "local runner, which runs every task in this process, a query cancelled or "
+            "interrupted (Ctrl-C) returns at once while its task's Polars query finishes in "
+            "the background."
+        ),
+    )
     max_tasks_in_flight: int = field(
         default=0, metadata=_doc("Tasks submitted and not yet finished, at most; 0: 2 per CPU.")
     )
@@ -372,9 +392,14 @@ class Config:
             "over about a second), 'always' or 'never'."
         ),
     )
-    udf_batch_size: int = field(
-        default=8192,
-        metadata=_doc("Rows per batch handed to a user function when the UDF sets no batch_size."),
+    udf_batch_size: int | None = field(
+        default=None,
+        metadata=_doc(
+            "Rows per batch handed to a user function when the UDF sets no batch_size. "
+            "Unset: a stateless CPU function gets each task's rows in one call (as Polars' "
+            "map_batches gets the whole column), a stateful class or GPU function 8192 rows "
+            "per call."
+        ),
     )
     udf_keep_warm: bool = field(
         default=True,
@@ -424,11 +449,16 @@ class Config:
             _check_type(f.name, str(f.type), getattr(self, f.name))
         if self.runner not in ("ray", "local"):
             raise ValueError(f"shoal setting runner={self.runner!r}: expected 'ray' or 'local'")
+        if self.small_query_where not in ("driver", "worker"):
+            raise ValueError(
+                f"shoal setting small_query_where={self.small_query_where!r}: expected "
+                "'driver' or 'worker'"
+            )
         if self.progress not in ("auto", "always", "never"):
             raise ValueError(
                 f"shoal setting progress={self.progress!r}: expected 'auto', 'always' or 'never'"
             )
-        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows", "udf_batch_size"):
+        for name in ("target_partition_bytes", "task_cpus", "sort_sample_rows"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) <= 0:
                 raise ValueError(
                     f"shoal setting {name} must be a positive integer, got {getattr(self, name)!r}"
@@ -446,7 +476,7 @@ class Config:
                 raise ValueError(
                     f"shoal setting {name} must be an integer >= 0, got {getattr(self, name)!r}"
                 )
-        for name in ("num_cpus", "object_store_bytes"):
+        for name in ("num_cpus", "object_store_bytes", "udf_batch_size"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"shoal setting {name} must be a positive integer, got {value!r}")
@@ -517,10 +547,18 @@ class Config:
         return dataclasses.replace(self, **changes)
 
     def digest(self) -> str:
-        """A short content hash (16 hex digits) of every setting."""
+        """A short content hash (16 hex digits) of every setting. Computed once per
+        content in a process (a query asks for it on the driver and in every task)."""
+        try:
+            return _DIGESTS[self]
+        except (KeyError, TypeError):  # TypeError: an unhashable extension value
+            pass
         values = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
         text = json.dumps(values, sort_keys=True, default=repr)
-        return hashlib.sha256(text.encode()).hexdigest()[:16]
+        got = hashlib.sha256(text.encode()).hexdigest()[:16]
+        with contextlib.suppress(TypeError):
+            _DIGESTS[self] = got
+        return got
 
     def non_defaults(self) -> dict[str, Any]:
         """The settings that differ from the defaults, by name, for display (explain,

@@ -40,7 +40,8 @@ class QueryResult:
 
     With the Ray runner the tables are objects in Ray's object store and live as long as
     this object (and any dataset made from it) does, and as long as the Ray instance:
-    read them before :func:`shoal.shutdown`. ``num_rows`` is known without reading.
+    read them before :func:`shoal.shutdown`; a small query run in the driver
+    (``small_query_where``) keeps its tables in this process, as the local runner does. ``num_rows`` is known without reading.
     Reading methods return the result with exactly the plan's schema (what
     :func:`shoal.execute` returns). It implements the Arrow PyCapsule stream interface
     (``__arrow_c_stream__``), so ``polars.DataFrame(result)``, ``pyarrow.table(result)``
@@ -126,7 +127,8 @@ class QueryResult:
 
         Ray runner: ``ray.data.from_arrow_refs`` over the tasks' objects, each first cast
         to the plan's schema by a small Ray task beside it; no row passes through the
-        driver. Local runner: the tables (already in this process) are put into Ray with
+        driver. Local runner, and a small query run in the driver: the tables (already in
+        this process) are put into Ray with
         ``ray.data.from_arrow`` (starting a local Ray instance if none is running). Needs
         Ray Data (the ``data`` extra, ``pip install "shoal[data]"``: it imports pandas);
         raises ``ImportError`` saying so when it is missing."""
@@ -137,7 +139,7 @@ class QueryResult:
                 f"to_ray_dataset needs Ray Data, which comes with an extra of shoal: "
                 f"pip install 'shoal[data]' ({exc})"
             ) from exc
-        if self._refs.runner != "ray":
+        if self._refs.runner != "ray" or self._refs.in_driver:
             tables = list(self.pieces()) or [self.schema.empty_table()]
             return ray.data.from_arrow(tables)
         import ray

@@ -158,12 +158,14 @@ class _ScanLookup:
 
 
 def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
+    whole = False
     if isinstance(part, _ScanLookup):
         got = part.get(node)
         if isinstance(got, list):
             lfs = [_scan(node, p) for p in got]
             return pl.concat(lfs, how="vertical") if lfs else _empty(node.schema).lazy()
         part = got
+        whole = True
     cols = list(node.schema.names)
     if isinstance(node.source, InMemorySource):
         if not isinstance(part, MemoryPiece):
@@ -173,15 +175,18 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         if not isinstance(part, ScanPartition):
             raise RuntimeError("parquet scan without its partition")
         so = _storage(node.source.storage_options)
-        lfs = [
-            _null_columns_cast(
-                pl.scan_parquet(p.path, glob=False, **so).slice(p.offset, p.rows).select(cols),
-                p.null_columns,
-                node.schema,
-            )
-            for p in part.pieces
-            if p.rows > 0 and cols
-        ]
+        if whole and cols:
+            lfs = _whole_files(part, cols, node.schema, so)
+        else:
+            lfs = [
+                _null_columns_cast(
+                    pl.scan_parquet(p.path, glob=False, **so).slice(p.offset, p.rows).select(cols),
+                    p.null_columns,
+                    node.schema,
+                )
+                for p in part.pieces
+                if p.rows > 0 and cols
+            ]
         if not cols:
             lf = _height_only(part.rows).lazy()
         elif not lfs:
@@ -205,6 +210,31 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     if node.predicate is not None:
         lf = lf.filter(to_polars(node.predicate))
     return lf
+
+
+def _whole_files(
+    part: ScanPartition, cols: list[str], schema: Schema, so: dict[str, Any]
+) -> list[pl.LazyFrame]:
+    """The files of a small-query scan (``part``: every row group of its files that the
+    footers' statistics did not rule out), each read whole: the scan's predicate is applied
+    after, and rules out the rows of the row groups left out, so Polars gets the whole
+    file with the predicate above it, which it pushes into its reader (row-group statistics,
+    late materialisation) where row slices keep it above the reads. One scan per file, as
+    the pieces are read: a multi-file scan would check the files' schemas against the first
+    file's (a later file's extra column raises), which the planner has done by Polars' rules
+    and the scan's options."""
+    paths: list[str] = []
+    nulls: dict[str, tuple[str, ...]] = {}
+    for p in part.pieces:
+        if p.rows > 0 and p.path not in nulls:
+            paths.append(p.path)
+            nulls[p.path] = p.null_columns
+    return [
+        _null_columns_cast(
+            pl.scan_parquet(path, glob=False, **so).select(cols), nulls[path], schema
+        )
+        for path in paths
+    ]
 
 
 def _null_columns_cast(lf: pl.LazyFrame, nulls: tuple[str, ...], schema: Schema) -> pl.LazyFrame:

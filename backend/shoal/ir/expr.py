@@ -66,6 +66,18 @@ _SYMBOL = {
 }
 
 
+#: The field names of each node class, in order (``dataclasses.fields`` builds its
+#: answer on every call, and plans are walked often).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    got = _FIELD_NAMES.get(cls)
+    if got is None:
+        got = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return got
+
+
 class Expr:
     """Base class of IR expressions. Subclasses are frozen dataclasses with a ``dtype``."""
 
@@ -73,8 +85,8 @@ class Expr:
 
     def children(self) -> tuple[Expr, ...]:
         out: list[Expr] = []
-        for f in fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
+        for name in _field_names(type(self)):
+            v = getattr(self, name)
             if isinstance(v, Expr):
                 out.append(v)
             elif isinstance(v, tuple) and v and all(isinstance(x, Expr) for x in v):

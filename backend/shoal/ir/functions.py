@@ -206,6 +206,9 @@ _add("row", ("floor", "ceil"), ("num",), "same")
 _add("row", ("sqrt", "cbrt", "exp", "log1p"), ("num",), "float")
 _add("row", "log", ("num", "num"), "float")
 _add("row", "pow", ("num", "num"), "polars")
+# integer division rounding toward zero, and its remainder (sign of the dividend): SQL's
+# DIV and % in Polars' SQL; NULL for a zero divisor
+_add("row", ("truncdiv", "truncrem"), ("int", "int"), "option_dtype", options=("dtype",))
 _add("row", "clip", ("num", "num", "num"), "same", min_args=1, options=("has_min", "has_max"))
 _add("row", "round_sig_figs", ("num",), "same", options=("digits",))
 _add("row", "truncate", ("num",), "same", options=("decimals",))

@@ -27,6 +27,18 @@ WindowStart = Literal[
 ]  # fmt: skip
 
 
+#: The field names of each node class, in order (``dataclasses.fields`` builds its
+#: answer on every call, and plans are walked often).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    got = _FIELD_NAMES.get(cls)
+    if got is None:
+        got = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return got
+
+
 class PlanNode:
     """Base class of plan nodes. ``schema`` is the output schema."""
 
@@ -34,8 +46,8 @@ class PlanNode:
 
     def children(self) -> tuple[PlanNode, ...]:
         out: list[PlanNode] = []
-        for f in fields(self):  # type: ignore[arg-type]
-            v = getattr(self, f.name)
+        for name in _field_names(type(self)):
+            v = getattr(self, name)
             if isinstance(v, PlanNode):
                 out.append(v)
             elif isinstance(v, tuple) and v and all(isinstance(x, PlanNode) for x in v):

@@ -148,7 +148,8 @@ def _from_polars(dtype: pl.DataType) -> DataType:
 
 @lru_cache(maxsize=512)
 def _to_polars(arrow: pa.DataType) -> pl.DataType:
-    return pl.from_arrow(pa.array([], type=arrow)).dtype  # type: ignore[union-attr]
+    # pa.nulls, not pa.array: pyarrow.array imports pandas on its first call (about 1 s).
+    return pl.from_arrow(pa.nulls(0, type=arrow)).dtype  # type: ignore[union-attr]
 
 
 BOOL = DataType(pa.bool_())

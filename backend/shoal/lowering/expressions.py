@@ -272,6 +272,8 @@ FUNCTIONS: dict[str, FunctionImpl] = {
     "as_list": lambda a, o: pl.list(*a),
     "arr.dot": lambda a, o: a[0].arr.dot(a[1]),
     "reinterpret": lambda a, o: a[0].reinterpret(dtype=o["dtype"].to_polars()),
+    "truncdiv": lambda a, o: a[0].truncdiv(a[1]).cast(o["dtype"].to_polars()),
+    "truncrem": lambda a, o: _truncrem(a[0], a[1]).cast(o["dtype"].to_polars()),
     "time_ranges": lambda a, o: pl.time_ranges(
         a[0], a[1], o["interval"], closed=o.get("closed", "both")
     ),
@@ -703,6 +705,14 @@ def _arrow_string_fn(arg: pl.Expr, name: str) -> pl.Expr:
         return pl.Series(s.name, out, dtype=pl.String)
 
     return arg.map_batches(apply, return_dtype=pl.String, is_elementwise=True)
+
+
+def _truncrem(a: pl.Expr, b: pl.Expr) -> pl.Expr:
+    """The remainder of integer division rounding toward zero (the sign of ``a``; C's and
+    Rust's ``%``, Polars' ``trunc_rem``): ``a - b * truncdiv(a, b)``, exact for integers
+    (NULL for ``b`` 0, as the division gives); ``b`` -1 gives 0 without the division, which
+    overflows for the type's minimum (Polars' ``trunc_rem`` gives 0 there too)."""
+    return pl.when(b == -1).then(a * 0).otherwise(a - b * a.truncdiv(b))
 
 
 def _agg(name: str, arg: pl.Expr | None, options: dict[str, Any]) -> pl.Expr:

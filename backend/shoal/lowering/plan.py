@@ -119,16 +119,18 @@ def lower_plan(
         # in-memory engine does whatever maintain_order says (its streaming engine, which a
         # task's collect runs, may not), so that a partition's rows stay in input order.
         order = "left" if node.how in ("semi", "anti") else node.maintain_order
-        return left.join(
+        left, right, left_on, right_on, coalesce, temps = _join_keys(left, right, node)
+        out = left.join(
             right,
-            left_on=[to_polars(e) for e in node.left_on],
-            right_on=[to_polars(e) for e in node.right_on],
+            left_on=left_on,
+            right_on=right_on,
             how=_JOIN_HOW[node.how],  # type: ignore[arg-type]
             suffix=node.suffix,
             nulls_equal=node.nulls_equal,
-            coalesce=node.coalesce,
+            coalesce=coalesce,
             maintain_order=order,  # type: ignore[arg-type]
         )
+        return out.drop(temps, strict=False) if temps else out
     if isinstance(node, Sort):
         lf = lower_plan(node.input, inputs, scan)
         return lf.sort(
@@ -207,6 +209,49 @@ def _project(lf: pl.LazyFrame, node: Project) -> pl.LazyFrame:
             else to_polars(e.expr).alias(e.name)
             for i, e in enumerate(node.exprs)
         ]
+    )
+
+
+_JOIN_KEY_TMP = "__shoal_join_key"
+
+
+def _join_keys(
+    left: pl.LazyFrame, right: pl.LazyFrame, node: Join
+) -> tuple[pl.LazyFrame, pl.LazyFrame, list[pl.Expr], list[pl.Expr], bool, list[str]]:
+    """The inputs and keys of an equi-join ``node`` as Polars can take them: ``(left,
+    right, left_on, right_on, coalesce, temporary columns to drop after the join)``.
+
+    Polars refuses a key expression that holds an ``alias`` ("'alias' is not allowed in a
+    join key"), which a STRUCT key built of columns does (its fields are named with
+    ``alias``). So a key pair that is not two plain columns is computed first, as a
+    temporary column on each side, and the join runs on those. The answer is Polars' own:
+    Polars computes non-column keys the same way and turns key coalescing off for the
+    whole join when any key is not a column reference (``polars.LazyFrame.join``: "not all
+    join keys are column references, turning off key coalescing"), so ``coalesce`` is False
+    then; the temporary columns are dropped after the join. Keys that are all plain
+    columns are passed through unchanged."""
+    left_on = [to_polars(e) for e in node.left_on]
+    right_on = [to_polars(e) for e in node.right_on]
+    if all(e.meta.is_column() for e in (*left_on, *right_on)):
+        return left, right, left_on, right_on, node.coalesce, []
+    computed_left: list[pl.Expr] = []
+    computed_right: list[pl.Expr] = []
+    temps: list[str] = []
+    for i, (a, b) in enumerate(zip(left_on, right_on, strict=True)):
+        if a.meta.is_column() and b.meta.is_column():
+            continue
+        lname, rname = f"{_JOIN_KEY_TMP}_l{i}", f"{_JOIN_KEY_TMP}_r{i}"
+        computed_left.append(a.alias(lname))
+        computed_right.append(b.alias(rname))
+        left_on[i], right_on[i] = pl.col(lname), pl.col(rname)
+        temps += [lname, rname]
+    return (
+        left.with_columns(computed_left),
+        right.with_columns(computed_right),
+        left_on,
+        right_on,
+        False,
+        temps,
     )
 
 

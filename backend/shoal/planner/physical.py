@@ -293,6 +293,9 @@ class PhysicalPlan:
     #: shows, e.g. "small-query path: one task (estimated 1,000 rows / 8,000 bytes < ...)";
     #: empty when the setting is 0.
     small_query: str = ""
+    #: Whether the Ray runner runs this plan's small-query task(s) in the driver process
+    #: instead of as Ray tasks (``small_query_where``; every stage is a small-query stage).
+    small_query_in_driver: bool = False
     #: A plan of several queries (:func:`shoal.planner.planner.build_many`): the stage
     #: whose outputs are each query's result, in the queries' order (a stage may be the
     #: result of several, and also be read by other stages). Empty: one query, whose

@@ -79,6 +79,7 @@ from shoal.planner.physical import (
     scans_of,
     to_wire,
 )
+from shoal.planner.ranges import disjoint_columns
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
 #: A semi join broadcasts its (small) left side to the right side's partitions when
@@ -128,6 +129,13 @@ class _Builder:
         self.splits: dict[int, ScanSplit] = {}
         #: Hash-window plans by the id of their open fragment (``windows.HashWindow``).
         self.hash_windows: dict[int, windows.HashWindow] = {}
+        #: Whether some aggregation of the plan groups by keys: then the scans' partitions
+        #: are checked for columns held in disjoint ranges
+        #: (:func:`shoal.planner.ranges.disjoint_columns`). Set by :func:`build`.
+        self.grouped = False
+        #: The hashed column sets of each shared sub-plan's stage (read pointwise: the same
+        #: partitions), by the id of its node.
+        self.memo_hashed: dict[int, tuple[tuple[str, ...], ...]] = {}
 
     def split(self, node: Scan) -> ScanSplit:
         """The partitions of scan ``node`` (footers are read once per scan and plan)."""
@@ -243,7 +251,10 @@ class _Builder:
             if st is None:
                 op = self._visit(node)
                 st = self.memo[id(node)] = self.cut(op, SingleOutput(), name=f"{op.name}+cache")
-            return self.read(st, "pointwise", st.num_tasks, "cached")
+                self.memo_hashed[id(node)] = op.hashed
+            out = self.read(st, "pointwise", st.num_tasks, "cached")
+            out.hashed = self.memo_hashed.get(id(node), ())  # the same partitions
+            return out
         return self._visit(node)
 
     def _visit(self, node: PlanNode) -> _Open:
@@ -254,13 +265,19 @@ class _Builder:
             est = split.est_bytes
             if node.predicate is not None:
                 est = int(est * scan_selectivity(split))
-            return _Open(
+            op = _Open(
                 node,
                 len(split.partitions),
                 scan_partitions=split.partitions,
                 est_bytes=est,
                 name="scan",
             )
+            if self.grouped and op.num_tasks > 1:
+                # Columns whose values each partition holds in a range of its own (sorted
+                # data, from the footers): partitioned as by a hash exchange on them.
+                found = disjoint_columns(node, split.partitions, node.schema.names)
+                op.hashed = tuple((c,) for c in found)
+            return op
         if isinstance(node, Filter):
             op = self.visit(node.input)
             if not node.predicate.is_row_local():
@@ -721,6 +738,29 @@ def _small_query_blocker(plan: PlanNode, config: Config) -> str | None:
     return None
 
 
+def _place_small_queries(b: _Builder) -> None:
+    """Decide where the small-query stages of ``b.plan`` run on the Ray runner (the
+    ``small_query_where`` setting) and say so on its ``small_query`` line: in the driver
+    when every stage of the plan is a small-query stage (a ``collect_all`` that also plans
+    a distributed query runs its small ones as Ray tasks beside it), else on Ray workers.
+    The local runner runs every task in its own process: nothing to decide."""
+    stages = b.plan.stages
+    if b.config.runner != "ray" or not any(s.name == "small-query" for s in stages):
+        return
+    reason = ""
+    if b.config.small_query_where == "worker":
+        reason = "small_query_where='worker'"
+    elif any(s.name != "small-query" for s in stages):
+        reason = "the other queries of the plan run distributed"
+    elif b.config.ray_runtime_env and any(
+        isinstance(n, UdfProject) for s in stages for n in s.fragment.walk()
+    ):
+        reason = "a user function may need ray_runtime_env, which only the workers have"
+    b.plan.small_query_in_driver = not reason
+    where = "runs in the driver process" if not reason else f"runs on a Ray worker ({reason})"
+    b.plan.small_query += f"; {where}"
+
+
 def _whole_scan(
     scan: Scan, split: ScanSplit
 ) -> ScanPartition | MemoryPiece | tuple[FilePartition, ...]:
@@ -733,6 +773,22 @@ def _whole_scan(
     return ScanPartition(
         tuple(pc for p in parts if isinstance(p, ScanPartition) for pc in p.pieces)
     )
+
+
+def _grouped(*plans: PlanNode) -> bool:
+    """Whether some aggregation of ``plans`` groups by keys, without keeping their order
+    (each shared sub-plan visited once)."""
+    seen: set[int] = set()
+    todo = list(plans)
+    while todo:
+        n = todo.pop()
+        if id(n) in seen:
+            continue
+        seen.add(id(n))
+        if isinstance(n, Aggregate) and n.keys and not n.maintain_order:
+            return True
+        todo.extend(n.children())
+    return False
 
 
 def _shared_nodes(*plans: PlanNode) -> set[int]:
@@ -762,7 +818,9 @@ def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPl
     b = _Builder(config, _shared_nodes(plan), cpus)
     if b.small_query(plan):
         b.plan.schema = plan.schema
+        _place_small_queries(b)
         return b.plan
+    b.grouped = _grouped(plan)
     _result_stage(b, b.visit(plan))
     b.plan.schema = plan.schema
     return b.plan
@@ -805,6 +863,7 @@ def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = Non
         paths.append(b.plan.small_query)
     planned = [i for i, r in enumerate(results) if r is None]
     b.shared = _shared_nodes(*(plans[i] for i in planned))
+    b.grouped = _grouped(*(plans[i] for i in planned))
     for i in planned:
         results[i] = _result_stage(b, b.visit(plans[i]))
     if len(set(paths)) == 1:  # the same decision for every query: said once
@@ -813,4 +872,5 @@ def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = Non
         b.plan.small_query = "; ".join(f"query {i}: {p}" for i, p in enumerate(paths) if p)
     b.plan.results = tuple(r for r in results if r is not None)
     b.plan.schema = plans[-1].schema
+    _place_small_queries(b)
     return b.plan

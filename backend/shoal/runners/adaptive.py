@@ -38,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from shoal.ir.expr import Col, NamedExpr
 from shoal.ir.nodes import (
     Aggregate,
     Distinct,
@@ -55,7 +56,15 @@ from shoal.ir.nodes import (
     Unnest,
     transform,
 )
-from shoal.planner.physical import HashOutput, PhysicalPlan, RangeOutput, Stage, StageInputSpec
+from shoal.ir.types import Schema
+from shoal.planner.physical import (
+    HashOutput,
+    PhysicalPlan,
+    RangeOutput,
+    SingleOutput,
+    Stage,
+    StageInputSpec,
+)
 
 #: The smallest input a coalesced task is given when the data allows (bytes): below this,
 #: the fixed cost of a task (scheduling, a fresh Polars query) outweighs running buckets in
@@ -145,6 +154,49 @@ def _fragment_blocker(stage: Stage, plan: PhysicalPlan) -> str | None:
     return rec(stage.fragment, None)
 
 
+def pointwise_input(stage: Stage) -> int | None:
+    """The index of ``stage``'s one pointwise input when every other input is read whole
+    (broadcasts) and it scans nothing, samples nothing and range-partitions nothing; else
+    None."""
+    if stage.scan_partitions is not None or stage.boundaries_from is not None:
+        return None
+    out = stage.output
+    if isinstance(out, RangeOutput) or (isinstance(out, SingleOutput) and out.sample_rows):
+        return None
+    found = [i for i, spec in enumerate(stage.inputs) if spec.mode != "all"]
+    if len(found) != 1 or stage.inputs[found[0]].mode != "pointwise":
+        return None
+    return found[0]
+
+
+def pointwise_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
+    """Why the partitions that ``stage`` reads pointwise (:func:`pointwise_input`) may not
+    be read by one task, in partition order, or None. Exact where its operators give, over
+    partitions read together, the union of what they give over each alone (those that
+    coalesced buckets allow, a sort only under a slice: a top-k), and where the stages
+    that read it one partition at a time can follow (:func:`retask_blocker`)."""
+    for node in stage.fragment.walk():
+        if isinstance(node, Sort):
+            parents = [n for n in stage.fragment.walk() if isinstance(n, Slice) and n.input is node]
+            if not parents:
+                return "it sorts each partition"
+    if tagged_reader(plan, stage):
+        return "a stage that reads it tags each row with its task"
+    return _fragment_blocker(stage, plan) or retask_blocker(plan, stage)
+
+
+def tagged_reader(plan: PhysicalPlan, stage: Stage) -> bool:
+    """Whether a stage that reads ``stage`` tags each row with the task it came from (a
+    :class:`StageInput` with a ``source_column``: the prefix and window plans, a semi join
+    by the large side): its answer depends on ``stage``'s partitions as planned."""
+    for c in plan.consumers(stage.id):
+        idx = {i for i, spec in enumerate(c.inputs) if stage.id in spec.stages}
+        for n in c.fragment.walk():
+            if isinstance(n, StageInput) and n.index in idx and n.source_column is not None:
+                return True
+    return False
+
+
 def retask_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
     """Why ``stage`` may not run another number of tasks than planned, or None: a stage
     that reads it pointwise or concatenated must follow its partitions, which it can only
@@ -229,8 +281,17 @@ def fuse_into_sort(
     fit one task)."""
     if not all(isinstance(n, _NOT_GROWING) for n in source.fragment.walk()):
         return None
+    return fuse_stage(sort, index, source)
+
+
+def fuse_stage(
+    consumer: Stage, index: int, source: Stage
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
+    """``consumer``'s new fragment and inputs once ``source`` (which it reads at input
+    ``index``) runs inside it: ``source``'s inputs first, its fragment in place of that
+    input, then the consumer's other inputs."""
     offset = len(source.inputs)
-    kept = [i for i in range(len(sort.inputs)) if i != index]
+    kept = [i for i in range(len(consumer.inputs)) if i != index]
     moved = {old: offset + k for k, old in enumerate(kept)}
 
     def swap(node: PlanNode) -> PlanNode | None:
@@ -240,8 +301,35 @@ def fuse_into_sort(
             return replace(node, index=moved[node.index])
         return None
 
-    inputs = (*source.inputs, *(sort.inputs[i] for i in kept))
-    return transform(sort.fragment, swap), inputs
+    inputs = (*source.inputs, *(consumer.inputs[i] for i in kept))
+    return transform(consumer.fragment, swap), inputs
+
+
+def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | None:
+    """For ``stage`` (now one task, reading no scan), the stage that may run it inside its
+    own one task, and the input index that reads it: ``stage``'s only consumer, of one
+    task, reading it whole at one input and every other input whole too (broadcasts), no
+    scan; ``stage`` not a result of the plan. None when there is no such stage. The
+    consumer's one task then reads what ``stage``'s task read and computes the same rows
+    (a gather after a top-k, a limit, an aggregation without keys)."""
+    if stage.num_tasks != 1 or stage.scan_partitions is not None:
+        return None
+    if stage.id in plan.result_stages or stage.boundaries_from is not None:
+        return None
+    consumers = plan.consumers(stage.id)
+    if len(consumers) != 1:
+        return None
+    (c,) = consumers
+    if c.num_tasks != 1 or c.scan_partitions is not None or c.boundaries_from is not None:
+        return None
+    reads = [i for i, spec in enumerate(c.inputs) if stage.id in spec.stages]
+    if len(reads) != 1 or any(spec.mode != "all" or spec.more for spec in c.inputs):
+        return None
+    if sum(isinstance(n, StageInput) and n.index == reads[0] for n in c.fragment.walk()) != 1:
+        return None
+    if tagged_reader(plan, stage):
+        return None
+    return c, reads[0]
 
 
 def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
@@ -274,6 +362,117 @@ def group_buckets(
 
 
 @dataclass(frozen=True)
+class Regroup:
+    """An aggregation that completes in place in a hash join's buckets (the planner placed
+    it there because every key's rows meet in one bucket), split again so that the join
+    may run as a broadcast join in the probe side's partitions, where a key's rows may
+    span tasks: the join stage then computes the partial aggregates of its partition
+    (:func:`shoal.planner.aggregate.split`), and stage ``consumer``, the one task that reads
+    the join stage whole (input ``index``: a top-k's or limit's gather, an aggregation
+    without keys), merges them into the final aggregates before the operators that were
+    above the aggregation in the join stage (row-local filters and projections, a
+    per-partition top-k or limit) and its own."""
+
+    consumer: int
+    index: int
+
+
+#: Operators that may sit above a regrouped aggregation in its join stage (moved to the
+#: gathering task as they are; a :class:`Sort` only under a :class:`Slice`, a top-k).
+_ABOVE_REGROUP = (Filter, Project, Slice, Sort)
+
+
+def _regroup_path(fragment: PlanNode) -> tuple[list[PlanNode], Aggregate] | str:
+    """The operators from ``fragment``'s root down to its one aggregation (root first), and
+    that aggregation, when it may be regrouped (:class:`Regroup`); else why not."""
+    from shoal.planner import aggregate as agg2
+
+    above: list[PlanNode] = []
+    node = fragment
+    while isinstance(node, _ABOVE_REGROUP):
+        if isinstance(node, Sort) and not (above and isinstance(above[-1], Slice)):
+            return "a sort over the aggregation"
+        if isinstance(node, Project) and not all(e.expr.is_row_local() for e in node.exprs):
+            return "a projection over the aggregation that is not row-local"
+        if isinstance(node, Filter) and not node.predicate.is_row_local():
+            return "a filter over the aggregation that is not row-local"
+        above.append(node)
+        node = node.children()[0]
+    if not isinstance(node, Aggregate) or not node.keys or node.maintain_order:
+        return f"{node.label} over the join is not an aggregation by keys"
+    if any(isinstance(n, Aggregate) for n in node.input.walk()):
+        return "another aggregation under it"
+    if not agg2.can_split(node.aggs):
+        return "its aggregates do not split into partial and final parts"
+    return above, node
+
+
+def regroup_target(plan: PhysicalPlan, stage: Stage) -> Regroup | str:
+    """For ``stage`` (a hash-join stage whose aggregation completes in its buckets), the
+    :class:`Regroup` that lets it run as a broadcast join, or why there is none: its
+    aggregation must be its fragment's only one, split exactly in two phases, under only
+    row-local operators and a top-k or limit; the stage must be read by exactly one stage,
+    of one task, that reads it whole and alone in that input (a gather)."""
+    why = _regroup_path(stage.fragment)
+    if isinstance(why, str):
+        return why
+    if stage.id in plan.result_stages:
+        return "its outputs are the query's result"
+    consumers = plan.consumers(stage.id)
+    if len(consumers) != 1:
+        return "it is read by several stages"
+    (c,) = consumers
+    reads = [i for i, spec in enumerate(c.inputs) if stage.id in spec.stages]
+    if c.num_tasks != 1 or len(reads) != 1:
+        return f"stage {c.id} does not gather it in one task"
+    spec = c.inputs[reads[0]]
+    if spec.mode != "all" or spec.more:
+        return f"stage {c.id} reads it {spec.mode}"
+    if sum(isinstance(n, StageInput) and n.index == reads[0] for n in c.fragment.walk()) != 1:
+        return f"stage {c.id} reads it more than once"
+    return Regroup(c.id, reads[0])
+
+
+def regroup(join: Stage, consumer: Stage, rg: Regroup) -> None:
+    """Apply ``rg`` to ``join`` (its fragment already the broadcast join's) and its gathering
+    ``consumer``: the join stage ends with the partial aggregation; the consumer's input
+    ``rg.index`` becomes the final aggregation over the partial rows, under the operators
+    that were above the aggregation in the join stage. Both stages are changed in place."""
+    from shoal.planner import aggregate as agg2
+
+    found = _regroup_path(join.fragment)
+    assert not isinstance(found, str), found
+    above, agg = found
+    tp = agg2.split(agg.keys, agg.aggs)
+    partial_schema = Schema.of(
+        [(k.name, k.dtype) for k in agg.keys] + [(p.name, p.dtype) for p in tp.partial]
+    )
+    final_schema = Schema.of(
+        [(k.name, k.dtype) for k in agg.keys] + [(f.name, f.dtype) for f in tp.final]
+    )
+    join.fragment = Aggregate(agg.input, agg.keys, tp.partial, False, partial_schema)
+    join.whole_buckets = ""
+    key_cols = tuple(NamedExpr(k.name, Col(k.name, k.dtype)) for k in agg.keys)
+    merged: PlanNode = Aggregate(
+        StageInput(rg.index, partial_schema), key_cols, tp.final, False, final_schema
+    )
+    merged = Project(merged, tp.project, agg.schema)
+    for node in reversed(above):
+        merged = node.with_children((merged,))
+
+    def swap(node: PlanNode) -> PlanNode | None:
+        if isinstance(node, StageInput) and node.index == rg.index:
+            return merged
+        return None
+
+    consumer.fragment = transform(consumer.fragment, swap)
+    consumer.inputs = tuple(
+        replace(spec, schema=partial_schema) if i == rg.index else spec
+        for i, spec in enumerate(consumer.inputs)
+    )
+
+
+@dataclass(frozen=True)
 class BroadcastSwitch:
     """A planned hash join (stage ``join``) that may run as a broadcast join instead: if
     stage ``build`` (one side's shuffle) turns out at most ``broadcast_join_threshold_bytes``
@@ -291,6 +490,9 @@ class BroadcastSwitch:
     build: int
     probe_input: int
     build_input: int
+    #: The join stage's aggregation completes in its buckets: how it is split again at
+    #: the switch (None: no such aggregation).
+    regroup: Regroup | None = None
 
 
 def _size_is_a_guess(stage: Stage) -> bool:
@@ -334,6 +536,14 @@ def broadcast_switches(plan: PhysicalPlan) -> list[BroadcastSwitch]:
         ):
             continue
         sides = split_sides(st)
+        rg = None
+        if isinstance(sides, str) and st.whole_buckets:
+            # An aggregation completes in the buckets: switched only where it may be split
+            # again, its final part moved to the task that gathers the join stage.
+            target = regroup_target(plan, st)
+            if isinstance(target, Regroup):
+                rg = target
+                sides = split_sides(replace(st, whole_buckets=""))
         if isinstance(sides, str) or retask_blocker(plan, st) is not None:
             continue
         options = []
@@ -345,7 +555,7 @@ def broadcast_switches(plan: PhysicalPlan) -> list[BroadcastSwitch]:
                 options.append(
                     (
                         build.est_bytes,
-                        BroadcastSwitch(st.id, probe.id, build.id, probe_input, build_input),
+                        BroadcastSwitch(st.id, probe.id, build.id, probe_input, build_input, rg),
                     )
                 )
         if options:

@@ -678,6 +678,8 @@ class DispatchLoop:
             return
         bucket_inputs = [i for i, spec in enumerate(stage.inputs) if spec.mode == "bucket"]
         if not bucket_inputs:
+            if self.coalesce_bytes is not None:
+                self._pointwise_in_one_task(st)
             return
         n = stage.num_tasks
         sizes = [0] * n
@@ -718,6 +720,43 @@ class DispatchLoop:
         self._note(f"{label}: {what}")
         if len(groups) == 1 and self.coalesce_bytes is not None:
             self._fuse_sort(st, total)
+            self._fuse_gather(st)
+
+    def _pointwise_in_one_task(self, st: _StageState) -> None:
+        """When ``st`` reads one stage pointwise (and others whole) and those partitions
+        hold at most :data:`adaptive.MIN_TASK_BYTES` in all, one task reads them all, in
+        partition order (:func:`adaptive.pointwise_blocker` says where that is exact); the
+        stages that follow its partitions follow. Then, as for coalesced buckets, a reader
+        that gathers it may run it (:meth:`_fuse_gather`)."""
+        stage = st.stage
+        if stage.num_tasks < 2 or self.pools.get(stage.id) is not None:
+            return
+        found = adapt.pointwise_input(stage)
+        if found is None:
+            return
+        total = sum(
+            self.ledger.nbytes(k)
+            for p in range(stage.num_tasks)
+            for k in self._pieces(st, found, p)
+        )
+        if total > adapt.MIN_TASK_BYTES:
+            return
+        label = f"stage {stage.id} [{stage.name}]"
+        why = adapt.pointwise_blocker(self.plan, stage)
+        if why is not None:
+            self._note(f"{label}: {stage.num_tasks} partitions not read by one task: {why}")
+            return
+        tasks = stage.num_tasks
+        what = f"{tasks} partitions ({size_text(total)}) read by 1 task"
+        self._retask(stage, 1, what)
+        # Then read whole: each piece keeps its one reader (this task).
+        spec = stage.inputs[found]
+        stage.inputs = tuple(
+            replace(spec, mode="all") if i == found else s for i, s in enumerate(stage.inputs)
+        )
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+        self._note(f"{label}: {what}")
+        self._fuse_gather(st)
 
     def _sort_in_one_task(self, st: _StageState) -> bool:
         """When ``st`` is the range split of a sort (:func:`adaptive.range_sort_stage`) and
@@ -785,6 +824,41 @@ class DispatchLoop:
             f"or range split"
         )
 
+    def _fuse_gather(self, st: _StageState) -> None:
+        """``st`` now runs as one task: when its only reader is one task that reads it
+        whole, and nothing else but broadcasts (:func:`adaptive.gather_consumer`: a top-k
+        or limit gathered after a coalesced final aggregation), that reader runs ``st``'s
+        fragment itself, over the same buckets, and ``st`` runs no task: one task and one
+        round trip fewer."""
+        stage = st.stage
+        if stage.num_tasks != 1 or self.pools.get(stage.id) is not None:
+            return
+        found = adapt.gather_consumer(self.plan, stage)
+        if found is None:
+            return
+        consumer, index = found
+        if self.pools.get(consumer.id) is not None:
+            return
+        if any(
+            not self.states[s].finished
+            for i, spec in enumerate(consumer.inputs)
+            if i != index
+            for s in spec.stages
+        ):
+            return  # (its other inputs still run: the reader could not start now anyway)
+        consumer.fragment, consumer.inputs = adapt.fuse_stage(consumer, index, stage)
+        consumer.est_bytes += stage.est_bytes
+        consumer.name = f"{stage.name}+{consumer.name}"
+        state = self.states[consumer.id]
+        state.buckets, state.adapted = st.buckets, True
+        stage.inputs = ()
+        self._retask(stage, 0, f"runs in stage {consumer.id}")
+        self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+        self._note(
+            f"stage {stage.id} runs in stage {consumer.id} [{consumer.name}], the one task "
+            f"that gathers it: 1 task fewer"
+        )
+
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
         has not started: run it as a broadcast join when the build side is small enough,
@@ -812,6 +886,12 @@ class DispatchLoop:
                 f"({size_text(nbytes)}, estimated {size_text(build.stage.est_bytes)}) "
                 f"in {join.stage.num_tasks} task(s) of stage {sw.probe}'s partitions; "
                 f"stage {sw.probe} not shuffled"
+                + (
+                    f"; its aggregation is partial there and completes in stage "
+                    f"{sw.regroup.consumer}"
+                    if sw.regroup is not None
+                    else ""
+                )
             )
 
     def _switch_to_broadcast(self, sw: adapt.BroadcastSwitch, nbytes: int) -> None:
@@ -827,6 +907,8 @@ class DispatchLoop:
             for s in spec.stages
         ]
         join.fragment, join.inputs = fragment, inputs
+        if sw.regroup is not None:  # its aggregation completes in the gathering task
+            adapt.regroup(join, self.plan.stage(sw.regroup.consumer), sw.regroup)
         join.scan_partitions = probe.scan_partitions
         join.num_tasks = n = probe.num_tasks
         join.est_bytes = probe.est_bytes + nbytes

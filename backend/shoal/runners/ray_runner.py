@@ -489,15 +489,7 @@ class RayBackend:
 
         Raises :class:`shoal.ShoalError` before any task when no alive node of the cluster
         has ``config.task_cpus`` CPUs: Ray would keep such tasks pending forever."""
-        largest = self.cluster.cpus()[1]
-        if config.task_cpus > largest + 1e-9:
-            largest = self.cluster.cpus(fresh=True)[1]  # a node may have joined since
-        if config.task_cpus > largest + 1e-9:
-            raise ShoalError(
-                f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
-                f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
-                "never be scheduled"
-            )
+        self.check_task_cpus(config)
         handle = None
         for i, (cached, ref) in enumerate(self._configs):
             if cached == config:
@@ -515,6 +507,22 @@ class RayBackend:
             self._query_cpus.pop(next(iter(self._query_cpus)))
         self._query_cpus[key] = config.task_cpus
         return handle
+
+    def check_task_cpus(self, config: Config) -> None:
+        """Raise :class:`shoal.ShoalError` when no alive node of the cluster has
+        ``config.task_cpus`` CPUs (read again before refusing: a node may have joined).
+        Also asked of a query whose small-query task runs in the driver
+        (``small_query_where``), so that a setting the cluster cannot run fails every
+        query alike."""
+        largest = self.cluster.cpus()[1]
+        if config.task_cpus > largest + 1e-9:
+            largest = self.cluster.cpus(fresh=True)[1]  # a node may have joined since
+        if config.task_cpus > largest + 1e-9:
+            raise ShoalError(
+                f"shoal setting task_cpus={config.task_cpus} asks more CPUs per task than any "
+                f"node of the Ray cluster has (the largest has {largest:g}); its tasks could "
+                "never be scheduled"
+            )
 
     def submit(self, task: TaskSpec) -> Any:
         if task.pool is not None:  # a stage of a stateful or GPU UDF: one of its actors

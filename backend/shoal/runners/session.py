@@ -30,6 +30,8 @@ from shoal.tracing.tracer import NO_SPAN, QueryTracer, start_query
 _lock = threading.RLock()
 _backends: dict[str, Any] = {}
 _owns_ray = False
+#: Runs the small-query task of a Ray query in the driver (``small_query_where``).
+_driver: Any = None
 
 
 @dataclass
@@ -98,13 +100,21 @@ def last_query() -> QueryReport | None:
 
 
 _started_with: dict[str, Config] = {}
+_DEFAULTS: list[Config] = []
+
+
+def _defaults() -> Config:
+    """``Config()``, made once (every query compares its runner settings with it)."""
+    if not _DEFAULTS:
+        _DEFAULTS.append(Config())
+    return _DEFAULTS[0]
 
 
 def runner_settings(config: Config) -> Config:
     """The settings a runner starts with: the global config's runner settings, overridden
     by those that ``config`` (a query's config) sets to a non-default value."""
     base = _config.get_config()
-    defaults = Config()
+    defaults = _defaults()
     explicit = {
         k: getattr(config, k)
         for k in _config.RUNNER_FIELDS
@@ -139,10 +149,26 @@ def _backend(config: Config) -> Any:
         return backend
 
 
+def _driver_backend() -> Any:
+    """The backend that runs a Ray query's small-query task in this process (see the
+    ``small_query_where`` setting): a local runner's thread pool, started on first use,
+    closed by :func:`shutdown_runner`. Its task runs with every thread of the driver's
+    Polars, inside the kernel's task scope as any task (a Polars query it starts never
+    comes back to shoal), and a UDF stage never reaches it (actor pools are not on the
+    small-query path)."""
+    global _driver
+    with _lock:
+        if _driver is None:
+            from shoal.runners.local import LocalBackend
+
+            _driver = LocalBackend()
+        return _driver
+
+
 def _check_same_runner(kind: str, config: Config) -> None:
     """A query may not ask for runner settings other than those its runner started with."""
     started = _started_with[kind]
-    defaults = Config()
+    defaults = _defaults()
     for name in sorted(_config.RUNNER_FIELDS - {"runner"}):
         wanted = getattr(config, name)
         if wanted != getattr(defaults, name) and wanted != getattr(started, name):
@@ -223,6 +249,10 @@ def _start(
             physical = plan_physical_many(plan, config, cpus)
         else:
             physical = plan_physical(plan, config, cpus)
+    where = config.runner
+    if physical.small_query_in_driver:  # small_query_where: outputs in the driver's heap
+        backend.check_task_cpus(config)  # fails as the query would on the cluster
+        backend, where = _driver_backend(), "local"
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -230,7 +260,7 @@ def _start(
     if held is None:
         read_store = getattr(backend, "object_store_bytes", None)  # cached: see ClusterView
         store = read_store() if read_store is not None else None
-        held = default_max_bytes_held(config.runner, store or None)
+        held = default_max_bytes_held(where, store or None)
     loop = DispatchLoop(
         physical,
         backend,
@@ -314,6 +344,9 @@ class ResultRefs:
     backend: Any
     rows: int
     runner: str
+    #: The Ray runner ran the query in the driver (``small_query_where``): ``refs`` are
+    #: Arrow tables in this process, not object references.
+    in_driver: bool = False
 
 
 def run_plan_refs(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> ResultRefs:
@@ -331,7 +364,7 @@ def _run_plan_refs(
     _last = _report(physical, loop, config)
     root = physical.root.id
     rows = sum(s.rows_out for (stage, _), s in loop.task_stats.items() if stage == root)
-    return ResultRefs(refs, backend, rows, config.runner)
+    return ResultRefs(refs, backend, rows, config.runner, physical.small_query_in_driver)
 
 
 def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
@@ -355,7 +388,8 @@ def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
     assert isinstance(df, pl.DataFrame)
     if schema:
-        df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
+        if list(df.schema.items()) != list(schema.items()):  # else the casts change nothing
+            df = df.select([pl.col(n).cast(t) for n, t in schema.items()])
     else:
         df = df.drop(cs.all())
     return frame_to_arrow(df)
@@ -365,10 +399,14 @@ def shutdown_runner() -> None:
     """Close every backend, stop a Ray instance shoal started, and thaw runner settings."""
     global _owns_ray
     with _lock:
+        global _driver
         close_parked()  # warm actor pools (udf_keep_warm)
         for b in _backends.values():
             b.close()
         _backends.clear()
+        if _driver is not None:
+            _driver.close()
+            _driver = None
         _started_with.clear()
         if _owns_ray:
             import ray

@@ -1,0 +1,168 @@
+"""Columns whose values the partitions of a Parquet scan hold in disjoint ranges.
+
+Data written in the order of a key (an id, a date: TPC-H's ``lineitem`` and ``orders`` by
+their order key) splits into partitions that each hold their own range of that key. The
+Parquet footers say so without reading a row: every row group stores the min and max of
+each column and its null count. When the ranges of the partitions (the union of their
+row groups' ranges) do not overlap, every value of the column lives in one partition
+only, exactly as after a hash exchange on it: an aggregation whose keys include the
+column completes in place, without a partial aggregation, an exchange and a final one
+(the planner treats the column as a hash-partitioned column set; see
+:class:`shoal.planner.context.OpenFragment`).
+
+Only where the statistics are bounds of the values by construction: signed integer and
+date columns (their Parquet order is the numeric order), statistics present and exact in
+every row group the partitions read, and nulls (a group of their own) in at most one
+partition. A row group cut into several partitions gives each of them its whole range, so
+they overlap unless the column is constant there: such a column is not reported.
+"""
+
+from __future__ import annotations
+
+import bisect
+import datetime
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any
+
+import pyarrow as pa
+
+from shoal import storage
+from shoal.ir.nodes import ParquetSource, Scan
+from shoal.planner.physical import ScanInput, ScanPartition
+
+
+def _eligible(scan: Scan, name: str) -> bool:
+    """Whether column ``name`` of ``scan`` has a type whose footer statistics order as its
+    values do: a signed integer or a date."""
+    t = scan.schema[name].arrow
+    return pa.types.is_signed_integer(t) or pa.types.is_date32(t)
+
+
+def _value(v: Any) -> int | None:
+    """A footer statistic as an integer on the column's order (dates as days), or None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, datetime.date) and not isinstance(v, datetime.datetime):
+        return v.toordinal()
+    return None
+
+
+#: Answers of :func:`disjoint_columns` by (the footers read, the column, the partitions);
+#: each entry keeps its footer objects, so that their ids are not reused while it lives.
+_CACHE: OrderedDict[tuple[Any, ...], tuple[list[Any], bool]] = OrderedDict()
+_CACHE_SIZE = 256
+_LOCK = threading.Lock()
+
+
+def disjoint_columns(
+    scan: Scan, partitions: tuple[ScanInput, ...], candidates: Iterable[str]
+) -> tuple[str, ...]:
+    """The columns of ``candidates`` (read by ``scan``, a Parquet scan split into
+    ``partitions``) whose non-null values are in pairwise disjoint ranges across the
+    partitions, with null values in at most one partition (see the module docstring).
+    Empty for any other source, a single partition, or when a footer lacks what is
+    needed. Footers come from :func:`shoal.storage.read_footers` (cached); answers are
+    cached too."""
+    if not isinstance(scan.source, ParquetSource) or len(partitions) < 2:
+        return ()
+    names = [c for c in dict.fromkeys(candidates) if c in scan.schema.names and _eligible(scan, c)]
+    if not names or not all(isinstance(p, ScanPartition) for p in partitions):
+        return ()
+    metas = storage.read_footers(scan.source.paths, scan.source.storage_options)
+    files = {path: _File(meta) for path, meta in zip(scan.source.paths, metas, strict=True)}
+    found = []
+    for c in names:
+        key = (tuple(map(id, metas)), c, partitions)
+        with _LOCK:
+            hit = _CACHE.get(key)
+        if hit is None:
+            hit = (metas, _disjoint(c, partitions, files))
+            with _LOCK:
+                _CACHE[key] = hit
+                while len(_CACHE) > _CACHE_SIZE:
+                    _CACHE.popitem(last=False)
+        if hit[1]:
+            found.append(c)
+    return tuple(found)
+
+
+class _File:
+    """One file's footer: its row groups' first rows and its columns' leaf indices."""
+
+    def __init__(self, meta: Any) -> None:
+        self.meta = meta
+        self.starts: list[int] = []
+        n = 0
+        for g in range(meta.num_row_groups):
+            self.starts.append(n)
+            n += meta.row_group(g).num_rows
+        self.leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
+
+    def groups(self, offset: int, rows: int) -> range:
+        """The row groups that rows ``offset .. offset + rows`` touch."""
+        first = max(0, bisect.bisect_right(self.starts, offset) - 1)
+        last = bisect.bisect_left(self.starts, offset + rows)
+        return range(first, last)
+
+
+def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, _File]) -> bool:
+    ranges: list[tuple[int, int]] = []
+    with_nulls = 0
+    for part in partitions:
+        assert isinstance(part, ScanPartition)
+        lo: int | None = None
+        hi: int | None = None
+        nulls = False
+        for piece in part.pieces:
+            if not piece.rows:
+                continue
+            if name in piece.null_columns:  # an untyped all-null column in this file
+                nulls = True
+                continue
+            f = files.get(piece.path)
+            leaf = f.leaf.get(name) if f is not None else None
+            if f is None or leaf is None:
+                return False
+            for g in f.groups(piece.offset, piece.rows):
+                rg = f.meta.row_group(g)
+                if not rg.num_rows:
+                    continue
+                got = _range(rg.column(leaf).statistics, rg.num_rows)
+                if got is None:
+                    return False
+                g_lo, g_hi, g_nulls = got
+                nulls = nulls or g_nulls
+                if g_lo is not None and g_hi is not None:
+                    lo = g_lo if lo is None else min(lo, g_lo)
+                    hi = g_hi if hi is None else max(hi, g_hi)
+        with_nulls += nulls
+        if lo is not None and hi is not None:
+            ranges.append((lo, hi))
+    if with_nulls > 1:
+        return False
+    ranges.sort()
+    return all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def _range(stats: Any, rows: int) -> tuple[int | None, int | None, bool] | None:
+    """(min, max, has nulls) of one row group's column from its statistics; (None, None,
+    True) when every value is null; None when the statistics do not say exactly."""
+    if stats is None or not stats.has_null_count:
+        return None
+    if stats.null_count == rows:
+        return None, None, True
+    if not stats.has_min_max:
+        return None
+    if (
+        getattr(stats, "is_max_value_exact", None) is False
+        or getattr(stats, "is_min_value_exact", None) is False
+    ):
+        return None
+    lo, hi = _value(stats.min), _value(stats.max)
+    if lo is None or hi is None:
+        return None
+    return lo, hi, stats.null_count > 0
