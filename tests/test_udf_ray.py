@@ -25,6 +25,8 @@ from .test_udf import (
     Offset,
     SeeDevices,
     Slow,
+    check_heap_reused,
+    check_pool_reads_scan,
     frame,
     interrupt_when,
     polars_native,
@@ -193,6 +195,51 @@ def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:
         pool.close()
 
 
+def test_ray_pool_reading_its_scan_equals_native() -> None:
+    """Stateful UDFs straight over in-memory frames with nulls on Ray (the pool's actors
+    read the row ranges, shipped as call arguments): native Polars' answer, with empty
+    partitions too, each query one stage."""
+    check_pool_reads_scan(_ray)
+    assert shoal_actors() == []
+
+
+def test_warm_query_asks_ray_for_no_cluster_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A query on a warm pool asks Ray's GCS nothing (each ask is a round trip of 5-25 ms
+    on a loaded machine): the pool's parking reads the runner's cached cluster size, and
+    a pool that cannot grow (concurrency=1) never asks for free resources. Failed before:
+    every parking asked ``ray.cluster_resources()``."""
+    from shoal.runners.actor_pool import close_parked
+
+    engine = shoal.DistEngine(raise_on_fail=True, config=Config(default_partitions=3))
+    one = Offset.options(concurrency=1).with_init(k=2)
+    df = frame(900)
+    lf = df.lazy().shoal.with_udf(one, inputs="a", output="b")
+    want = df.with_columns(b=pl.col("a") + 2)
+    try:
+        assert lf.collect(engine=engine).equals(want)  # starts and parks the pool
+        asked: list[str] = []
+        for name in ("cluster_resources", "available_resources", "nodes"):
+            real = getattr(ray, name)
+
+            def counted(*a: object, _n: str = name, _f: object = real, **k: object) -> object:
+                asked.append(_n)
+                return _f(*a, **k)  # type: ignore[operator]
+
+            monkeypatch.setattr(ray, name, counted)
+        for _ in range(2):
+            assert lf.collect(engine=engine).equals(want)
+        assert asked == []
+    finally:
+        close_parked()
+    assert shoal_actors() == []
+
+
+def test_ray_actor_reuses_its_heap_between_batches() -> None:
+    """See ``check_heap_reused`` (on a Ray actor)."""
+    check_heap_reused(_ray(1))
+    assert shoal_actors() == []
+
+
 # ------------------------------------------------------------------ in-memory frames on Ray
 
 
@@ -218,13 +265,22 @@ class _Recorder:
 
 @pytest.fixture
 def recorded_tasks(monkeypatch: pytest.MonkeyPatch) -> _Recorder:
-    """The arguments of every ordinary Ray task the runner starts during the test."""
-    from shoal.runners import session
+    """The arguments of every Ray task the runner starts during the test, and of every
+    actor pool call (recorded as a task's: payload, config, digest, layout, tables)."""
+    from shoal.runners import actor_pool, session
 
     session.start_runner(shoal.get_config().replace(runner="ray"))
     backend = session._backends["ray"]
     rec = _Recorder(backend._remote)
     monkeypatch.setattr(backend, "_remote", rec)
+    real_ship = actor_pool.ship
+
+    def ship(task: object) -> tuple[object, ...]:
+        payload, layout, args = real_ship(task)  # type: ignore[arg-type]
+        rec.calls.append((payload, task.config, task.config_digest, layout, *args))  # type: ignore[attr-defined]
+        return payload, layout, args
+
+    monkeypatch.setattr(actor_pool, "ship", ship)
     return rec
 
 

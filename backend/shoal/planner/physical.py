@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from shoal.ir.explain import describe
 from shoal.ir.expr import Expr
-from shoal.ir.nodes import PlanNode, Scan
+from shoal.ir.nodes import InMemorySource, PlanNode, Scan
 from shoal.ir.types import Schema
 
 # ------------------------------------------------ what one task is given
@@ -75,6 +75,18 @@ class MemoryPiece:
     tables travel between tasks (:func:`to_wire`; the kernel reads the scan's columns)."""
 
     table: pa.Table
+
+
+def plain_memory_scan(node: PlanNode) -> bool:
+    """Whether ``node`` is a scan of an in-memory table that only selects columns (no
+    predicate): its partitions are row ranges of a table the driver holds
+    (:class:`MemoryPiece`), and reading one costs nothing but moving it. An actor pool
+    stage reads such a scan itself instead of a stage of scan tasks before it."""
+    return (
+        isinstance(node, Scan)
+        and isinstance(node.source, InMemorySource)
+        and node.predicate is None
+    )
 
 
 #: Name of the single column that carries the row count of a table without columns

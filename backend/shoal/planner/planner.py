@@ -75,6 +75,7 @@ from shoal.planner.physical import (
     SingleOutput,
     Stage,
     StageInputSpec,
+    plain_memory_scan,
     scans_of,
     to_wire,
 )
@@ -326,10 +327,20 @@ class _Builder:
         stateful or GPU one gets an actor pool stage of its own: its fragment is only the
         :class:`UdfProject` over the upstream stage's output, read pointwise (same
         partitions, same order), so that nothing else runs on the pool's actors; what
-        follows reads the pool stage pointwise, in ordinary tasks again."""
+        follows reads the pool stage pointwise, in ordinary tasks again.
+
+        One exception: over a scan of an in-memory table that only selects columns (no
+        predicate), the pool stage reads its scan partitions itself (fragment
+        ``UdfProject(Scan)``): the partitions are row ranges of a table the driver already
+        holds, so a stage of scan tasks would only add a task and a copy of the rows per
+        partition (see ``actor_pool.pool_udf``)."""
         op = self.visit(node.input)
         if not getattr(node.udf, "needs_actor_pool", False):
             return op.wrap(node.with_children((op.node,)))
+        if plain_memory_scan(op.node) and not op.inputs:
+            op.name = f"actor-pool[{node.udf_name}]"
+            st = self.cut(op.wrap(node.with_children((op.node,))), SingleOutput())
+            return self.read(st, "pointwise", st.num_tasks, "after-udf")
         if (
             isinstance(op.node, StageInput)
             and op.scan_partitions is None

@@ -1,8 +1,9 @@
 """Actor pools: long-lived workers for stateful and GPU user functions.
 
 The planner gives every stateful or GPU UDF a stage of its own whose fragment is only the
-:class:`~shoal.ir.nodes.UdfProject` over the upstream stage's output (:func:`pool_udf`
-recognises one). For each such stage of a query, :func:`make_pools` makes one pool:
+:class:`~shoal.ir.nodes.UdfProject` over the upstream stage's output, or over a scan of an
+in-memory table that only selects columns, whose row ranges the pool's tasks then read
+themselves (:func:`pool_udf` recognises both). For each such stage of a query, :func:`make_pools` makes one pool:
 
 * :class:`RayActorPool` (Ray runner): Ray actors named
   ``shoal-udf-<udf name>-<query id>-<i>``, each asking Ray for the UDF's CPUs, GPUs and
@@ -70,7 +71,7 @@ from typing import Any, Protocol
 
 from shoal.errors import ShoalError
 from shoal.ir.nodes import StageInput, UdfProject
-from shoal.planner.physical import PhysicalPlan, Stage
+from shoal.planner.physical import PhysicalPlan, Stage, plain_memory_scan
 from shoal.resources import AcquiredResources, ResourceLedger, ResourceRequest
 from shoal.runners.dispatch import TaskResult, TaskSpec
 from shoal.runners.ray_runner import ship
@@ -81,6 +82,26 @@ CLOSE_TIMEOUT_S = 15.0
 #: Batches sent to one Ray actor before it has finished the first (see the module
 #: docstring).
 CALLS_IN_FLIGHT = 2
+
+#: glibc malloc settings for the actors and worker processes of pools (environment
+#: variables; one that the job's ``ray_runtime_env``, or the driver's environment for the
+#: local runner, sets is left to it). glibc raises its mmap threshold to the largest block
+#: a process has freed and gives the top of its heap back to the OS beyond twice that: a
+#: UDF process whose largest temporary is one batch's (a NumPy model's activations, 1 MiB
+#: at 8,192 rows) but whose batch holds several at once gave MiBs back after every batch
+#: and faulted them in again in the next. Measured on a small NumPy model, 367 batches of
+#: 8,192 rows: 181,000 page faults and 30-40 % more CPU than the same work in the driver
+#: (which had freed a 24 MiB block before). These are the values glibc's own adjustment
+#: stops at: a 32 MiB mmap threshold, and twice that kept at the top of the heap.
+ACTOR_MALLOC_ENV = {
+    "MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+    "MALLOC_TRIM_THRESHOLD_": str(64 << 20),
+}
+#: Seconds an actor is expected to take to start until one of the pool's has (1 s on a quiet
+#: machine: a process importing Ray, Polars, pyarrow and shoal, then the UDF's __init__).
+ACTOR_START_S = 1.0
+#: Seconds between two asks of Ray's free resources by a pool that could grow.
+ROOM_CHECK_S = 0.25
 
 #: Parked pools (``udf_keep_warm``) by (runner, UDF token).
 _parked: dict[tuple[str, str], Any] = {}
@@ -174,12 +195,13 @@ class _Parkable:
 
 
 def pool_udf(stage: Stage) -> UdfProject | None:
-    """The UDF node of an actor pool stage (a stateful or GPU UDF over a stage input), or
-    None for an ordinary stage."""
+    """The UDF node of an actor pool stage (a stateful or GPU UDF over a stage input, or
+    over a plain in-memory scan that the stage reads itself), or None for an ordinary
+    stage."""
     node = stage.fragment
     if (
         isinstance(node, UdfProject)
-        and isinstance(node.input, StageInput)
+        and (isinstance(node.input, StageInput) or plain_memory_scan(node.input))
         and isinstance(node.udf, UDF)
         and node.udf.needs_actor_pool
     ):
@@ -263,13 +285,24 @@ def make_pools(
 
         pool: RayActorPool | LocalProcessPool
         if runner == "ray":
-            pool = RayActorPool(u, name_of, config_handle, config_digest)
+            pool = RayActorPool(
+                u, name_of, config_handle, config_digest, cluster_cpus=_cached_cpus(backend)
+            )
         else:
             pool = LocalProcessPool(u, name_of, backend.resources, config_handle, config_digest)
         pool.key, pool.keep_warm, pool.reserve_cpus = key, keep_warm, reserve_cpus
         pool.idle_s = idle_s
         pools[st.id] = _Lease(pool)
     return pools
+
+
+def _cached_cpus(backend: Any) -> Callable[[], float] | None:
+    """The CPUs of the Ray cluster as the runner's cached
+    :class:`~shoal.runners.ray_runner.ClusterView` has them (None: no such view)."""
+    cluster = getattr(backend, "cluster", None)
+    if cluster is None:
+        return None
+    return lambda: float(cluster.cpus()[0])
 
 
 class _Lease:
@@ -394,14 +427,29 @@ def _actor_class() -> Any:
 
 
 class RayActorPool(_Parkable):
-    """A pool of Ray actors for one UDF stage (see the module docstring)."""
+    """A pool of Ray actors for one UDF stage (see the module docstring).
+
+    ``cluster_cpus`` returns the CPUs of the cluster's alive nodes together, which a
+    parking pool needs (the Ray runner's cached
+    :class:`~shoal.runners.ray_runner.ClusterView`; None: ask Ray's GCS each time, a round
+    trip of 5-25 ms on a loaded machine at the end of every query)."""
 
     def __init__(
-        self, u: UDF, name_of: Callable[[int], str], config_handle: Any, config_digest: str
+        self,
+        u: UDF,
+        name_of: Callable[[int], str],
+        config_handle: Any,
+        config_digest: str,
+        cluster_cpus: Callable[[], float] | None = None,
     ) -> None:
         import ray
 
         self._ray = ray
+        self._cluster_cpus = cluster_cpus or (lambda: float(ray.cluster_resources().get("CPU", 0)))
+        #: When the pool last asked Ray for free resources to grow (``_room_for_one``).
+        self._room_checked = -math.inf
+        job_env = (ray.get_runtime_context().runtime_env or {}).get("env_vars") or {}
+        self._env = {k: v for k, v in ACTOR_MALLOC_ENV.items() if k not in job_env}
         self.udf = u
         self._name_of = name_of
         self._config = config_handle
@@ -435,6 +483,15 @@ class RayActorPool(_Parkable):
         self._ready: list[bool] = []
         self._pending_ready: dict[Any, int] = {}  # ready() reference -> actor index
         self._actor_of: dict[Any, Any] = {}  # a call's stats reference -> the actor running it
+        #: Growth is measured (see :meth:`_worth_growing`): when each call in flight was
+        #: sent, when each actor last finished one, the seconds a call takes (a running
+        #: mean; None until one finished), the ``ready()`` calls that time each new
+        #: actor's start, and the seconds an actor of this pool took to start.
+        self._sent_at: dict[Any, float] = {}
+        self._done_at: list[float] = []
+        self.call_s: float | None = None
+        self._start_timers: dict[Any, float] = {}
+        self.start_s = ACTOR_START_S
         self.replaced = 0  # actors started in place of ones that died
         #: Replacements after which a dying actor fails the query instead (an actor that
         #: dies on every batch, e.g. out of memory, must not be replaced forever).
@@ -444,6 +501,9 @@ class RayActorPool(_Parkable):
         self._closed = False
 
     def _new_actor(self, name: str) -> Any:
+        extra: dict[str, Any] = {}
+        if self._env:  # merged by Ray with the job's runtime_env env_vars
+            extra["runtime_env"] = {"env_vars": self._env}
         return (
             _actor_class()
             .options(
@@ -452,6 +512,7 @@ class RayActorPool(_Parkable):
                 max_task_retries=0,
                 max_concurrency=1,
                 **self.udf.resources.ray_options(),
+                **extra,
             )
             .remote(self.udf, self._config, self._digest, name)
         )
@@ -463,31 +524,70 @@ class RayActorPool(_Parkable):
         self.names.append(name)
         self._actors.append(actor)
         self._busy.append([])
+        self._done_at.append(0.0)
         self._ready.append(counts_before_ready)
+        # Sent before any batch, ready() runs right after __init__: it times the start.
+        ready = actor.ready.remote()
+        self._start_timers[ready] = time.monotonic()
         if not counts_before_ready:
-            self._pending_ready[actor.ready.remote()] = i
+            self._pending_ready[ready] = i
 
     def _reap(self) -> None:
-        """Mark actors whose call has finished as free, and new actors that started."""
+        """Mark actors whose call has finished as free, and new actors that started;
+        measure both (:meth:`_worth_growing`)."""
         busy = [r for b in self._busy for r in b]
+        now = time.monotonic()
         if busy:
             done, _ = self._ray.wait(busy, num_returns=len(busy), timeout=0, fetch_local=False)
             finished = set(done)
+            for i, b in enumerate(self._busy):
+                for r in b:
+                    if r in finished:
+                        # Its service time: from when it was sent, or from the end of the
+                        # call before it on the same actor when it waited behind that one.
+                        took = now - max(self._sent_at.pop(r, now), self._done_at[i])
+                        self._done_at[i] = now
+                        old = self.call_s
+                        self.call_s = took if old is None else 0.7 * old + 0.3 * took
             self._busy = [[r for r in b if r not in finished] for b in self._busy]
             for r in finished:
                 self._actor_of.pop(r, None)
-        if self._pending_ready:
-            refs = list(self._pending_ready)
-            done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)
+        waiting = list(self._pending_ready) + [
+            r for r in self._start_timers if r not in self._pending_ready
+        ]
+        if waiting:
+            done, _ = self._ray.wait(
+                waiting, num_returns=len(waiting), timeout=0, fetch_local=False
+            )
             for r in done:
-                self._ready[self._pending_ready.pop(r)] = True
+                if r in self._pending_ready:
+                    self._ready[self._pending_ready.pop(r)] = True
+                born = self._start_timers.pop(r, None)
+                if born is not None:
+                    self.start_s = now - born
+
+    def _worth_growing(self, backlog: int) -> bool:
+        """Whether one more actor would help: the work left for the pool's actors (the
+        ``backlog`` of unsent tasks and the calls in flight, at the pool's measured seconds
+        per call) is longer per actor than starting an actor takes (as measured for this
+        pool's actors; :data:`ACTOR_START_S` until one has started). Until a call has
+        finished there is nothing to go by, and the pool grows while resources allow.
+
+        A warm pool is trimmed when it is parked and would otherwise start an actor again
+        in every query, one that the query's few batches are done before it is up (an
+        actor start costs a process and the UDF's ``__init__``: seconds, and CPU that the
+        running batches need); the actor is then stopped at the next parking."""
+        if self.call_s is None or not self._actors:
+            return True
+        in_flight = sum(len(b) for b in self._busy)
+        return (backlog + in_flight) * self.call_s / len(self._actors) > self.start_s
 
     def _trim_for_parking(self) -> bool:
         with self._lock:
             cpus = self.udf.resources.cpus
             if cpus <= 0:
                 return bool(self._actors)
-            total = self._ray.cluster_resources().get("CPU", 0)
+            total = self._cluster_cpus()
             keep = max(0, math.floor((total - self.reserve_cpus) / cpus + 1e-9))
             keep = min(keep, len(self._actors))
             for a in self._actors[keep:]:
@@ -495,11 +595,19 @@ class RayActorPool(_Parkable):
                     self._ray.kill(a, no_restart=True)
             self._actors = self._actors[:keep]
             self._busy = self._busy[:keep]
+            self._done_at = self._done_at[:keep]
             self._ready = self._ready[:keep]
             self._pending_ready = {r: i for r, i in self._pending_ready.items() if i < keep}
             return keep > 0
 
     def _room_for_one(self) -> bool:
+        """Whether Ray has the free resources for one more actor now; asked at most once
+        per :data:`ROOM_CHECK_S` (each ask is a round trip to Ray's GCS, and the loop asks
+        after every finished task while the pool could grow)."""
+        now = time.monotonic()
+        if now - self._room_checked < ROOM_CHECK_S:
+            return False
+        self._room_checked = now
         avail = self._ray.available_resources()
         r = self.udf.resources
         return (
@@ -526,6 +634,7 @@ class RayActorPool(_Parkable):
                 backlog > idle
                 and len(self._actors) < self.max
                 and not self._pending_ready
+                and self._worth_growing(backlog)
                 and self._room_for_one()
             ):
                 self._add(counts_before_ready=False)  # takes tasks once it has started
@@ -548,6 +657,7 @@ class RayActorPool(_Parkable):
                 .remote(payload, task.config, task.config_digest, layout, *args)
             )
             self._busy[i].append(out[0])
+            self._sent_at[out[0]] = time.monotonic()
             self._actor_of[out[0]] = self._actors[i]
             return list(out)
 
@@ -569,7 +679,10 @@ class RayActorPool(_Parkable):
             self.names.append(name)
             actor = self._new_actor(name)
             self._actors[i] = actor
+            for r in self._busy[i]:
+                self._sent_at.pop(r, None)
             self._busy[i] = []
+            self._done_at[i] = 0.0
             if any(r for k, r in enumerate(self._ready) if k != i):
                 # Others take batches until it has started.
                 self._ready[i] = False
@@ -722,7 +835,7 @@ class LocalProcessPool(_Parkable):
     def _spawn(self, held: AcquiredResources, counts_before_ready: bool) -> None:
         name = self._name_of(len(self._workers))
         parent, child = socket.socketpair()
-        env = dict(os.environ)
+        env = {**ACTOR_MALLOC_ENV, **os.environ}
         env.update(held.env())
         env["POLARS_MAX_THREADS"] = str(max(1, math.ceil(held.cpus)))
         try:
