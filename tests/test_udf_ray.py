@@ -12,6 +12,7 @@ from pathlib import Path
 import polars as pl
 import pytest
 import ray
+from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.config import Config
@@ -171,6 +172,48 @@ def test_warm_ray_pool_serves_the_next_query_then_shutdown_kills_it(tmp_path: Pa
 
     close_parked()
     assert shoal_actors() == []
+
+
+@shoal.udf(return_dtype=pl.Float64, concurrency=2)
+class _Double:
+    def __call__(self, a: pl.Series) -> pl.Series:
+        return a * 2
+
+
+@shoal.udf(return_dtype=pl.Float64)
+class _PlusOne:
+    def __call__(self, a: pl.Series) -> pl.Series:
+        return a + 1
+
+
+def test_a_warm_pool_does_not_starve_another_pool_of_the_query() -> None:
+    """Found by a fresh user: after a query kept _PlusOne's pool warm (one actor, one of the
+    two CPUs), a query running _Double (exactly 2 actors) then _PlusOne never returned: it
+    took the warm pool over at its start, and _Double waited forever for its second CPU.
+    A query with several pool stages now starts its pools cold. (The thread's join is a
+    guard against hanging the suite, not a time limit on the answer.)"""
+    import threading
+
+    df = pl.DataFrame({"a": [None if i % 7 == 0 else float(i) for i in range(500)]})
+    engine = shoal.DistEngine(runner="ray", raise_on_fail=True, config=Config(default_partitions=3))
+    warm = df.lazy().shoal.with_udf(_PlusOne, inputs=["a"], output="y")
+    assert_frame_equal(warm.collect(engine=engine), df.with_columns(y=pl.col("a") + 1))
+    both = (
+        df.lazy()
+        .shoal.with_udf(_Double, inputs=["a"], output="x")
+        .shoal.with_udf(_PlusOne, inputs=["a"], output="y")
+    )
+    out: list[pl.DataFrame] = []
+    t = threading.Thread(target=lambda: out.append(both.collect(engine=engine)), daemon=True)
+    t.start()
+    t.join(timeout=300)
+    try:
+        assert out, "the query with two pools did not return (it waited for an actor)"
+        assert_frame_equal(out[0], df.with_columns(x=pl.col("a") * 2, y=pl.col("a") + 1))
+    finally:
+        from shoal.runners.actor_pool import close_parked
+
+        close_parked()
 
 
 def test_ray_actor_takes_two_batches_at_a_time(tmp_path: Path) -> None:

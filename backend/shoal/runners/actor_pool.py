@@ -42,7 +42,10 @@ a 2-CPU machine, one actor of one CPU), so that ordinary tasks can always run; i
 again in its next stage. A parked pool unused for ``udf_keep_warm_idle_s`` seconds is
 closed by a timer (idle actors hold CPUs and GPUs). A query that needs a pool for another
 UDF first closes the parked ones (their resources may be what it needs), as do a failed
-query (its own pools) and :func:`close_parked` (``shoal.shutdown()``).
+query (its own pools) and :func:`close_parked` (``shoal.shutdown()``). A query with several
+pool stages takes over none (a pool taken over at the query's start holds its resources
+while an earlier stage's pool may need them for its minimum of actors): its pools start
+cold, and are parked at its end as usual.
 
 Each Ray actor takes up to :data:`CALLS_IN_FLIGHT` batches at a time (they queue at the
 actor, which runs one at a time): the next batch's input arrives while the current one
@@ -256,15 +259,20 @@ def make_pools(
     ``config_handle``/``config_digest`` are the query's config snapshot as its tasks get
     it; ``keep_warm`` (``udf_keep_warm``) parks the pools when their stage is done, leaving
     ``reserve_cpus`` (``task_cpus``) free, until ``idle_s`` seconds pass unused
-    (``udf_keep_warm_idle_s``; 0: no limit). Parked pools of other UDFs are closed first.
-    Raises :class:`shoal.ShoalError` when a UDF's minimum number of actors can never fit in
+    (``udf_keep_warm_idle_s``; 0: no limit). Parked pools of other UDFs are closed first,
+    and every parked pool when the plan has several pool stages (see "Warm pools"). Raises :class:`shoal.ShoalError` when a UDF's minimum number of actors can never fit in
     the runner's resources.
     """
     pools: dict[int, ActorPool] = {}
     counters: dict[str, int] = {}
     nodes = [(st, pool_udf(st)) for st in plan.stages]
     wanted = frozenset((runner, n.udf.token) for _, n in nodes if n is not None)
-    close_parked(keep=wanted)
+    # A parked pool holds its actors' resources from the query's start. With one pool stage
+    # that is what keeping it warm is for; with several, a pool taken over early could hold
+    # the CPUs that another stage's pool needs for its minimum of actors, and that pool
+    # would wait for them forever (a UDF with concurrency=2 after a warm one, on 2 CPUs).
+    # Such a query starts its pools cold, each when its stage runs, as without udf_keep_warm.
+    close_parked(keep=wanted if sum(n is not None for _, n in nodes) == 1 else frozenset())
     for st, node in nodes:
         if node is None:
             continue
