@@ -59,6 +59,11 @@ def test_clashing_schemas_name_both_files_and_the_column(tmp_path: Path) -> None
         shoal.execute(_scan_ir([a, b], {"k": pl.Int64, "v": pl.Float64}), runner="local")
     with pytest.raises(shoal.PlanError, match=r"column 'k'"):
         pl.scan_parquet([a, b]).select("k", "v").collect(engine=_engine())
+    # A Polars user gets Polars' class too, as native raises for these files.
+    with pytest.raises(pl.exceptions.SchemaError):
+        pl.scan_parquet([a, b]).select("k", "v").collect()
+    with pytest.raises(pl.exceptions.SchemaError, match=r"column 'k'"):
+        pl.scan_parquet([a, b]).select("k", "v").collect(engine=_engine())
     assert last_query() is before
 
 

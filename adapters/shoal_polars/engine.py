@@ -26,6 +26,8 @@ from polars.exceptions import PanicException as _PanicException
 from polars.lazyframe.engine import Engine, InMemoryEngine, StreamingEngine
 from polars.lazyframe.in_process import InProcessQuery
 
+from shoal.errors import SchemaMismatchError
+
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -560,13 +562,23 @@ class DistEngine(InMemoryEngine):
             return
 
         def run(*_: Any) -> pl.DataFrame:
-            out = to_polars_frame(_execute(plan, self.runner, self._config()), expected)
+            try:
+                table = _execute(plan, self.runner, self._config())
+            except SchemaMismatchError as exc:
+                raise PolarsSchemaMismatchError(str(exc)) from None
+            out = to_polars_frame(table, expected)
             from shoal_polars.fallback import ran
 
             ran("the query")
             return out
 
         nt.set_udf(run)
+
+
+class PolarsSchemaMismatchError(pl.exceptions.SchemaError, SchemaMismatchError):
+    """:class:`shoal.errors.SchemaMismatchError` as a Polars user meets it: also a
+    ``polars.exceptions.SchemaError``, what Polars' ``scan_parquet`` raises when its files
+    disagree on a column's type (``except shoal.PlanError`` still catches it)."""
 
 
 def _check_options(options: dict[str, Any], config: Config | None) -> dict[str, Any]:

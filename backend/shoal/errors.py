@@ -37,6 +37,13 @@ class PlanError(ShoalError, ValueError):
     or a malformed serialised plan. The message names the plan node and the column."""
 
 
+class SchemaMismatchError(PlanError):
+    """The files of one scan disagree on a column (one lacks it, or its type differs from
+    the first file's as the frontend reads it); the message names the column and both
+    files. A frontend raises it as its own class too (the Polars frontend: also a
+    ``polars.exceptions.SchemaError``, what Polars raises for the same files)."""
+
+
 class ConfigFrozenError(ShoalError, RuntimeError):
     """A runner-level setting was changed after the runner started.
 

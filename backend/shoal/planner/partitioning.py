@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shoal import storage
-from shoal.errors import PlanError
+from shoal.errors import PlanError, SchemaMismatchError
 from shoal.ir.expr import BinaryOp, Col, Expr, Lit
 from shoal.ir.nodes import FileSource, InMemorySource, ParquetSource, Scan
 from shoal.ir.types import DataType
@@ -453,7 +453,7 @@ def _check_same_schema(
             continue  # e.g. a hive partition column, not stored in the files
         if ta is None or tb is None:
             missing, has = (a[0], b[0]) if ta is None else (b[0], a[0])
-            raise PlanError(
+            raise SchemaMismatchError(
                 f"shoal: Parquet files of one scan disagree: column {col!r} is in {has} "
                 f"but not in {missing}"
             )
@@ -461,7 +461,7 @@ def _check_same_schema(
             nulls.append(col)
             continue
         if ta != tb and ta.to_polars() != tb.to_polars():
-            raise PlanError(
+            raise SchemaMismatchError(
                 f"shoal: Parquet files of one scan disagree on column {col!r}: {ta} in "
                 f"{a[0]} but {tb} in {b[0]}"
             )
