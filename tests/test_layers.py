@@ -176,3 +176,20 @@ def test_planner_strategies_use_the_public_planning_context() -> None:
             if node.module == "shoal.planner.planner" and module != "shoal.planner.physical":
                 found.append(f"{module} (line {node.lineno}) imports the planner {names}")
     assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("first", ["shoal_polars", "shoal_duckdb", "shoal.errors", "shoal"])
+def test_each_package_imports_first_in_a_fresh_interpreter(first: str) -> None:
+    """``shoal`` imports the Polars adapter, so an adapter module that imports ``shoal`` at
+    its top breaks ``import shoal_polars`` done before ``import shoal`` (a warnings filter
+    naming ``shoal_polars.ShoalFallbackWarning`` does that: the Polars suite's fallback run
+    failed so)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", f"import {first}; import shoal; print(shoal.DistEngine)"],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -26,8 +26,6 @@ from polars.exceptions import PanicException as _PanicException
 from polars.lazyframe.engine import Engine, InMemoryEngine, StreamingEngine
 from polars.lazyframe.in_process import InProcessQuery
 
-from shoal.errors import SchemaMismatchError
-
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable
 
@@ -562,10 +560,12 @@ class DistEngine(InMemoryEngine):
             return
 
         def run(*_: Any) -> pl.DataFrame:
+            from shoal.errors import SchemaMismatchError
+
             try:
                 table = _execute(plan, self.runner, self._config())
             except SchemaMismatchError as exc:
-                raise PolarsSchemaMismatchError(str(exc)) from None
+                raise _schema_mismatch_class()(str(exc)) from None
             out = to_polars_frame(table, expected)
             from shoal_polars.fallback import ran
 
@@ -575,10 +575,26 @@ class DistEngine(InMemoryEngine):
         nt.set_udf(run)
 
 
-class PolarsSchemaMismatchError(pl.exceptions.SchemaError, SchemaMismatchError):
-    """:class:`shoal.errors.SchemaMismatchError` as a Polars user meets it: also a
-    ``polars.exceptions.SchemaError``, what Polars' ``scan_parquet`` raises when its files
-    disagree on a column's type (``except shoal.PlanError`` still catches it)."""
+_schema_mismatch: list[type[Exception]] = []
+
+
+def _schema_mismatch_class() -> type[Exception]:
+    """:class:`shoal.errors.SchemaMismatchError` as a Polars user meets it: a class that is
+    also a ``polars.exceptions.SchemaError``, what Polars' ``scan_parquet`` raises when its
+    files disagree on a column's type (``except shoal.PlanError`` still catches it). Made on
+    first use: ``shoal`` imports this package, so this module cannot import ``shoal`` at
+    its top."""
+    if not _schema_mismatch:
+        from shoal.errors import SchemaMismatchError
+
+        _schema_mismatch.append(
+            type(
+                "SchemaMismatchError",
+                (pl.exceptions.SchemaError, SchemaMismatchError),
+                {"__module__": __name__, "__doc__": _schema_mismatch_class.__doc__},
+            )
+        )
+    return _schema_mismatch[0]
 
 
 def _check_options(options: dict[str, Any], config: Config | None) -> dict[str, Any]:
