@@ -66,12 +66,13 @@ _SYMBOL = {
 }
 
 
-#: The field names of each node class, in order (``dataclasses.fields`` builds its
-#: answer on every call, and plans are walked often).
+#: What :func:`field_names` answered, by class.
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 
 
-def _field_names(cls: type) -> tuple[str, ...]:
+def field_names(cls: type) -> tuple[str, ...]:
+    """The field names of dataclass ``cls`` (an expression or plan node class), in order:
+    ``dataclasses.fields`` builds its answer on every call, and plans are walked often."""
     got = _FIELD_NAMES.get(cls)
     if got is None:
         got = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
@@ -85,7 +86,7 @@ class Expr:
 
     def children(self) -> tuple[Expr, ...]:
         out: list[Expr] = []
-        for name in _field_names(type(self)):
+        for name in field_names(type(self)):
             v = getattr(self, name)
             if isinstance(v, Expr):
                 out.append(v)

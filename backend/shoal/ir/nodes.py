@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from shoal.ir.expr import Expr, NamedExpr
+from shoal.ir.expr import Expr, NamedExpr, field_names
 from shoal.ir.types import INT64, STRING, Schema
 
 JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
@@ -27,18 +27,6 @@ WindowStart = Literal[
 ]  # fmt: skip
 
 
-#: The field names of each node class, in order (``dataclasses.fields`` builds its
-#: answer on every call, and plans are walked often).
-_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
-
-
-def _field_names(cls: type) -> tuple[str, ...]:
-    got = _FIELD_NAMES.get(cls)
-    if got is None:
-        got = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-    return got
-
-
 class PlanNode:
     """Base class of plan nodes. ``schema`` is the output schema."""
 
@@ -46,7 +34,7 @@ class PlanNode:
 
     def children(self) -> tuple[PlanNode, ...]:
         out: list[PlanNode] = []
-        for name in _field_names(type(self)):
+        for name in field_names(type(self)):
             v = getattr(self, name)
             if isinstance(v, PlanNode):
                 out.append(v)
