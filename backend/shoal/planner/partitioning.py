@@ -149,7 +149,7 @@ def _row_groups(
     the scan's predicate may keep (see :func:`row_group_may_match`), in order, and how many
     were pruned; a file without row groups gives one entry of 0 rows. Checks the files
     agree. Footers are read through :func:`shoal.storage.read_footers` (parallel, cached),
-    and what this reads of them is kept with them (:func:`_digest`).
+    and what this reads of them is kept with them (:func:`file_digest`).
     Third: (rows, estimated fraction kept by the predicate's ``col <op> literal`` terms,
     :func:`estimate_selectivity`) of each row group kept."""
     assert isinstance(scan.source, ParquetSource)
@@ -162,7 +162,7 @@ def _row_groups(
     conjuncts = _conjuncts(scan.predicate) if scan.predicate is not None else []
     metas = storage.read_footers(scan.source.paths, scan.source.storage_options)
     for path, meta in zip(scan.source.paths, metas, strict=True):
-        digest = _digest(meta)
+        digest = file_digest(meta)
         if isinstance(digest.types, Exception):
             raise PlanError(
                 f"shoal: {path} is not a readable Parquet file (corrupt or truncated): "
@@ -259,7 +259,7 @@ _DIGESTS: OrderedDict[int, tuple[pq.FileMetaData, FileDigest]] = OrderedDict()
 _DIGESTS_LOCK = threading.Lock()
 
 
-def _digest(meta: pq.FileMetaData) -> FileDigest:
+def file_digest(meta: pq.FileMetaData) -> FileDigest:
     """The :class:`FileDigest` of footer ``meta``, made once per footer object.
 
     Reading a footer through pyarrow's accessors costs a Python object per column chunk,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import datetime
+import itertools
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ import pyarrow as pa
 
 from shoal import storage
 from shoal.ir.nodes import ParquetSource, Scan
+from shoal.planner.partitioning import ColumnStats, FileDigest, file_digest
 from shoal.planner.physical import ScanInput, ScanPartition
 
 
@@ -73,13 +75,15 @@ def disjoint_columns(
     if not names or not all(isinstance(p, ScanPartition) for p in partitions):
         return ()
     metas = storage.read_footers(scan.source.paths, scan.source.storage_options)
-    files = {path: _File(meta) for path, meta in zip(scan.source.paths, metas, strict=True)}
+    files: dict[str, FileDigest] = {}
     found = []
     for c in names:
         key = (tuple(map(id, metas)), c, partitions)
         with _LOCK:
             hit = _CACHE.get(key)
         if hit is None:
+            if not files:  # the footers as planning reads them, kept with them
+                files = dict(zip(scan.source.paths, map(file_digest, metas), strict=True))
             hit = (metas, _disjoint(c, partitions, files))
             with _LOCK:
                 _CACHE[key] = hit
@@ -90,26 +94,14 @@ def disjoint_columns(
     return tuple(found)
 
 
-class _File:
-    """One file's footer: its row groups' first rows and its columns' leaf indices."""
-
-    def __init__(self, meta: Any) -> None:
-        self.meta = meta
-        self.starts: list[int] = []
-        n = 0
-        for g in range(meta.num_row_groups):
-            self.starts.append(n)
-            n += meta.row_group(g).num_rows
-        self.leaf = {meta.schema.column(j).path: j for j in range(meta.num_columns)}
-
-    def groups(self, offset: int, rows: int) -> range:
-        """The row groups that rows ``offset .. offset + rows`` touch."""
-        first = max(0, bisect.bisect_right(self.starts, offset) - 1)
-        last = bisect.bisect_left(self.starts, offset + rows)
-        return range(first, last)
+def _groups(f: FileDigest, offset: int, rows: int) -> range:
+    """The row groups of ``f`` that rows ``offset .. offset + rows`` touch."""
+    starts = list(itertools.accumulate((g.num_rows for g in f.row_groups), initial=0))[:-1]
+    first = max(0, bisect.bisect_right(starts, offset) - 1)
+    return range(first, bisect.bisect_left(starts, offset + rows))
 
 
-def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, _File]) -> bool:
+def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, FileDigest]) -> bool:
     ranges: list[tuple[int, int]] = []
     with_nulls = 0
     for part in partitions:
@@ -127,11 +119,11 @@ def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, _Fi
             leaf = f.leaf.get(name) if f is not None else None
             if f is None or leaf is None:
                 return False
-            for g in f.groups(piece.offset, piece.rows):
-                rg = f.meta.row_group(g)
+            for g in _groups(f, piece.offset, piece.rows):
+                rg = f.row_groups[g]
                 if not rg.num_rows:
                     continue
-                got = _range(rg.column(leaf).statistics, rg.num_rows)
+                got = _range(rg.statistics(leaf), rg.num_rows)
                 if got is None:
                     return False
                 g_lo, g_hi, g_nulls = got
@@ -148,19 +140,14 @@ def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, _Fi
     return all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
 
 
-def _range(stats: Any, rows: int) -> tuple[int | None, int | None, bool] | None:
+def _range(stats: ColumnStats | None, rows: int) -> tuple[int | None, int | None, bool] | None:
     """(min, max, has nulls) of one row group's column from its statistics; (None, None,
     True) when every value is null; None when the statistics do not say exactly."""
-    if stats is None or not stats.has_null_count:
+    if stats is None or stats.null_count is None:
         return None
     if stats.null_count == rows:
         return None, None, True
-    if not stats.has_min_max:
-        return None
-    if (
-        getattr(stats, "is_max_value_exact", None) is False
-        or getattr(stats, "is_min_value_exact", None) is False
-    ):
+    if stats.min is None or stats.max is None or not stats.exact:
         return None
     lo, hi = _value(stats.min), _value(stats.max)
     if lo is None or hi is None:
