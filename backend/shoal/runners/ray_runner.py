@@ -548,7 +548,7 @@ class RayBackend:
     def wait(self, handles: Sequence[Any], timeout: float | None = None) -> list[Any]:
         ready, rest = self._ray.wait(list(handles), num_returns=1, timeout=timeout)
         if ready and rest:
-            more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0.01)
+            more, _ = self._ray.wait(rest, num_returns=len(rest), timeout=0)
             ready = ready + more
         return ready
 
