@@ -177,16 +177,10 @@ def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
         so = _storage(node.source.storage_options)
         if whole and cols:
             lfs = _whole_files(part, cols, node.schema, so)
+        elif cols:
+            lfs = _pieces(part, cols, node.schema, so)
         else:
-            lfs = [
-                _null_columns_cast(
-                    pl.scan_parquet(p.path, glob=False, **so).slice(p.offset, p.rows).select(cols),
-                    p.null_columns,
-                    node.schema,
-                )
-                for p in part.pieces
-                if p.rows > 0 and cols
-            ]
+            lfs = []
         if not cols:
             lf = _height_only(part.rows).lazy()
         elif not lfs:
@@ -235,6 +229,41 @@ def _whole_files(
         )
         for path in paths
     ]
+
+
+def _pieces(
+    part: ScanPartition, cols: list[str], schema: Schema, so: dict[str, Any]
+) -> list[pl.LazyFrame]:
+    """The reads of one partition of a Parquet scan, in order: one per file, or per run of
+    contiguous rows of a file. A file whose pieces are marked
+    :attr:`~shoal.planner.physical.ParquetPiece.whole_file` (the partition holds every row
+    group of it that the scan reads) is read without a slice, so that Polars pushes the
+    scan's predicate, applied above, into its reader (row groups skipped by statistics,
+    late materialisation) instead of keeping it above the slices; the rows of the row
+    groups that planning left out do not pass that predicate (the footers' statistics
+    proved it), so the answer is the same. Other pieces of one file that follow each other
+    (a row group's rows, then the next one's) are one slice: one scan per file and
+    partition, where a scan per row group made Polars read the file once into a cache and
+    slice it."""
+    runs: list[tuple[ParquetPiece, int]] = []  # (first piece of a run, rows of the run)
+    for p in part.pieces:
+        if p.rows <= 0:
+            continue
+        if runs:
+            first, rows = runs[-1]
+            if first.path == p.path and (
+                (first.whole_file and p.whole_file) or first.offset + rows == p.offset
+            ):
+                runs[-1] = (first, rows + p.rows)
+                continue
+        runs.append((p, p.rows))
+    out = []
+    for first, rows in runs:
+        lf = pl.scan_parquet(first.path, glob=False, **so)
+        if not first.whole_file:
+            lf = lf.slice(first.offset, rows)
+        out.append(_null_columns_cast(lf.select(cols), first.null_columns, schema))
+    return out
 
 
 def _null_columns_cast(lf: pl.LazyFrame, nulls: tuple[str, ...], schema: Schema) -> pl.LazyFrame:

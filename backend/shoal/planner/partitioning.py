@@ -1,13 +1,17 @@
 """Splitting scans into partitions, and size estimates for planning decisions.
 
 Parquet scans split by file and row group, using sizes from the Parquet footers: a
-partition is about ``target_partition_bytes`` of uncompressed data in the scanned columns;
-a row group larger than that is split into row ranges, and small files are grouped.
+partition is about ``target_partition_bytes`` of uncompressed data in the scanned columns
+(fewer bytes where the CPUs ask for more partitions), the row groups cut into runs of equal
+bytes, on file boundaries where the balance allows; a row group larger than a partition is
+split into row ranges, and small files are grouped.
 In-memory tables split into row ranges the same way.
 """
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import datetime
 import math
 import threading
@@ -69,7 +73,11 @@ MIN_SPLIT_BYTES = 1024 * 1024
 
 
 def split_scan(
-    scan: Scan, target_bytes: int, default_partitions: int = 0, min_partitions: int = 1
+    scan: Scan,
+    target_bytes: int,
+    default_partitions: int = 0,
+    min_partitions: int = 1,
+    cpus: int = 1,
 ) -> ScanSplit:
     """Partitions of ``scan`` of about ``target_bytes`` each (at least one partition).
 
@@ -78,6 +86,17 @@ def split_scan(
     into at least ``min_partitions`` partitions (the planner asks for 2 per CPU) but never
     below :data:`MIN_SPLIT_BYTES` each. An in-memory table splits into
     ``default_partitions`` row ranges when that is set.
+
+    A Parquet scan's count of partitions (:func:`partition_count`) is a multiple of
+    ``cpus`` (the CPUs that run its tasks at once) where that keeps partitions of at least
+    :data:`MIN_SPLIT_BYTES`, or where fewer partitions stay within ``target_bytes``: a
+    count one over a multiple runs a wave of one task after the others. The row groups
+    the scan reads, in order, are cut into that many runs of about equal bytes
+    (:func:`_cuts`), preferring file boundaries, then row-group boundaries, and cutting
+    inside a row group only where no boundary is near enough. A file without rows is a
+    partition of its own (placed among the others where its position in the order falls).
+    Every piece of a file whose read row groups all fall in one partition is marked
+    :attr:`ParquetPiece.whole_file` (the kernel then reads the file without a slice).
 
     Raises ``FileNotFoundError`` naming a missing path; :class:`shoal.PlanError` naming a
     file whose footer cannot be read, or two files that disagree on a column's type.
@@ -91,36 +110,9 @@ def split_scan(
     assert isinstance(scan.source, ParquetSource)
     groups, pruned, kept = _row_groups(scan)
     total = sum(g[3] for g in groups)
-    if min_partitions > 1 and total > MIN_SPLIT_BYTES:
-        target_bytes = min(target_bytes, max(MIN_SPLIT_BYTES, total // min_partitions))
-    units: list[tuple[ParquetPiece, int]] = []  # (piece, bytes)
-    for path, offset, rows, size, nulls in groups:
-        pieces = max(1, math.ceil(size / target_bytes)) if rows else 1
-        step = math.ceil(rows / pieces) if rows else 0
-        start = 0
-        while True:
-            n = min(step, rows - start)
-            piece = ParquetPiece(path, offset + start, n, nulls)
-            units.append((piece, size * n // max(rows, 1)))
-            start += n
-            if start >= rows:
-                break
-    partitions: list[ScanInput] = []
-    current: list[ParquetPiece] = []
-    current_bytes = 0
-    for piece, size in units:
-        # A file without rows stays a partition of its own: grouping it changes nothing,
-        # and keeping it shows that empty partitions flow through every stage.
-        if current and (
-            current_bytes + size > target_bytes or piece.rows == 0 or current[-1].rows == 0
-        ):
-            partitions.append(ScanPartition(tuple(current)))
-            current, current_bytes = [], 0
-        current.append(piece)
-        current_bytes += size
-    if current or not partitions:
-        partitions.append(ScanPartition(tuple(current)))
-    rows_total = sum(p.rows for p, _ in units)
+    rows_total = sum(g[2] for g in groups)
+    n = min(partition_count(total, target_bytes, min_partitions, cpus), max(1, rows_total))
+    partitions = _partitions(groups, total, n)
     n_groups = sum(1 for g in groups if g[2]) + pruned
     selectivity, unestimated = None, False
     if scan.predicate is not None:
@@ -139,6 +131,129 @@ def split_scan(
     return ScanSplit(
         tuple(partitions), total, rows_total, n_groups, pruned, selectivity, unestimated
     )
+
+
+def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus: int = 1) -> int:
+    """How many partitions a Parquet scan of ``total`` estimated bytes is cut into.
+
+    Enough to keep partitions at ``target_bytes`` (``ceil(total / target_bytes)``), at
+    least ``min_partitions`` when each keeps :data:`MIN_SPLIT_BYTES`, then a multiple of
+    ``cpus`` where that costs nothing: rounded up where every partition keeps
+    :data:`MIN_SPLIT_BYTES` (the same waves of tasks, each task smaller), else down where
+    the partitions stay within ``target_bytes`` (a wave fewer). A count of one stays one.
+    ``total`` of 0 (no rows, or no columns read) gives one partition."""
+    if total <= 0:
+        return 1
+    need = max(1, math.ceil(total / max(1, target_bytes)))
+    n = need
+    if min_partitions > 1 and total > MIN_SPLIT_BYTES:
+        n = max(n, min(min_partitions, total // MIN_SPLIT_BYTES))
+    if cpus > 1 and n > 1 and n % cpus:
+        up, down = n + cpus - n % cpus, n - n % cpus
+        if total // up >= MIN_SPLIT_BYTES:
+            n = up
+        elif down >= need:
+            n = down
+    return n
+
+
+def _partitions(
+    groups: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n: int
+) -> list[ScanInput]:
+    """``groups`` (:func:`_row_groups`) cut into ``n`` partitions of about ``total / n``
+    bytes at the positions :func:`_cuts` chooses, rows in order; each file without rows a
+    partition of its own, after the partition that holds the rows before it."""
+    read = [g for g in groups if g[2]]
+    rows_total = sum(g[2] for g in read)
+    if not rows_total:
+        empties = [ScanPartition((ParquetPiece(g[0], g[1], 0, g[4]),)) for g in groups]
+        return list(empties) or [ScanPartition(())]
+    cuts = _cuts(read, total, n)
+    parts: list[list[ParquetPiece]] = [[] for _ in range(len(cuts) + 1)]
+    after: dict[int, list[ParquetPiece]] = {}
+    pos = 0  # rows read before this group
+    for path, offset, rows, _size, nulls in groups:
+        if not rows:
+            k = bisect.bisect_left(cuts, pos) if pos else -1
+            after.setdefault(k, []).append(ParquetPiece(path, offset, 0, nulls))
+            continue
+        start = pos
+        while start < pos + rows:
+            k = bisect.bisect_right(cuts, start)
+            stop = min(pos + rows, cuts[k]) if k < len(cuts) else pos + rows
+            parts[k].append(ParquetPiece(path, offset + start - pos, stop - start, nulls))
+            start = stop
+        pos += rows
+    # Files whose rows all fall in one partition: read whole there.
+    homes: dict[str, set[int]] = {}
+    for k, pieces in enumerate(parts):
+        for pc in pieces:
+            homes.setdefault(pc.path, set()).add(k)
+    out: list[ScanInput] = [ScanPartition((pc,)) for pc in after.get(-1, [])]
+    for k, pieces in enumerate(parts):
+        marked = tuple(
+            dataclasses.replace(pc, whole_file=True) if len(homes[pc.path]) == 1 else pc
+            for pc in pieces
+        )
+        out.append(ScanPartition(marked))
+        out.extend(ScanPartition((pc,)) for pc in after.get(k, []))
+    return out
+
+
+#: A cut moves to a file boundary within this share of a partition's bytes of where equal
+#: shares put it, else to the nearest row-group boundary when the row group is no larger
+#: than a partition or the boundary is within :data:`GROUP_SNAP`, else it falls inside
+#: the row group (two tasks each read part of it).
+FILE_SNAP = 0.125
+GROUP_SNAP = 0.25
+
+
+def _cuts(read: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n: int) -> list[int]:
+    """Where to cut the rows of ``read`` (row groups with rows, in order: path, first row,
+    rows, bytes, ...) into ``n`` runs of about ``total / n`` bytes each: row positions
+    (counted over ``read``), increasing, strictly between 0 and the last row.
+
+    Cut ``k`` aims at ``k * total / n`` bytes. It goes to the nearest file boundary within
+    :data:`FILE_SNAP` of a share, else to the nearest boundary of the row group that
+    holds the aim when that row group is at most a share or the boundary is within
+    :data:`GROUP_SNAP` of a share, else inside the row group at the row where the bytes
+    reach the aim (bytes spread evenly over its rows): a row group is cut only where it is
+    larger than a partition, as before balancing. A cut that would not move past the previous one is dropped (fewer
+    partitions, never an empty one)."""
+    rows_total = sum(g[2] for g in read)
+    if n <= 1 or rows_total <= 1:
+        return []
+    share = total / n
+    byte_at = [0]  # bytes before each group, and in all
+    row_at = [0]
+    for g in read:
+        byte_at.append(byte_at[-1] + g[3])
+        row_at.append(row_at[-1] + g[2])
+    # Group index i is a file boundary when group i starts a new file.
+    file_edge = [
+        i in (0, len(read)) or read[i][0] != read[i - 1][0] for i in range(len(read) + 1)
+    ]
+    cuts: list[int] = []
+    for k in range(1, n):
+        aim = total * k / n
+        i = bisect.bisect_right(byte_at, aim) - 1  # the group holding the aim, or its start
+        i = min(max(i, 0), len(read) - 1)
+        cut = None
+        lo = bisect.bisect_left(byte_at, aim - FILE_SNAP * share)
+        hi = bisect.bisect_right(byte_at, aim + FILE_SNAP * share)
+        near = [j for j in range(lo, hi) if file_edge[j]]
+        if near:
+            cut = row_at[min(near, key=lambda j: abs(byte_at[j] - aim))]
+        else:
+            j = i if aim - byte_at[i] <= byte_at[i + 1] - aim else i + 1
+            if read[i][3] <= share or abs(byte_at[j] - aim) <= GROUP_SNAP * share:
+                cut = row_at[j]
+        if cut is None:
+            size = max(1, read[i][3])
+            cut = row_at[i] + round((aim - byte_at[i]) / size * read[i][2])
+        if 0 < cut < rows_total and (not cuts or cut > cuts[-1]):
+            cuts.append(cut)
+    return cuts
 
 
 def _row_groups(

@@ -49,6 +49,11 @@ class ParquetPiece:
     #: all-null untyped column so) that the scan reads with another type: the kernel casts
     #: them, as Polars does for every file after the first.
     null_columns: tuple[str, ...] = ()
+    #: Every row group of this file that the scan reads (those the footers' statistics did
+    #: not rule out against the scan's predicate) is in this piece's partition: the kernel
+    #: reads the file without a slice, and the scan's predicate, applied above, drops the
+    #: rows of the row groups left out (none of them passes it).
+    whole_file: bool = False
 
 
 @dataclass(frozen=True)

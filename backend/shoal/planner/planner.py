@@ -146,6 +146,7 @@ class _Builder:
                 self.config.target_partition_bytes,
                 self.config.default_partitions,
                 2 * self.cpus,
+                self.cpus,
             )
         return got
 
