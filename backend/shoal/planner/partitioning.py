@@ -204,7 +204,7 @@ def _partitions(
 #: shares put it, else to the nearest row-group boundary when the row group is no larger
 #: than a partition or the boundary is within :data:`GROUP_SNAP`, else it falls inside
 #: the row group (two tasks each read part of it).
-FILE_SNAP = 0.125
+FILE_SNAP = 0.0625
 GROUP_SNAP = 0.25
 
 
@@ -230,9 +230,7 @@ def _cuts(read: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n:
         byte_at.append(byte_at[-1] + g[3])
         row_at.append(row_at[-1] + g[2])
     # Group index i is a file boundary when group i starts a new file.
-    file_edge = [
-        i in (0, len(read)) or read[i][0] != read[i - 1][0] for i in range(len(read) + 1)
-    ]
+    file_edge = [i in (0, len(read)) or read[i][0] != read[i - 1][0] for i in range(len(read) + 1)]
     cuts: list[int] = []
     for k in range(1, n):
         aim = total * k / n
