@@ -299,3 +299,17 @@ def test_a_file_cut_between_partitions_is_one_slice_in_each(
     got = lf.collect(engine=engine)
     assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
     _check_reads(plans)
+
+
+def test_a_file_listed_twice_is_read_twice(tmp_path: Path) -> None:
+    """A path the scan lists twice is two files to read: neither listing is read whole
+    for both (one partition holding both listings read the file once)."""
+    path = tmp_path / "d.parquet"
+    pq.write_table(_frame(0, 1000).to_arrow(), path, row_group_size=300)
+    lf = pl.scan_parquet([path, path]).filter(pl.col("k") > 200, pl.col("x").is_not_null())
+    parts = _scan_parts(lf, 1)
+    assert len(parts) == 1 and not any(pc.whole_file for pc in parts[0].pieces)
+    for kw in ({}, {"target_partition_bytes": 4000}):
+        engine = shoal.DistEngine(runner="local", raise_on_fail=True, small_query_bytes=0, **kw)  # type: ignore[arg-type]
+        got = lf.collect(engine=engine)
+        assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)

@@ -15,7 +15,7 @@ import dataclasses
 import datetime
 import math
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,7 +112,8 @@ def split_scan(
     total = sum(g[3] for g in groups)
     rows_total = sum(g[2] for g in groups)
     n = min(partition_count(total, target_bytes, min_partitions, cpus), max(1, rows_total))
-    partitions = _partitions(groups, total, n)
+    repeated = {p for p, c in Counter(scan.source.paths).items() if c > 1}
+    partitions = _partitions(groups, total, n, repeated)
     n_groups = sum(1 for g in groups if g[2]) + pruned
     selectivity, unestimated = None, False
     if scan.predicate is not None:
@@ -158,11 +159,16 @@ def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus
 
 
 def _partitions(
-    groups: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n: int
+    groups: list[tuple[str, int, int, int, tuple[str, ...]]],
+    total: int,
+    n: int,
+    repeated: set[str],
 ) -> list[ScanInput]:
     """``groups`` (:func:`_row_groups`) cut into ``n`` partitions of about ``total / n``
     bytes at the positions :func:`_cuts` chooses, rows in order; each file without rows a
-    partition of its own, after the partition that holds the rows before it."""
+    partition of its own, after the partition that holds the rows before it. Pieces of a
+    file whose rows all fall in one partition are marked ``whole_file``, unless the path
+    is in ``repeated`` (listed more than once by the scan: each listing is read)."""
     read = [g for g in groups if g[2]]
     rows_total = sum(g[2] for g in read)
     if not rows_total:
@@ -192,7 +198,9 @@ def _partitions(
     out: list[ScanInput] = [ScanPartition((pc,)) for pc in after.get(-1, [])]
     for k, pieces in enumerate(parts):
         marked = tuple(
-            dataclasses.replace(pc, whole_file=True) if len(homes[pc.path]) == 1 else pc
+            dataclasses.replace(pc, whole_file=True)
+            if len(homes[pc.path]) == 1 and pc.path not in repeated
+            else pc
             for pc in pieces
         )
         out.append(ScanPartition(marked))
