@@ -27,6 +27,7 @@ from shoal.ir.nodes import Scan
 from shoal.planner.partitioning import (
     FILE_SNAP,
     MIN_SPLIT_BYTES,
+    OVER_TARGET,
     partition_count,
     split_scan,
 )
@@ -313,3 +314,21 @@ def test_a_file_listed_twice_is_read_twice(tmp_path: Path) -> None:
         engine = shoal.DistEngine(runner="local", raise_on_fail=True, small_query_bytes=0, **kw)  # type: ignore[arg-type]
         got = lf.collect(engine=engine)
         assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
+
+
+def test_partitions_of_row_groups_near_the_target_stay_near_it(eight: list[Path]) -> None:
+    """Row groups of 0.7 x the target: equal shares would put two row groups (1.4 x) in
+    some partitions; the scan is cut finer instead, as greedy packing kept partitions
+    within the target."""
+    lf = pl.scan_parquet(eight).select("k", "x")
+    scan = next(n for n in to_ir(lf).walk() if isinstance(n, Scan))
+    whole = split_scan(scan, 1 << 40)
+    group = whole.est_bytes * GROUP_ROWS / whole.est_rows
+    target = int(group / 0.7)
+    split = split_scan(scan, target)
+    width = whole.est_bytes / whole.est_rows
+    for part in split.partitions:
+        assert isinstance(part, ScanPartition)
+        if len(part.pieces) > 1:
+            assert part.rows * width <= OVER_TARGET * target, [p.rows for p in part.pieces]
+    assert sum(p.rows for p in split.partitions) == whole.est_rows  # type: ignore[union-attr]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import datetime
+import itertools
 import math
 import threading
 from collections import Counter, OrderedDict
@@ -113,7 +114,7 @@ def split_scan(
     rows_total = sum(g[2] for g in groups)
     n = min(partition_count(total, target_bytes, min_partitions, cpus), max(1, rows_total))
     repeated = {p for p, c in Counter(scan.source.paths).items() if c > 1}
-    partitions = _partitions(groups, total, n, repeated)
+    partitions = _partitions(groups, total, n, repeated, target_bytes)
     n_groups = sum(1 for g in groups if g[2]) + pruned
     selectivity, unestimated = None, False
     if scan.predicate is not None:
@@ -163,18 +164,27 @@ def _partitions(
     total: int,
     n: int,
     repeated: set[str],
+    target_bytes: int,
 ) -> list[ScanInput]:
     """``groups`` (:func:`_row_groups`) cut into ``n`` partitions of about ``total / n``
     bytes at the positions :func:`_cuts` chooses, rows in order; each file without rows a
     partition of its own, after the partition that holds the rows before it. Pieces of a
     file whose rows all fall in one partition are marked ``whole_file``, unless the path
-    is in ``repeated`` (listed more than once by the scan: each listing is read)."""
+    is in ``repeated`` (listed more than once by the scan: each listing is read).
+
+    Cuts on row-group boundaries may leave a partition of two row groups each a little
+    under a share: while some partition holding more than one row group is over
+    :data:`OVER_TARGET` times ``target_bytes``, more partitions are tried (one more, or
+    1/16 more), so that partitions stay near the target as greedy packing kept them."""
     read = [g for g in groups if g[2]]
     rows_total = sum(g[2] for g in read)
     if not rows_total:
         empties = [ScanPartition((ParquetPiece(g[0], g[1], 0, g[4]),)) for g in groups]
         return list(empties) or [ScanPartition(())]
     cuts = _cuts(read, total, n)
+    while n < len(read) and _largest(read, cuts) > OVER_TARGET * target_bytes:
+        n += max(1, n // 16)  # a few steps, not one per partition, on many row groups
+        cuts = _cuts(read, total, n)
     parts: list[list[ParquetPiece]] = [[] for _ in range(len(cuts) + 1)]
     after: dict[int, list[ParquetPiece]] = {}
     pos = 0  # rows read before this group
@@ -206,6 +216,35 @@ def _partitions(
         out.append(ScanPartition(marked))
         out.extend(ScanPartition((pc,)) for pc in after.get(k, []))
     return out
+
+
+#: A partition of several row groups may exceed ``target_bytes`` by this factor before
+#: the scan is cut into one partition more (:func:`_partitions`).
+OVER_TARGET = 1.25
+
+
+def _largest(read: list[tuple[str, int, int, int, tuple[str, ...]]], cuts: list[int]) -> float:
+    """Estimated bytes of the largest partition that holds more than one row group (or
+    parts of several) when the rows of ``read`` are cut at ``cuts`` (bytes spread evenly
+    over each row group's rows): a partition inside one row group cannot shrink by
+    cutting on boundaries."""
+    row_at = [0]
+    byte_at = [0]
+    for g in read:
+        row_at.append(row_at[-1] + g[2])
+        byte_at.append(byte_at[-1] + g[3])
+
+    def at(row: int) -> tuple[float, int]:  # (bytes before ``row``, its row group)
+        i = min(bisect.bisect_right(row_at, row) - 1, len(read) - 1)
+        return byte_at[i] + (row - row_at[i]) / read[i][2] * read[i][3], i
+
+    largest = 0.0
+    edges = [0, *cuts, row_at[-1]]
+    for a, b in itertools.pairwise(edges):
+        (lo, i), (hi, j) = at(a), at(b - 1)
+        if j > i:
+            largest = max(largest, hi + read[j][3] / read[j][2] - lo)
+    return largest
 
 
 #: A cut moves to a file boundary within this share of a partition's bytes of where equal
