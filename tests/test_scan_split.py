@@ -130,15 +130,18 @@ def test_partitions_are_a_multiple_of_the_cpus_and_balanced(eight: list[Path], c
 
 
 def test_partition_count_rules() -> None:
-    """A count of 5 on 2 CPUs rounds up to 6 where partitions keep MIN_SPLIT_BYTES, down to
-    4 where 4 stay within the target; min_partitions never cuts below MIN_SPLIT_BYTES."""
+    """A count of 5 on 2 CPUs rounds down to 4 where 4 stay within 1.25 x the target, else
+    up to 6 where partitions keep MIN_SPLIT_BYTES; min_partitions never cuts below
+    MIN_SPLIT_BYTES."""
     mib = MIN_SPLIT_BYTES
-    assert partition_count(500 * mib, 100 * mib, 4, 2) == 6  # need 5: up
-    assert partition_count(500 * mib, 100 * mib, 4, 1) == 5
+    assert partition_count(520 * mib, 100 * mib, 4, 2) == 6  # need 5, 4 too big: up
+    assert partition_count(500 * mib, 100 * mib, 4, 2) == 4  # 4 within 1.25 x: down
+    assert partition_count(520 * mib, 100 * mib, 4, 1) == 6
     assert partition_count(7 * mib // 2, 128 * mib, 4, 2) == 2  # min rule gives 3: down
     assert partition_count(3 * mib, 128 * mib, 8, 4) == 3  # neither fits: kept
     assert partition_count(mib // 2, 128 * mib, 4, 2) == 1
-    assert partition_count(10_000, 2000, 4, 2) == 5  # a tiny target decides alone
+    assert partition_count(10_000, 2000, 4, 2) == 4  # a tiny target: down only
+    assert partition_count(5_500, 2000, 4, 2) == 3  # 2 too big, 4 too small: kept
     assert partition_count(0, 2000, 4, 2) == 1
 
 

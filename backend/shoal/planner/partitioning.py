@@ -114,7 +114,7 @@ def split_scan(
     rows_total = sum(g[2] for g in groups)
     n = min(partition_count(total, target_bytes, min_partitions, cpus), max(1, rows_total))
     repeated = {p for p, c in Counter(scan.source.paths).items() if c > 1}
-    partitions = _partitions(groups, total, n, repeated, target_bytes)
+    partitions = _partitions(groups, total, n, repeated, target_bytes, cpus)
     n_groups = sum(1 for g in groups if g[2]) + pruned
     selectivity, unestimated = None, False
     if scan.predicate is not None:
@@ -140,10 +140,11 @@ def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus
 
     Enough to keep partitions at ``target_bytes`` (``ceil(total / target_bytes)``), at
     least ``min_partitions`` when each keeps :data:`MIN_SPLIT_BYTES`, then a multiple of
-    ``cpus`` where that costs nothing: rounded up where every partition keeps
-    :data:`MIN_SPLIT_BYTES` (the same waves of tasks, each task smaller), else down where
-    the partitions stay within ``target_bytes`` (a wave fewer). A count of one stays one.
-    ``total`` of 0 (no rows, or no columns read) gives one partition."""
+    ``cpus`` where that costs nothing: rounded down where the partitions stay within
+    :data:`OVER_TARGET` times ``target_bytes`` (a wave fewer, or the same waves in fewer
+    tasks), else up where every partition keeps :data:`MIN_SPLIT_BYTES` (the same waves,
+    each task smaller). A count of one stays one. ``total`` of 0 (no rows, or no columns
+    read) gives one partition."""
     if total <= 0:
         return 1
     need = max(1, math.ceil(total / max(1, target_bytes)))
@@ -152,10 +153,10 @@ def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus
         n = max(n, min(min_partitions, total // MIN_SPLIT_BYTES))
     if cpus > 1 and n > 1 and n % cpus:
         up, down = n + cpus - n % cpus, n - n % cpus
-        if total // up >= MIN_SPLIT_BYTES:
-            n = up
-        elif down >= need:
+        if down and total / down <= OVER_TARGET * target_bytes:
             n = down
+        elif total // up >= MIN_SPLIT_BYTES:
+            n = up
     return n
 
 
@@ -165,17 +166,21 @@ def _partitions(
     n: int,
     repeated: set[str],
     target_bytes: int,
+    cpus: int = 1,
 ) -> list[ScanInput]:
     """``groups`` (:func:`_row_groups`) cut into ``n`` partitions of about ``total / n``
     bytes at the positions :func:`_cuts` chooses, rows in order; each file without rows a
-    partition of its own, after the partition that holds the rows before it. Pieces of a
+    partition of its own, after the partition that holds the rows before it (grouping it
+    changes nothing, keeping it shows that empty partitions flow through every stage, and
+    where it falls among the others changes no row's place). Pieces of a
     file whose rows all fall in one partition are marked ``whole_file``, unless the path
     is in ``repeated`` (listed more than once by the scan: each listing is read).
 
     Cuts on row-group boundaries may leave a partition of two row groups each a little
     under a share: while some partition holding more than one row group is over
-    :data:`OVER_TARGET` times ``target_bytes``, more partitions are tried (one more, or
-    1/16 more), so that partitions stay near the target as greedy packing kept them."""
+    :data:`OVER_TARGET` times ``target_bytes``, more partitions are tried (the next
+    multiple of ``cpus``, or 1/16 more), so that partitions stay near the target as greedy
+    packing kept them."""
     read = [g for g in groups if g[2]]
     rows_total = sum(g[2] for g in read)
     if not rows_total:
@@ -183,7 +188,7 @@ def _partitions(
         return list(empties) or [ScanPartition(())]
     cuts = _cuts(read, total, n)
     while n < len(read) and _largest(read, cuts) > OVER_TARGET * target_bytes:
-        n += max(1, n // 16)  # a few steps, not one per partition, on many row groups
+        n += max(cpus - n % cpus, n // 16)  # a few steps on many row groups
         cuts = _cuts(read, total, n)
     parts: list[list[ParquetPiece]] = [[] for _ in range(len(cuts) + 1)]
     after: dict[int, list[ParquetPiece]] = {}
@@ -265,8 +270,8 @@ def _cuts(read: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n:
     holds the aim when that row group is at most a share or the boundary is within
     :data:`GROUP_SNAP` of a share, else inside the row group at the row where the bytes
     reach the aim (bytes spread evenly over its rows): a row group is cut only where it is
-    larger than a partition, as before balancing. A cut that would not move past the previous one is dropped (fewer
-    partitions, never an empty one)."""
+    larger than a partition, as greedy packing cut them. A cut that would not move past
+    the previous one is dropped (fewer partitions, never an empty one)."""
     rows_total = sum(g[2] for g in read)
     if n <= 1 or rows_total <= 1:
         return []
