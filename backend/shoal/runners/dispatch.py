@@ -95,6 +95,9 @@ class TaskSpec:
     subtasks: int = 1
     #: The output pieces (stage, partition, output index) this task reads, for the ledger.
     reads: tuple[PieceKey, ...] = ()
+    #: A dict the backend may keep per-stage shipping state in (the same object for every
+    #: task of the stage, for the query's life; e.g. the Ray runner's pickled fragment).
+    ship_cache: dict[str, Any] | None = None
 
     @property
     def fragment(self) -> PlanNode:
@@ -161,6 +164,8 @@ class _StageState:
     buckets: list[list[int]] | None = None
     #: Re-planned already (a stage that took its sampled stage's fragment and buckets).
     adapted: bool = False
+    #: The backend's per-stage shipping state (:attr:`TaskSpec.ship_cache`).
+    ship_cache: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -1014,6 +1019,7 @@ class DispatchLoop:
             subtask,
             len(split[1]) if split is not None else 1,
             tuple(reads),
+            st.ship_cache,
         )
 
 
