@@ -512,16 +512,19 @@ def run_fragment(
     scan: ScanInput | None,
     output: OutputSpec,
     input_schemas: Sequence[Schema],
+    empty: bool = False,
 ) -> tuple[TaskStats, list[pa.Table]]:
     """Run ``fragment`` on one partition.
 
     ``inputs[i]`` are the tables of stage input ``i`` (concatenated in order). Returns the
     task's stats and ``output.num_outputs`` Arrow tables. The task's code runs inside
     :func:`~shoal.execution.scope.task_scope`: a Polars query it starts never comes back to
-    shoal.
+    shoal. ``empty``: the caller knows the fragment gives no rows (an input it needs is
+    empty, :func:`shoal.runners.adaptive.empty_output`): its query is not run (nor its
+    scan read) and the outputs are empty tables of its schema (``extra["empty_input"]``).
     """
     with task_scope():
-        return _run_fragment(fragment, inputs, scan, output, input_schemas)
+        return _run_fragment(fragment, inputs, scan, output, input_schemas, empty)
 
 
 def _run_fragment(
@@ -530,6 +533,7 @@ def _run_fragment(
     scan: ScanInput | None,
     output: OutputSpec,
     input_schemas: Sequence[Schema],
+    empty: bool = False,
 ) -> tuple[TaskStats, list[pa.Table]]:
     start = time.time()
     tags = _source_columns(fragment)
@@ -542,10 +546,12 @@ def _run_fragment(
     if isinstance(scan, ScanSet):  # the small-query path: every scan of the plan, whole
         source = _ScanLookup(scans_of(fragment), [_whole(p) for p in scan.parts])
     read = time.time()
-    df = collect(build(fragment, frames, source))
+    df = _empty(fragment.schema) if empty else collect(build(fragment, frames, source))
     ran = time.time()
     scan_rows = 0
-    if isinstance(scan, ScanSet | ScanPartition):
+    if empty:
+        pass  # nothing was read
+    elif isinstance(scan, ScanSet | ScanPartition):
         scan_rows = scan.rows
     elif isinstance(scan, MemoryPiece):
         scan_rows = scan.table.num_rows
@@ -577,6 +583,8 @@ def _run_fragment(
         output_rows=tuple(t.num_rows for t in tables),
         extra=_profile(frames, parts, output, (read - start, ran - read, end - ran)),
     )
+    if empty:
+        stats.extra["empty_input"] = True
     return stats, tables
 
 

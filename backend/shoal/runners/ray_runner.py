@@ -443,16 +443,20 @@ def stage_part(task: TaskSpec) -> bytes:
     key = (stage.fragment, stage.inputs, task.output)
     if cache is not None:
         got = cache.get("stage_part")
-        if got is not None and all(a is b for a, b in zip(got[0], key, strict=True)):
+        if (
+            got is not None
+            and all(a is b for a, b in zip(got[0], key, strict=True))
+            and got[2] == task.empty_if
+        ):
             return got[1]  # type: ignore[no-any-return]
     from ray import cloudpickle  # a stateless UDF's function may be a lambda
 
     blob = cloudpickle.dumps(
-        (without_tables(stage.fragment), task.input_schemas, task.output),
+        (without_tables(stage.fragment), task.input_schemas, task.output, task.empty_if),
         protocol=_pickle.HIGHEST_PROTOCOL,
     )
     if cache is not None:
-        cache["stage_part"] = (key, blob)
+        cache["stage_part"] = (key, blob, task.empty_if)
     return blob
 
 
@@ -469,14 +473,17 @@ def _ray_task_body(
     payload: tuple[Any, ...], layout: list[int], refs: tuple[pa.Table, ...], run_fragment: Any
 ) -> tuple[Any, ...]:
     part, scan = payload
-    fragment, input_schemas, output = _pickle.loads(part)
+    fragment, input_schemas, output, empty_if = _pickle.loads(part)
     inputs: list[list[pa.Table]] = []
     pos = 0
     for n in layout:
         inputs.append(list(refs[pos : pos + n]))
         pos += n
     scan = _land(scan, refs[pos:])
-    stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas)
+    if empty_if and any(not any(t.num_rows for t in inputs[i]) for i in empty_if):
+        stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas, empty=True)
+    else:
+        stats, tables = run_fragment(fragment, inputs, scan, output, input_schemas)
     return (stats, *tables)
 
 
@@ -613,6 +620,11 @@ class RayBackend:
                 raise exc.as_instanceof_cause() from None
             raise cause from exc
         return TaskResult(task, stats, outs)
+
+    def pending_outputs(self, handle: Any) -> list[Any]:
+        """The output references of the task of ``handle`` (finished or not): other tasks
+        may take them as arguments; Ray starts those once the outputs exist."""
+        return list(self._outputs[handle][1])
 
     def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
         return list(self._ray.get(list(refs)))
