@@ -512,11 +512,14 @@ class DispatchLoop:
                         with tracer.span("dispatch") if tracer else NO_SPAN as span:
                             self._dispatch(batch)
                             span.set(tasks=len(batch), in_flight=len(self.in_flight))
-                    # Stages that may start early (_early) can follow the tasks just
-                    # dispatched: asked again while slots are free.
+                    # A stage whose tasks are now all dispatched may be followed at once
+                    # by the stages that read it whole (_early): asked again while slots
+                    # are free.
                     if not (batch and self.early_start and has_next):
                         break
-                    if len(self.in_flight) >= self.max_in_flight:
+                    if len(self.in_flight) >= self.max_in_flight or all(
+                        self.states[t.stage.id].undispatched for t in batch
+                    ):
                         break
                 if not self.in_flight:
                     if has_next:  # pragma: no cover - a plan whose inputs never finish
@@ -1156,7 +1159,7 @@ class DispatchLoop:
             len(split[1]) if split is not None else 1,
             tuple(reads),
             st.ship_cache,
-            st.early,
+            st.early and not self._ready(st),
             st.empty_if,
         )
 
