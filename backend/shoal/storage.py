@@ -97,6 +97,9 @@ def scrub(text: str, options: StorageOptions | None) -> str:
 
 
 _FS_LOCK = threading.Lock()
+#: The local file system, one object for every local path: a new one per path cost a
+#: ``get_file_info`` call per file in :func:`file_infos` (files are grouped by file system).
+_LOCAL = pafs.LocalFileSystem()
 _FILESYSTEMS: dict[tuple[str, StorageOptions | None, str | None], pafs.FileSystem] = {}
 
 
@@ -110,7 +113,7 @@ def filesystem(url: str, options: StorageOptions | None) -> tuple[pafs.FileSyste
     scheme = parts.scheme.lower()
     if scheme in ("", "file") or len(scheme) == 1:  # "C:\\..." is a local path
         path = parts.path if scheme == "file" else url
-        return pafs.LocalFileSystem(), path
+        return _LOCAL, path
     family = SCHEMES.get(scheme)
     if family is None:
         raise UnsupportedError(f"shoal: cannot plan a scan of {url!r}: scheme {scheme!r}")
