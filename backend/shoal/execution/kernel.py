@@ -556,7 +556,7 @@ def _run_fragment(
     input_schemas: Sequence[Schema],
 ) -> tuple[TaskStats, list[pa.Table]]:
     start = time.time()
-    tags = _source_columns(fragment)
+    tags = _source_columns(fragment) if inputs else {}
     frames = [
         _tagged_from_arrow(ts, s, tags[i]) if i in tags else _from_arrow(ts, s)
         for i, (ts, s) in enumerate(zip(inputs, input_schemas, strict=True))
