@@ -304,6 +304,16 @@ class Config:
             "A join side estimated at or under this many bytes is broadcast; 0: never broadcast."
         ),
     )
+    broadcast_inline_bytes: int = field(
+        default=8 * 1024 * 1024,
+        metadata=_doc(
+            "A broadcast join's build side that only reads files (Parquet, CSV, NDJSON, IPC: "
+            "scans, filters, projections, joins of them) estimated at or under this many "
+            "bytes read, in all, is computed inside each task of the other side instead of "
+            "in a stage of its own, when the copies read at most target_partition_bytes in "
+            "all; 0: never."
+        ),
+    )
     small_query_bytes: int = field(
         default=64 * 1024 * 1024,
         metadata=_doc(
@@ -466,6 +476,7 @@ class Config:
         for name in (
             "shuffle_partitions",
             "broadcast_join_threshold_bytes",
+            "broadcast_inline_bytes",
             "small_query_bytes",
             "max_tasks_in_flight",
             "max_task_input_bytes",

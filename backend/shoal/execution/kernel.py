@@ -148,24 +148,33 @@ def _tagged_from_arrow(tables: Sequence[pa.Table], schema: Schema, column: str) 
 
 
 class _ScanLookup:
-    """Partitions for several scans of one plan (:func:`run_single`, the small-query path)."""
+    """Partitions for several scans of one plan (:func:`run_single`, the small-query path,
+    a fragment that computes a small broadcast side itself): by scan node, the partition
+    and whether it holds all of the scan's rows (``partitioned``: which do not)."""
 
-    def __init__(self, scans: Sequence[Scan], parts: Sequence[ScanInput | list[ScanInput]]):
-        self._parts = {id(s): p for s, p in zip(scans, parts, strict=True)}
+    def __init__(
+        self,
+        scans: Sequence[Scan],
+        parts: Sequence[Any],
+        partitioned: Sequence[bool] = (),
+    ):
+        flags = list(partitioned) or [False] * len(parts)
+        self._parts = {id(s): (p, not f) for s, p, f in zip(scans, parts, flags, strict=True)}
 
-    def get(self, node: Scan) -> ScanInput | list[ScanInput]:
+    def get(self, node: Scan) -> tuple[ScanInput | list[ScanInput], bool]:
         return self._parts[id(node)]
 
 
 def _scan(node: Scan, part: ScanInput | _ScanLookup | None) -> pl.LazyFrame:
     whole = False
     if isinstance(part, _ScanLookup):
-        got = part.get(node)
+        got, whole = part.get(node)
         if isinstance(got, list):
             lfs = [_scan(node, p) for p in got]
             return pl.concat(lfs, how="vertical") if lfs else _empty(node.schema).lazy()
+        if not whole:
+            return _scan(node, got)
         part = got
-        whole = True
     cols = list(node.schema.names)
     if isinstance(node.source, InMemorySource):
         if not isinstance(part, MemoryPiece):
@@ -563,8 +572,12 @@ def _run_fragment(
     ]
     rows_in = sum(f.height for f in frames)
     source: ScanInput | _ScanLookup | None = scan
-    if isinstance(scan, ScanSet):  # the small-query path: every scan of the plan, whole
-        source = _ScanLookup(scans_of(fragment), [_whole(p) for p in scan.parts])
+    if isinstance(scan, ScanSet):  # several scans (the small-query path: all whole)
+        source = _ScanLookup(
+            scans_of(fragment),
+            [_whole(p) if scan.is_whole(i) else p for i, p in enumerate(scan.parts)],
+            scan.partitioned,
+        )
     read = time.time()
     df = collect(build(fragment, frames, source))
     ran = time.time()
@@ -642,7 +655,7 @@ def merge_profile(extras: Sequence[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _whole(part: ScanPartition | MemoryPiece | tuple[FilePartition, ...]) -> Any:
+def _whole(part: ScanPartition | MemoryPiece | FilePartition | tuple[FilePartition, ...]) -> Any:
     """One scan's entry of a :class:`ScanSet` as :class:`_ScanLookup` takes it."""
     return list(part) if isinstance(part, tuple) else part
 

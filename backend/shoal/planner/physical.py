@@ -123,15 +123,25 @@ def from_wire(table: pa.Table) -> pa.Table:
 
 @dataclass(frozen=True, eq=False)
 class ScanSet:
-    """What the one task of a small-query plan reads: every scan of its fragment whole.
+    """What one task reads of a fragment with several scans: the one task of a
+    small-query plan (every scan whole), or a task whose fragment computes a small
+    broadcast join's build side itself (its own scan's partition, the build side's scans
+    whole; ``broadcast_inline_bytes``).
 
     ``parts[i]`` is for the ``i``-th distinct :class:`~shoal.ir.nodes.Scan` node of the
     fragment in :func:`scans_of` order: one partition holding all of the scan's rows (a
     Parquet scan's pieces, already pruned by the footers' statistics; an in-memory table),
     or a tuple of whole files read in order and concatenated (CSV, NDJSON, IPC).
+    ``partitioned[i]`` is true where ``parts[i]`` is instead one partition of its scan
+    (read as the pieces say, never as whole files); empty: every part is whole.
     """
 
-    parts: tuple[ScanPartition | MemoryPiece | tuple[FilePartition, ...], ...]
+    parts: tuple[ScanPartition | MemoryPiece | FilePartition | tuple[FilePartition, ...], ...]
+    partitioned: tuple[bool, ...] = ()
+
+    def is_whole(self, i: int) -> bool:
+        """Whether ``parts[i]`` holds all of its scan's rows (see ``partitioned``)."""
+        return not (self.partitioned and self.partitioned[i])
 
     @property
     def rows(self) -> int:

@@ -40,10 +40,12 @@ from shoal.ir.nodes import (
     Aggregate,
     Distinct,
     Explode,
+    FileSource,
     Filter,
     HConcat,
     InMemorySource,
     Join,
+    ParquetSource,
     PlanNode,
     Project,
     RowIndex,
@@ -70,6 +72,7 @@ from shoal.planner.physical import (
     OutputSpec,
     PhysicalPlan,
     RangeOutput,
+    ScanInput,
     ScanPartition,
     ScanSet,
     SingleOutput,
@@ -619,6 +622,8 @@ class _Builder:
         return first.wrap(make(tuple(kids)))
 
     def _broadcast(self, node: Join, probe: _Open, build: _Open, build_is_right: bool) -> _Open:
+        if self._inline_build(node, probe, build, build_is_right):
+            return probe
         st = self.cut(build, SingleOutput(), name=f"{build.name}+broadcast")
         idx = len(probe.inputs)
         probe.inputs.append(StageInputSpec(st.id, "all", st.fragment.schema))
@@ -627,6 +632,52 @@ class _Builder:
         probe.est_bytes += build.est_bytes
         probe.name = f"{probe.name}+broadcast-join"
         return probe.wrap(replace(node, left=left, right=right))
+
+    def _inline_build(self, node: Join, probe: _Open, build: _Open, build_is_right: bool) -> bool:
+        """Join ``probe`` with a small build side computed inside each of the probe's
+        tasks, instead of in a broadcast stage of its own; return whether it did.
+
+        Taken when the build side is a sub-plan of file scans only (Parquet, CSV, NDJSON,
+        IPC; with filters, projections and joins of them, no stage input), its scans read
+        at most ``broadcast_inline_bytes`` (footer estimates) and all the probe's copies of
+        it at most ``target_partition_bytes``. Each task then reads the build side's scans
+        whole (as the small-query path does) beside its own partition and computes what the
+        broadcast stage's one output would hold: the same rows in the same order (a
+        broadcast is read whole, in partition order, which is the scans' order). It saves
+        the stage, its task and the wait between the two stages. Not for in-memory tables
+        (every task would carry a copy) nor for a scan the probe side also reads."""
+        limit = self.config.broadcast_inline_bytes
+        if not limit or build.inputs or build.scan_partitions is None:
+            return False
+        if not all(isinstance(n, Scan | Filter | Project | Join) for n in build.node.walk()):
+            return False
+        build_scans = scans_of(build.node)
+        if not build_scans or not all(
+            isinstance(s.source, ParquetSource | FileSource) for s in build_scans
+        ):
+            return False
+        probe_scans = scans_of(probe.node)
+        if {id(s) for s in build_scans} & {id(s) for s in probe_scans}:
+            return False
+        read = sum(self.split(s).est_bytes for s in build_scans)
+        if read > limit or read * probe.num_tasks > self.config.target_partition_bytes:
+            return False
+        own = _task_scans(probe, probe_scans)
+        if own is None:
+            return False
+        whole = {id(s): _whole_scan(s, self.split(s)) for s in build_scans}
+        left, right = (probe.node, build.node) if build_is_right else (build.node, probe.node)
+        joined = replace(node, left=left, right=right)
+        order = scans_of(joined)
+        entries: list[ScanInput] = []
+        for mine in own:
+            parts = [mine[id(s)] if id(s) in mine else (whole[id(s)], False) for s in order]
+            entries.append(ScanSet(tuple(p for p, _ in parts), tuple(flag for _, flag in parts)))
+        probe.scan_partitions = tuple(entries)
+        probe.est_bytes += build.est_bytes
+        probe.name = f"{probe.name}+inline-join"
+        probe.wrap(joined)
+        return True
 
     def sort(self, node: Sort) -> _Open:
         op = self.visit(node.input)
@@ -759,6 +810,31 @@ def _place_small_queries(b: _Builder) -> None:
     b.plan.small_query_in_driver = not reason
     where = "runs in the driver process" if not reason else f"runs on a Ray worker ({reason})"
     b.plan.small_query += f"; {where}"
+
+
+def _task_scans(op: _Open, scans: list[Scan]) -> list[dict[int, tuple[Any, bool]]] | None:
+    """For each task of ``op`` (whose fragment reads ``scans``, :func:`scans_of` order):
+    its partition of each scan by the scan node's id, and whether that partition is one
+    of several (True) or the whole scan (False). None when ``op``'s partitions do not
+    say it plainly (a fragment with several scans but no :class:`ScanSet`)."""
+    if op.scan_partitions is None:
+        return [{} for _ in range(op.num_tasks)] if not scans else None
+    out: list[dict[int, tuple[Any, bool]]] = []
+    for entry in op.scan_partitions:
+        if isinstance(entry, ScanSet):
+            if len(entry.parts) != len(scans):
+                return None
+            out.append(
+                {
+                    id(s): (p, not entry.is_whole(i))
+                    for i, (s, p) in enumerate(zip(scans, entry.parts, strict=True))
+                }
+            )
+        elif len(scans) == 1:
+            out.append({id(scans[0]): (entry, True)})
+        else:
+            return None
+    return out
 
 
 def _whole_scan(

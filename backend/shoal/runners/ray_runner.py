@@ -419,7 +419,7 @@ def ship(task: TaskSpec) -> tuple[tuple[Any, ...], list[int], list[Any]]:
             pieces.append(part.table)
             return ShippedPiece(len(pieces) - 1)
         if isinstance(part, ScanSet):
-            return ScanSet(tuple(lift(p) for p in part.parts))
+            return ScanSet(tuple(lift(p) for p in part.parts), part.partitioned)
         return part
 
     scan = lift(task.scan)
@@ -434,7 +434,7 @@ def _land(part: Any, pieces: Sequence[pa.Table]) -> Any:
     if isinstance(part, ShippedPiece):
         return MemoryPiece(pieces[part.index])
     if isinstance(part, ScanSet):
-        return ScanSet(tuple(_land(p, pieces) for p in part.parts))
+        return ScanSet(tuple(_land(p, pieces) for p in part.parts), part.partitioned)
     return part
 
 
