@@ -390,3 +390,28 @@ def test_ray_driver_task_ctrl_c_returns_at_once(tmp_path: Path) -> None:
     assert_frame_equal(small.collect(engine=engine), small.collect(engine="in-memory"))
     report = last_query()
     assert report is not None and report.physical.small_query_in_driver
+
+
+def test_a_file_listed_twice_is_read_twice(tmp_path: Path) -> None:
+    """A Parquet file the scan lists twice gives its rows twice, as Polars reads it
+    (the small-query path read each path once). Several row groups, a filter that keeps
+    rows of the later ones only, and a second file between two listings."""
+    a = tmp_path / "d.parquet"
+    b = tmp_path / "e.parquet"
+    pl.DataFrame({"a": list(range(10)), "x": [0.5 * i for i in range(10)]}).write_parquet(
+        a, row_group_size=4
+    )
+    pl.DataFrame({"a": [None, 3, -1], "x": [float("nan"), -0.0, None]}).write_parquet(b)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=True)
+    for paths in ([a, a], [a, b, a], [b, a, a, b]):
+        for lf in (
+            pl.scan_parquet(paths),
+            pl.scan_parquet(paths).filter(pl.col("a") > 5),
+            pl.scan_parquet(paths).select(pl.len()),
+        ):
+            got = lf.collect(engine=engine)
+            assert_frame_equal(got, lf.collect())
+            report = last_query()
+            assert report is not None and report.physical.small_query.startswith(
+                "small-query path: one task"
+            )

@@ -242,10 +242,16 @@ def _whole_files(
     files after it)."""
     paths: list[str] = []
     nulls: dict[str, tuple[str, ...]] = {}
+    last: tuple[str, int] | None = None
     for p in part.pieces:
-        if p.rows > 0 and p.path not in nulls:
+        if p.rows <= 0:
+            continue
+        # A file's row groups follow each other with rising offsets; a path the scan lists
+        # twice starts again at a lower offset (or the same one): it is read again.
+        if last is None or p.path != last[0] or p.offset <= last[1]:
             paths.append(p.path)
             nulls[p.path] = p.null_columns
+        last = (p.path, p.offset)
     out: list[pl.LazyFrame] = []
     run: list[str] = []
     for path in [*paths, None]:
