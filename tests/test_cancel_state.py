@@ -103,7 +103,7 @@ def _query_actors(prefix: str) -> list[Any]:
 
 def _live_tasks(actor_ids: set[str], before: set[str]) -> list[Any]:
     """Tasks not finished nor failed that belong to the query: shoal's Ray tasks (named
-    ``shoal-stage<id>-p<partition>``; none from earlier queries, ``before``) and every
+    ``shoal-stage<id>``; none from earlier queries, ``before``) and every
     task of the query's actors (creation and calls)."""
     return [
         t

@@ -11,6 +11,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
@@ -250,14 +252,39 @@ def test_the_one_task_reads_parquet_files_whole_under_the_predicate(
 
 
 def test_files_with_an_extra_column_read_as_the_scan_asks(tmp_path: Path) -> None:
-    """A later file with a column the first lacks (``extra_columns="ignore"``): each file is
-    read on its own, as the distributed plan's pieces are, so Polars' multi-file schema
-    check (which would raise on the extra column) never sees them together."""
+    """A later file with a column the first lacks (``extra_columns="ignore"``): the adapter
+    applied the user's policy, so the task's multi-file scan ignores extra columns (Polars'
+    default check would raise on it)."""
     pl.DataFrame({"k": [1, 2, None]}).write_parquet(tmp_path / "a.parquet")
     pl.DataFrame({"k": [3, 4], "extra": ["x", "y"]}).write_parquet(tmp_path / "b.parquet")
     paths = [tmp_path / "a.parquet", tmp_path / "b.parquet"]
     lf = pl.scan_parquet(paths, extra_columns="ignore").filter(pl.col("k") > 1)
     _check(lf, sort=False)
+
+
+def test_files_read_together_keep_each_file_s_types(tmp_path: Path) -> None:
+    """The small-query task reads a scan's files with one multi-file scan, where the first
+    file read gives the types: a file whose column pyarrow wrote untyped (Null) must not
+    give its type to the files after it, also when the statistics rule out the scan's
+    first file (so the Null-typed file is the first one read), and a later file's extra
+    column is no error when the user allowed it."""
+    pq.write_table(pa.table({"k": pa.array([1, 2], pa.int64()), "x": [1.0, 2.0]}),
+                   tmp_path / "0.parquet")  # fmt: skip
+    pq.write_table(pa.table({"k": pa.array([10, 11], pa.int64()), "x": pa.nulls(2)}),
+                   tmp_path / "1.parquet")  # fmt: skip
+    pq.write_table(pa.table({"x": [-0.0, float("nan")], "k": pa.array([12, 13], pa.int64()),
+                             "extra": ["a", "b"]}), tmp_path / "2.parquet")  # fmt: skip
+    pq.write_table(pa.table({"k": pa.array([14], pa.int64()), "x": pa.nulls(1)}),
+                   tmp_path / "3.parquet")  # fmt: skip
+    paths = sorted(tmp_path.glob("*.parquet"))
+    scan = pl.scan_parquet(paths, extra_columns="ignore")
+    for lf in (
+        scan,
+        scan.filter(pl.col("k") > 5),  # prunes the first file: the Null-typed one is read first
+        scan.filter(pl.col("k") > 11).select(pl.col("x").sum(), pl.len()),
+        scan.filter(pl.col("k") > 5).with_row_index(),
+    ):
+        _check(lf, sort=False)
 
 
 @pytest.mark.usefixtures("ray_runner")
@@ -363,3 +390,28 @@ def test_ray_driver_task_ctrl_c_returns_at_once(tmp_path: Path) -> None:
     assert_frame_equal(small.collect(engine=engine), small.collect(engine="in-memory"))
     report = last_query()
     assert report is not None and report.physical.small_query_in_driver
+
+
+def test_a_file_listed_twice_is_read_twice(tmp_path: Path) -> None:
+    """A Parquet file the scan lists twice gives its rows twice, as Polars reads it
+    (the small-query path read each path once). Several row groups, a filter that keeps
+    rows of the later ones only, and a second file between two listings."""
+    a = tmp_path / "d.parquet"
+    b = tmp_path / "e.parquet"
+    pl.DataFrame({"a": list(range(10)), "x": [0.5 * i for i in range(10)]}).write_parquet(
+        a, row_group_size=4
+    )
+    pl.DataFrame({"a": [None, 3, -1], "x": [float("nan"), -0.0, None]}).write_parquet(b)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=True)
+    for paths in ([a, a], [a, b, a], [b, a, a, b]):
+        for lf in (
+            pl.scan_parquet(paths),
+            pl.scan_parquet(paths).filter(pl.col("a") > 5),
+            pl.scan_parquet(paths).select(pl.len()),
+        ):
+            got = lf.collect(engine=engine)
+            assert_frame_equal(got, lf.collect())
+            report = last_query()
+            assert report is not None and report.physical.small_query.startswith(
+                "small-query path: one task"
+            )

@@ -357,7 +357,7 @@ def test_in_memory_frame_is_not_pickled_into_every_task(
         for c in recorded_tasks.calls
         if any(
             isinstance(n, Scan) and isinstance(n.source, InMemorySource)
-            for n in c[0][0].walk()  # type: ignore[index]
+            for n in pickle.loads(c[0][0])[0].walk()  # type: ignore[index]
         )
     ]
     assert recorded_tasks.calls and len(scans) == 4

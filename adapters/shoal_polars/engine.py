@@ -202,7 +202,10 @@ class DistEngine(InMemoryEngine):
             return native_engine().collect(lf, optimizations=optimizations, background=background)
         if background:
             return self._collect_background(lf, optimizations)
-        return self._collect(lf, optimizations)
+        from shoal.storage import one_look
+
+        with one_look():  # the column checks and the planner stat each file once
+            return self._collect(lf, optimizations)
 
     def _collect_background(
         self, lf: pl.LazyFrame, optimizations: pl.QueryOptFlags

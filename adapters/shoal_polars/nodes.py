@@ -44,6 +44,7 @@ from shoal.ir.nodes import (
     Unpivot,
 )
 from shoal.ir.types import BOOL, DataType, Schema, frame_to_arrow
+from shoal.planner.partitioning import file_digest
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.rewrite import origin_of
@@ -216,8 +217,14 @@ def _check_file_columns(
     the file, as Polars' engines do."""
     if len(paths) < 2:
         return
-    metas = storage.read_footers(paths, options)
-    names = [meta.schema.to_arrow_schema().names for meta in metas]
+    # The footers' top-level column names, from the digests planning keeps beside the
+    # footer cache (a file that changed is read again): converting every footer's schema to
+    # Arrow on each query cost about 0.1 ms per file. A footer whose schema cannot be read
+    # is left to the planner, which names the file (PlanError).
+    digests = [file_digest(meta) for meta in storage.read_footers(paths, options)]
+    if any(isinstance(d.types, Exception) for d in digests):
+        return
+    names = [list(cast(dict[str, DataType], d.types)) for d in digests]
     expected = set(names[0])
     check_extra = str(getattr(fo, "extra_columns_policy", "raise")) == "raise"
     for path, have in zip(paths[1:], names[1:], strict=True):

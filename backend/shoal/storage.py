@@ -14,11 +14,13 @@ bucket or key, :class:`PermissionError` for refused credentials.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
@@ -97,6 +99,9 @@ def scrub(text: str, options: StorageOptions | None) -> str:
 
 
 _FS_LOCK = threading.Lock()
+#: The local file system, one object for every local path: a new one per path cost a
+#: ``get_file_info`` call per file in :func:`file_infos` (files are grouped by file system).
+_LOCAL = pafs.LocalFileSystem()
 _FILESYSTEMS: dict[tuple[str, StorageOptions | None, str | None], pafs.FileSystem] = {}
 
 
@@ -110,7 +115,7 @@ def filesystem(url: str, options: StorageOptions | None) -> tuple[pafs.FileSyste
     scheme = parts.scheme.lower()
     if scheme in ("", "file") or len(scheme) == 1:  # "C:\\..." is a local path
         path = parts.path if scheme == "file" else url
-        return pafs.LocalFileSystem(), path
+        return _LOCAL, path
     family = SCHEMES.get(scheme)
     if family is None:
         raise UnsupportedError(f"shoal: cannot plan a scan of {url!r}: scheme {scheme!r}")
@@ -192,14 +197,54 @@ def error(url: str, exc: Exception, options: StorageOptions | None) -> Exception
     return OSError(f"shoal: cannot read {url}: {text}")
 
 
+#: The file infos of the query being planned in this thread (:func:`one_look`), by (path,
+#: options); None outside such a block.
+_LOOKED: contextvars.ContextVar[dict[tuple[str, StorageOptions | None], pafs.FileInfo] | None] = (
+    contextvars.ContextVar("shoal_storage_looked", default=None)
+)
+
+
+@contextlib.contextmanager
+def one_look() -> Iterator[None]:
+    """Within the block, :func:`file_infos` asks the storage about each file once: a
+    frontend's checks and the planner then see the same size and modification time (and
+    so the same cached footer) of a file, and a query over local files makes one ``stat``
+    per file instead of one per reader (the Polars adapter's column checks, the planner's
+    scan splitting). The block is one query's translation and planning; a later query asks
+    again, so a file rewritten between two queries is read again. The answers belong to the
+    thread (and context) that opened the block."""
+    token = _LOOKED.set({})
+    try:
+        yield
+    finally:
+        _LOOKED.reset(token)
+
+
 def file_infos(
     paths: Sequence[str], options: StorageOptions | None, kind: str = "file"
 ) -> list[pafs.FileInfo]:
-    """The file info (size, modification time) of every path, in order.
+    """The file info (size, modification time) of every path, in order (inside
+    :func:`one_look`: asked once per block).
 
     Raises :class:`FileNotFoundError` naming the first path (URL) that is missing (also a
     missing bucket), :class:`PermissionError` naming it when the storage refuses the
     credentials; ``kind`` words the message (``"Parquet"``, ``"CSV"``)."""
+    looked = _LOOKED.get()
+    if looked is None:
+        return _file_infos(paths, options, kind)
+    got = [looked.get((url, options)) for url in paths]
+    todo = [url for url, info in zip(paths, got, strict=True) if info is None]
+    if todo:
+        fresh = iter(_file_infos(todo, options, kind))
+        for i, info in enumerate(got):
+            if info is None:
+                got[i] = looked[(paths[i], options)] = next(fresh)
+    return got  # type: ignore[return-value]
+
+
+def _file_infos(
+    paths: Sequence[str], options: StorageOptions | None, kind: str
+) -> list[pafs.FileInfo]:
     out: list[pafs.FileInfo] = []
     by_fs: dict[int, tuple[pafs.FileSystem, list[int], list[str]]] = {}
     for i, url in enumerate(paths):

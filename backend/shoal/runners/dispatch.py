@@ -95,6 +95,17 @@ class TaskSpec:
     subtasks: int = 1
     #: The output pieces (stage, partition, output index) this task reads, for the ledger.
     reads: tuple[PieceKey, ...] = ()
+    #: A dict the backend may keep per-stage shipping state in (the same object for every
+    #: task of the stage, for the query's life; e.g. the Ray runner's pickled fragment).
+    ship_cache: dict[str, Any] | None = None
+    #: Dispatched before every stage it reads had finished (its inputs are the producing
+    #: tasks' future output references; see :meth:`DispatchLoop._early`).
+    early: bool = False
+    #: Stage inputs over which the fragment certainly gives no rows when they are empty
+    #: (:func:`shoal.runners.adaptive.empty_output`): a task started early that finds one
+    #: empty returns empty outputs without scanning (what the loop's skip of a stage over
+    #: an empty input does for a stage started after its inputs).
+    empty_if: tuple[int, ...] = ()
 
     @property
     def fragment(self) -> PlanNode:
@@ -137,6 +148,11 @@ class Backend(Protocol):
     def cancel(self, handles: Sequence[Any]) -> None:
         """Cancel unfinished tasks (best effort)."""
 
+    # Optional: ``pending_outputs(handle) -> list[Any]``, the output references of a task
+    # not yet finished, which other tasks may be given as inputs (the backend starts such a
+    # task once they exist: Ray resolves task dependencies). A backend with it lets the
+    # loop start stages before their inputs finish (:meth:`DispatchLoop._early`).
+
 
 @dataclass
 class _StageState:
@@ -161,6 +177,16 @@ class _StageState:
     buckets: list[list[int]] | None = None
     #: Re-planned already (a stage that took its sampled stage's fragment and buckets).
     adapted: bool = False
+    #: The backend's per-stage shipping state (:attr:`TaskSpec.ship_cache`).
+    ship_cache: dict[str, Any] = field(default_factory=dict)
+    #: Per partition in flight: the future references of its outputs (backends that
+    #: resolve task dependencies themselves), until the partition is recorded.
+    future: dict[int, list[Any]] = field(default_factory=dict)
+    #: Started before its inputs had finished (:meth:`DispatchLoop._early`); the stage
+    #: inputs that make its output empty when empty; its tasks that found one empty.
+    early: bool = False
+    empty_if: tuple[int, ...] = ()
+    empty_tasks: int = 0
 
     @property
     def finished(self) -> bool:
@@ -267,6 +293,8 @@ class DispatchLoop:
         #: Called with a stage's id when its last task has been recorded (None: nothing);
         #: the session's profiling samples Ray's spill counters here.
         self.on_stage_done: Any = None
+        #: The backend can give a task the outputs of tasks not yet finished.
+        self.early_start = callable(getattr(backend, "pending_outputs", None))
 
     # -- the three steps ----------------------------------------------------------------
 
@@ -278,9 +306,12 @@ class DispatchLoop:
         first_ready: _StageState | None = None
         if self._switches:
             self._decide_switches()
-        for st in self.states:
-            if not st.undispatched or free <= 0 or not self._ready(st):
-                continue
+        # Stages whose inputs have finished first, then (with the slots left) stages that
+        # may start before their inputs finish (:meth:`_early`). Asked lazily: adapting
+        # one stage may make a later one runnable (a sort fused with its sampled stage).
+        for st in self._candidates():
+            if free <= 0:
+                break
             if st.stage.id in self._held:  # its hash join may become a broadcast join
                 continue
             if st.output is None:
@@ -290,6 +321,8 @@ class DispatchLoop:
                         continue
                 st.output = self._resolve_output(st)
                 self._plan_splits(st)
+                if not self._ready(st):
+                    self._start_early(st)
             first_ready = first_ready or st
             room = free
             pool = self.pools.get(st.stage.id)
@@ -309,6 +342,17 @@ class DispatchLoop:
             batch.append(self._next_task(first_ready))
         has_next = any(s.undispatched for s in self.states)
         return batch, has_next
+
+    def _candidates(self) -> Iterator[_StageState]:
+        """Stages with tasks to dispatch: those whose inputs have finished, then those
+        that may start before (:meth:`_early`), each in plan order."""
+        for st in self.states:
+            if st.undispatched and self._ready(st):
+                yield st
+        if self.early_start:
+            for st in self.states:
+                if st.undispatched and not self._ready(st) and self._early(st):
+                    yield st
 
     def _over(self, reserved: int) -> bool:
         """Whether the held bytes plus ``reserved`` (tasks in flight or just batched)
@@ -337,7 +381,10 @@ class DispatchLoop:
                 tracer.task_dispatched(task)
             handle = self.backend.submit(task)
             self.in_flight[handle] = task
-            self._reserved[handle] = self.states[task.stage.id].estimate()
+            st = self.states[task.stage.id]
+            self._reserved[handle] = st.estimate()
+            if self.early_start and task.subtasks == 1 and task.pool is None:
+                st.future[task.partition] = self.backend.pending_outputs(handle)  # type: ignore[attr-defined]
 
     def _wait(self) -> list[Any]:
         handles = list(self.in_flight)
@@ -355,6 +402,8 @@ class DispatchLoop:
 
     def _await_tasks(self) -> list[TaskResult]:
         done = self._wait()
+        if self.early_start:
+            done = self._with_producers(done)
         results = []
         for handle in done:
             spec = self.in_flight.pop(handle)
@@ -400,6 +449,10 @@ class DispatchLoop:
                 s, p, o = key
                 self.states[s].outputs[p][o] = []  # drop the references: Ray may free it
         sid, p = spec.stage.id, spec.partition
+        if spec.subtasks == 1:
+            st.future.pop(p, None)
+        if res.stats.extra.get("empty_input"):
+            st.empty_tasks += 1
         sizes = res.stats.output_bytes or (0,) * len(res.outputs)
         for o, nbytes in enumerate(sizes):
             self.ledger.produced((sid, p, o), nbytes, self.readers[sid])
@@ -420,6 +473,12 @@ class DispatchLoop:
         st.stats[p] = stats
         st.done += 1
         self.task_stats[(sid, p)] = stats
+        if st.finished and st.empty_tasks:
+            self._note(
+                f"stage {sid} [{st.stage.name}]: started before its inputs finished; "
+                f"{st.empty_tasks} of its {st.stage.num_tasks} task(s) found an input empty "
+                "and gave no rows without running (nothing scanned)"
+            )
         if st.finished and self.on_stage_done is not None:
             self.on_stage_done(sid)
 
@@ -445,13 +504,23 @@ class DispatchLoop:
         try:
             while True:
                 self._check_cancel()
-                with tracer.span("construct dispatch batch") if tracer else NO_SPAN as span:
-                    batch, has_next = self._construct_dispatch_batch()
-                    span.set(tasks=len(batch), has_next=has_next)
-                if batch:
-                    with tracer.span("dispatch") if tracer else NO_SPAN as span:
-                        self._dispatch(batch)
-                        span.set(tasks=len(batch), in_flight=len(self.in_flight))
+                while True:
+                    with tracer.span("construct dispatch batch") if tracer else NO_SPAN as span:
+                        batch, has_next = self._construct_dispatch_batch()
+                        span.set(tasks=len(batch), has_next=has_next)
+                    if batch:
+                        with tracer.span("dispatch") if tracer else NO_SPAN as span:
+                            self._dispatch(batch)
+                            span.set(tasks=len(batch), in_flight=len(self.in_flight))
+                    # A stage whose tasks are now all dispatched may be followed at once
+                    # by the stages that read it whole (_early): asked again while slots
+                    # are free.
+                    if not (batch and self.early_start and has_next):
+                        break
+                    if len(self.in_flight) >= self.max_in_flight or all(
+                        self.states[t.stage.id].undispatched for t in batch
+                    ):
+                        break
                 if not self.in_flight:
                     if has_next:  # pragma: no cover - a plan whose inputs never finish
                         raise RuntimeError("dispatch loop stalled: no task can run")
@@ -560,6 +629,79 @@ class DispatchLoop:
         if st.stage.boundaries_from is not None:
             deps.append(st.stage.boundaries_from)
         return all(self.states[d].finished for d in deps)
+
+    def _early(self, st: _StageState) -> bool:
+        """Whether ``st`` may start before the stages it reads have finished, with their
+        tasks' future output references as inputs (the backend starts each task once
+        they exist: Ray resolves task dependencies without holding a worker). Only where
+        that is exact and adaptive execution could change nothing of it:
+
+        * every input is read whole (a broadcast: ``"all"``), so no task count, bucket
+          grouping, coalescing or skew split depends on the inputs' sizes; no range
+          boundaries to choose (``boundaries_from``); not a stage held for a broadcast
+          switch, nor the stage of an actor pool;
+        * every stage it reads is running with all its tasks dispatched (its plan can no
+          longer change), none split into subtasks nor run by an actor pool (whose
+          calls may be re-sent with other references).
+
+        Skipping a stage over an empty input is the one adaptive change that needs the
+        inputs' rows: the tasks of a stage started early do it themselves (``empty_if``:
+        a task that finds such an input empty gives empty outputs without running)."""
+        stage = st.stage
+        if st.early:  # started early: the rest of its tasks may follow
+            return True
+        if st.output is not None or st.next_partition or not stage.inputs:
+            return False
+        if stage.boundaries_from is not None or stage.id in self._held:
+            return False
+        if self.pools.get(stage.id) is not None or any(
+            sw.join == stage.id for sw in self._switches.values()
+        ):
+            return False
+        if isinstance(stage.output, RangeOutput) and stage.output.boundaries is None:
+            return False
+        for spec in stage.inputs:
+            if spec.mode != "all":
+                return False
+            for s in spec.stages:
+                up = self.states[s]
+                if up.finished:
+                    continue
+                if up.output is None or up.undispatched or up.splits or up.parts:
+                    return False
+                if self.pools.get(s) is not None:
+                    return False
+                if any(
+                    p not in up.outputs and p not in up.future for p in range(up.stage.num_tasks)
+                ):
+                    return False
+        return True
+
+    def _start_early(self, st: _StageState) -> None:
+        """Mark ``st`` (adapted, its output resolved) as started before its inputs
+        finished, with the inputs whose emptiness empties its output."""
+        st.early = True
+        frag = st.stage.fragment
+        st.empty_if = tuple(i for i in range(len(st.stage.inputs)) if adapt.empty_output(frag, {i}))
+
+    def _with_producers(self, done: list[Any]) -> list[Any]:
+        """``done`` plus the tasks in flight whose outputs a done early-started task read
+        (they finished before it began: the backend only started it once their outputs
+        existed), producers first: a task is recorded after the pieces it read."""
+        if not any(self.in_flight[h].early for h in done):
+            return done
+        by_piece = {(t.stage.id, t.partition): h for h, t in self.in_flight.items()}
+        got = set(done)
+        todo = [h for h in done if self.in_flight[h].early]
+        while todo:  # (transitively: a producer may itself have started early)
+            for s, p, _ in self.in_flight[todo.pop()].reads:
+                h = by_piece.get((s, p))
+                if h is not None and h not in got:
+                    got.add(h)
+                    if self.in_flight[h].early:
+                        todo.append(h)
+        order = {h: i for i, h in enumerate(self.in_flight)}  # dispatch order
+        return sorted(got, key=lambda h: (self.in_flight[h].stage.id, order[h]))
 
     def _resolve_output(self, st: _StageState) -> OutputSpec:
         out = st.stage.output
@@ -839,6 +981,8 @@ class DispatchLoop:
         consumer, index = found
         if self.pools.get(consumer.id) is not None:
             return
+        if self.states[consumer.id].output is not None:
+            return  # (it started early, before this stage ran: it reads it as planned)
         if any(
             not self.states[s].finished
             for i, spec in enumerate(consumer.inputs)
@@ -996,7 +1140,7 @@ class DispatchLoop:
             keys = self._pieces(st, index, partition)
             if split is not None and split[0] == index:
                 keys = [keys[i] for i in split[1][subtask]]
-            inputs.append([r for s, p, o in keys for r in self.states[s].outputs[p][o]])
+            inputs.append([r for s, p, o in keys for r in self._refs(s, p, o)])
             reads.extend(keys)
         scan = st.stage.scan_partitions[partition] if st.stage.scan_partitions else None
         assert st.output is not None
@@ -1014,7 +1158,18 @@ class DispatchLoop:
             subtask,
             len(split[1]) if split is not None else 1,
             tuple(reads),
+            st.ship_cache,
+            st.early and not self._ready(st),
+            st.empty_if,
         )
+
+    def _refs(self, s: int, p: int, o: int) -> list[Any]:
+        """The references of piece ``(s, p, o)``: its recorded outputs, or the future
+        outputs of its task still in flight (a stage started early)."""
+        outs = self.states[s].outputs.get(p)
+        if outs is not None:
+            return outs[o]  # type: ignore[no-any-return]
+        return [self.states[s].future[p][o]]
 
 
 def merge_stats(parts: Sequence[TaskStats]) -> TaskStats:

@@ -381,8 +381,11 @@ def stream_plan(plan: PlanNode, config: Config) -> Iterator[pa.Table]:
 def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     """Concatenate partition results in order and cast to ``plan.schema``. A plan without
     columns gives a table of no columns and as many rows as the partitions hold."""
+    full = [t for t in tables if t.num_rows]
+    if len(full) == 1 and _conformed(full[0], plan):
+        return full[0]
     schema = plan.schema.to_polars()
-    frames = [frame_of(t) for t in tables if t.num_rows]
+    frames = [frame_of(t) for t in full]
     if not frames:
         return frame_to_arrow(pl.DataFrame(schema=schema))
     df = pl.concat(frames, how="vertical_relaxed") if len(frames) > 1 else frames[0]
@@ -393,6 +396,51 @@ def conform(tables: list[pa.Table], plan: PlanNode) -> pa.Table:
     else:
         df = df.drop(cs.all())
     return frame_to_arrow(df)
+
+
+def _conformed(table: pa.Table, plan: PlanNode) -> bool:
+    """Whether ``table`` (a task's output) is already what :func:`conform` makes of it: the
+    plan's column names and, column by column, the plan's Arrow type, each of a flat type
+    that Polars imports and exports unchanged (numbers, strings, binary, temporal, decimal,
+    null; not a dictionary, list, struct or array, an ``Enum``, or a 128-bit integer carried
+    as bytes), and no metadata. Converting it to Polars and back (about 0.2 ms for a small
+    result, the driver's fixed cost of every query) would give the same table."""
+    fields = plan.schema.fields
+    if not fields or table.schema.metadata or table.num_columns != len(fields):
+        return False
+    for f, (name, dtype) in zip(table.schema, fields, strict=True):
+        if (
+            f.name != name
+            or not f.nullable
+            or f.metadata
+            or dtype.categories is not None
+            or dtype.wide is not None
+            or not _flat(f.type)
+            or f.type != dtype.arrow
+        ):
+            return False
+    return True
+
+
+#: Arrow types that Polars imports and exports as they are (:func:`_flat`); Polars reads
+#: others as a type of its own (``string`` as ``large_string``, ``date64`` as ``date32``,
+#: second units as milliseconds, a fixed offset as a zone name, ...).
+_POLARS_ARROW_TYPES = frozenset(
+    [pa.bool_(), pa.null(), pa.large_string(), pa.large_binary(), pa.date32(),
+     pa.time64("ns"), pa.float32(), pa.float64()]
+    + [getattr(pa, f"{s}int{b}")() for s in ("", "u") for b in (8, 16, 32, 64)]
+    + [pa.duration(u) for u in ("ms", "us", "ns")]
+)  # fmt: skip
+
+
+def _flat(t: pa.DataType) -> bool:
+    """Whether ``t`` is one of the flat Arrow types that Polars imports and exports as they
+    are (see :func:`_conformed`)."""
+    if isinstance(t, pa.TimestampType):  # Polars respells time zones (+00:00 -> UTC)
+        return t.unit in ("ms", "us", "ns") and t.tz in (None, "UTC")
+    if isinstance(t, pa.Decimal128Type):
+        return True
+    return t in _POLARS_ARROW_TYPES
 
 
 def shutdown_runner() -> None:

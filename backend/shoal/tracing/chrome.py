@@ -210,6 +210,8 @@ class ChromeTraceWriter:
             "node_id": ev.node_id,
             "worker_pid": ev.pid,
         }
+        if ev.early:  # queued_ms includes the wait for its inputs
+            args["started_early"] = True
         self._slice(ev.start, ev.end, f"stage {ev.stage}: {ev.stage_name}", "task", pid, tid, args)
 
     def _stage(self, ev: StageFinished, q: _QueryTracks) -> None:

@@ -83,6 +83,8 @@ class TaskFinished:
     ``start - dispatched`` is the time the task waited for a worker and
     ``collected - end`` the time its result took to reach the dispatch loop. ``cpus``,
     ``gpus`` and ``memory_bytes`` are the task's resource request (0: none requested).
+    ``early``: dispatched before the stages it reads had finished (then ``start -
+    dispatched`` includes the wait for its inputs).
     """
 
     query_id: int
@@ -104,6 +106,7 @@ class TaskFinished:
     gpus: float
     memory_bytes: int
     config_digest: str
+    early: bool = False
 
 
 @dataclass(frozen=True)

@@ -379,6 +379,7 @@ class QueryTracer:
             gpus=0.0,
             memory_bytes=0,
             config_digest=stats.config_digest,
+            early=task.early,
         )
         self._emit(ev)
         self._in_flight -= 1
