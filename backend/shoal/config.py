@@ -307,8 +307,8 @@ class Config:
     broadcast_inline_bytes: int = field(
         default=8 * 1024 * 1024,
         metadata=_doc(
-            "A broadcast join's build side that only reads files (Parquet, CSV, NDJSON, IPC: "
-            "scans, filters, projections, joins of them) estimated at or under this many "
+            "A broadcast join's build side that only reads files (Parquet, CSV, NDJSON scans "
+            "the tasks read; filters, projections, joins of them) estimated at or under this many "
             "bytes read, in all, is computed inside each task of the other side instead of "
             "in a stage of its own, when the copies read at most target_partition_bytes in "
             "all; 0: never."

@@ -638,8 +638,9 @@ class _Builder:
         """Join ``probe`` with a small build side computed inside each of the probe's
         tasks, instead of in a broadcast stage of its own; return whether it did.
 
-        Taken when the build side is a sub-plan of file scans only (Parquet, CSV, NDJSON,
-        IPC; with filters, projections and joins of them, no stage input), its scans read
+        Taken when the build side is a sub-plan of file scans only (Parquet, or CSV, NDJSON
+        and IPC files the tasks read; with filters, projections and joins of them, no union,
+        no stage input), its scans read
         at most ``broadcast_inline_bytes`` (footer estimates) and all the probe's copies of
         it at most ``target_partition_bytes``. Each task then reads the build side's scans
         whole (as the small-query path does) beside its own partition and computes what the
