@@ -36,7 +36,15 @@ from shoal_polars.engine import to_ir
 from .test_memory import _write
 
 #: No small-query path (these tables are tiny), 3 partitions per shuffle.
-CFG = {"small_query_bytes": 0, "shuffle_partitions": 3, "target_partition_bytes": 2048}
+#: (``broadcast_inline_bytes=0``: every build side a broadcast stage of its own, the chains
+#: of stages that early start is for; small dimension tables are read by the probe's tasks
+#: otherwise.)
+CFG = {
+    "small_query_bytes": 0,
+    "shuffle_partitions": 3,
+    "target_partition_bytes": 2048,
+    "broadcast_inline_bytes": 0,
+}
 
 
 class _Future:

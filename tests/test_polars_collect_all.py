@@ -99,7 +99,9 @@ def test_a_shared_filtered_scan_runs_once(files: dict[str, str]) -> None:
     report = _report()
     scans = _scan_stages(report, files["a"])
     assert len(scans) == 1, report.physical.explain()
-    assert report.physical.stage(scans[0]).num_tasks == 3
+    # Several partitions (three row groups over a tiny target: at least one each; the
+    # split rounds to a multiple of the CPUs).
+    assert report.physical.stage(scans[0]).num_tasks >= 3
     assert _rows_scanned(report, scans) == ROWS  # every row group read once, not per query
     results = report.physical.results
     assert len(results) == 3 and len(set(results)) == 3
