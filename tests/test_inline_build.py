@@ -156,6 +156,24 @@ def test_answers_as_native_and_inlines(data: Path, name: str) -> None:
     assert rep_off is not None and len(rep_off.physical.stages) > stages
 
 
+def test_a_hash_join_stage_is_not_given_scans(data: Path) -> None:
+    """A small dimension joined to a hash join's output stays a broadcast: the hash-join
+    stage scans nothing, so adaptive execution may still switch its join to a broadcast
+    join when a side turns out small, and coalesce its buckets (an inlined build made it a
+    scanning stage: TPC-H Q5 at scale 10 shuffled all of lineitem)."""
+    fact, dim, sub = _scans(data)
+    other = fact.select(pl.col("j").alias("j2"), pl.col("k").alias("k2"), "s")
+    lf = fact.join(other, left_on="k", right_on="k2").join(sub, on="j", how="left")
+    engine = _engine(broadcast_join_threshold_bytes=4096, adaptive=False)
+    _check(lf.collect(engine=engine), lf.collect(), False)
+    rep = last_query()
+    assert rep is not None
+    joins = [s for s in rep.physical.stages if s.name.startswith("hash-join")]
+    assert joins and all(s.scan_partitions is None for s in joins), [
+        s.name for s in rep.physical.stages
+    ]
+
+
 def test_csv_build_side(data: Path) -> None:
     fact = pl.scan_parquet(data / "fact" / "*.parquet")
     dim = pl.scan_csv(data / "csv" / "dim.csv")

@@ -647,7 +647,8 @@ class _Builder:
         broadcast stage's one output would hold: the same rows in the same order (a
         broadcast is read whole, in partition order, which is the scans' order). It saves
         the stage, its task and the wait between the two stages. Not for in-memory tables
-        (every task would carry a copy) nor for a scan the probe side also reads."""
+        (every task would carry a copy), nor for a scan the probe side also reads, nor for a
+        probe side that scans nothing."""
         limit = self.config.broadcast_inline_bytes
         if not limit or build.inputs or build.scan_partitions is None:
             return False
@@ -659,7 +660,10 @@ class _Builder:
         ):
             return False
         probe_scans = scans_of(probe.node)
-        if {id(s) for s in build_scans} & {id(s) for s in probe_scans}:
+        if not probe_scans or {id(s) for s in build_scans} & {id(s) for s in probe_scans}:
+            # A probe side that reads stages only (a hash join's buckets, a gather) stays
+            # without scans: adaptive execution coalesces such a stage's buckets and
+            # switches its hash join to a broadcast join only where the stage scans nothing.
             return False
         read = sum(self.split(s).est_bytes for s in build_scans)
         if read > limit or read * probe.num_tasks > self.config.target_partition_bytes:
