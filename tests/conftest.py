@@ -110,3 +110,21 @@ def own_ray_processes(
         for pid, args in titles.items()
         if args.startswith(stage_prefix) and pid != me and ours(pid)
     ]
+
+
+def task_plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The Polars plans the tasks collect from now on (as optimised), in order: the
+    kernel's ``collect`` is wrapped for the rest of the test."""
+    import polars as pl
+
+    import shoal.execution.kernel as kernel
+
+    plans: list[str] = []
+    real = kernel.collect
+
+    def spy(lf: pl.LazyFrame) -> pl.DataFrame:
+        plans.append(lf.explain(optimizations=kernel.collect_optimizations()))
+        return real(lf)
+
+    monkeypatch.setattr(kernel, "collect", spy)
+    return plans

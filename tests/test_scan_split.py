@@ -34,6 +34,8 @@ from shoal.planner.partitioning import (
 from shoal.planner.physical import ScanPartition, plan_physical
 from shoal_polars.engine import to_ir
 
+from .conftest import task_plans
+
 #: Rows per file and per row group: 7 row groups a file, the last one smaller (as TPC-H's
 #: lineitem files are), so that equal shares of bytes are not whole row groups.
 FILE_ROWS = 80_000
@@ -220,21 +222,6 @@ def test_rows_in_order_as_native(with_empty: list[Path], query: str, kw: dict[st
     assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
 
 
-def _task_plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The Polars plans the tasks collect from now on (as optimised)."""
-    import shoal.execution.kernel as kernel
-
-    plans: list[str] = []
-    real = kernel.collect
-
-    def spy(lf: pl.LazyFrame) -> pl.DataFrame:
-        plans.append(lf.explain(optimizations=kernel.collect_optimizations()))
-        return real(lf)
-
-    monkeypatch.setattr(kernel, "collect", spy)
-    return plans
-
-
 def _check_reads(plans: list[str]) -> int:
     """Each task's plan (one per partition of the last query's scan stage) reads each
     file of its partition once (one Parquet scan, or one scan of several whole files where
@@ -266,7 +253,7 @@ def test_whole_files_read_without_slices_under_the_predicate(
     """Tasks read their whole files without a slice, the filter pushed into the reader
     (8 files of 7 row groups: at most 4 partitions per CPU before a file must be cut);
     native Polars' rows."""
-    plans = _task_plans(monkeypatch)
+    plans = task_plans(monkeypatch)
     lf = pl.scan_parquet(eight).filter(pl.col("x") > 500, pl.col("s") != "1")
     engine = shoal.DistEngine(runner="local", raise_on_fail=True, small_query_bytes=0)
     got = lf.collect(engine=engine)
@@ -296,7 +283,7 @@ def test_a_file_cut_between_partitions_is_one_slice_in_each(
         [False] * 5,
         [False] * 5,
     ]
-    plans = _task_plans(monkeypatch)
+    plans = task_plans(monkeypatch)
     engine = shoal.DistEngine(
         runner="local", raise_on_fail=True, small_query_bytes=0, target_partition_bytes=5_000_000
     )

@@ -20,6 +20,8 @@ import shoal
 from shoal.runners.session import last_query
 from shoal_polars import DistEngine
 
+from .conftest import task_plans
+
 #: Above every input here: the one-task plan.
 ON = shoal.Config(runner="local", small_query_bytes=1 << 40)
 #: Distributed plans: the path off, in-memory frames in 1, 3 or 5 partitions.
@@ -232,16 +234,7 @@ def test_the_one_task_reads_parquet_files_whole_under_the_predicate(
     materialisation); the row slices of the distributed plan's partitions kept every read
     below the predicate. The answer stays native Polars' (row groups the footers ruled out
     hold no row that passes the predicate)."""
-    import shoal.execution.kernel as kernel
-
-    plans: list[str] = []
-    real = kernel.collect
-
-    def spy(lf: pl.LazyFrame) -> pl.DataFrame:
-        plans.append(lf.explain(optimizations=kernel.collect_optimizations()))
-        return real(lf)
-
-    monkeypatch.setattr(kernel, "collect", spy)
+    plans = task_plans(monkeypatch)
     lf = pl.scan_parquet(sorted(files.glob("p*.parquet"))).filter(pl.col("x") > 4)
     got = lf.collect(engine=DistEngine(config=ON, raise_on_fail=True))
     assert_frame_equal(got, lf.collect(engine="in-memory"), check_exact=True)
