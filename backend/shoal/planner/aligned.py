@@ -1,0 +1,230 @@
+"""Aligned joins: two Parquet sides stored in the order of the join key, joined partition
+by partition without an exchange (called by :meth:`shoal.planner.planner._Builder.join`).
+
+Data written in the order of a key (TPC-H's ``lineitem`` and ``orders`` by the order key,
+an event log by its id) is cut by the scan split into partitions that each hold a range
+of the key, and every Parquet row group stores the min and max of the key. When both sides
+of an equi-join are such scans, the rows of the other side that can match one partition of
+the kept side are in the row groups whose ``[min, max]`` overlaps that partition's range:
+each task of the kept side reads those row groups of the other side beside its own
+partition and joins them, with no broadcast stage and no hash exchange of either side (in
+Spark's words a storage-partitioned join; here derived from the footers, not declared).
+
+Exact for any data, sorted or not: a row of the kept side is in exactly one task, and
+every row of the other side whose key equals its key (same value, so inside the range of
+its partition) is in that task. A row group of the other side overlapping two ranges is
+read by both tasks; its rows then meet two disjoint sets of kept rows, so no pair is
+joined twice. Hence the kept side is the side whose rows the join preserves: either side
+of an inner join (the larger one keeps its partitions), the left side of a left, semi or
+anti join, the right side of a right join. Null keys never match (a join with
+``nulls_equal`` is not aligned): a kept row with a null key stays in its task (a left or
+anti join keeps it there), and the other side's row groups holding only nulls are read by
+no task.
+
+Taken only when it pays, judged from the footers alone: the other side's row groups read
+by all tasks together at most :data:`ALIGNED_OVERLAP` times those it reads once (unsorted
+keys overlap every range and would make it a broadcast), and only where both keys are
+plain columns of a signed integer or date type (:func:`shoal.planner.ranges.key_ranges`)
+traced unchanged to a Parquet scan, the other side is that scan with row-local filters,
+projections and joins with scans read whole (what :meth:`_Builder._inline_build`
+computes inside a task), and the ``aligned_joins`` setting is on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from shoal.ir.expr import Col
+from shoal.ir.nodes import Aggregate, Filter, Join, ParquetSource, PlanNode, Project, Scan
+from shoal.planner.context import OpenFragment
+from shoal.planner.physical import ScanPartition, ScanSet, scans_of
+from shoal.planner.ranges import aligned_partitions, key_ranges
+
+#: The other side's row groups may be read by the kept side's tasks at most this many
+#: times their own bytes in all (row groups on the boundary of two ranges are read twice).
+ALIGNED_OVERLAP = 1.5
+
+
+def task_scans(op: OpenFragment, scans: list[Scan]) -> list[dict[int, tuple[Any, bool]]] | None:
+    """For each task of ``op`` (whose fragment reads ``scans``, :func:`scans_of` order):
+    its partition of each scan by the scan node's id, and whether that partition is one
+    of several (True) or the whole scan (False). None when ``op``'s partitions do not
+    say it plainly (a fragment with several scans but no :class:`ScanSet`)."""
+    if op.scan_partitions is None:
+        return [{} for _ in range(op.num_tasks)] if not scans else None
+    out: list[dict[int, tuple[Any, bool]]] = []
+    for entry in op.scan_partitions:
+        if isinstance(entry, ScanSet):
+            if len(entry.parts) != len(scans):
+                return None
+            out.append(
+                {
+                    id(s): (p, not entry.is_whole(i))
+                    for i, (s, p) in enumerate(zip(scans, entry.parts, strict=True))
+                }
+            )
+        elif len(scans) == 1:
+            out.append({id(scans[0]): (entry, True)})
+        else:
+            return None
+    return out
+
+
+def origin(node: PlanNode, column: str) -> tuple[Scan, str] | None:
+    """The scan and scan column whose values column ``column`` of ``node``'s output holds
+    unchanged (or a subset of them): through filters, projections that pass or rename a
+    column, aggregations grouping by it, and the side of a join that gives the column
+    (left columns keep their names; a right column its own name or, on a clash, the name
+    with the join's suffix; not through a right or full join, whose key columns mix the
+    sides). None otherwise."""
+    while True:
+        if isinstance(node, Scan):
+            return (node, column) if column in node.schema.names else None
+        if isinstance(node, Filter):
+            node = node.input
+        elif isinstance(node, Project | Aggregate):
+            named = node.exprs if isinstance(node, Project) else node.keys
+            src = next((e.expr for e in named if e.name == column), None)
+            if not isinstance(src, Col):
+                return None
+            node, column = node.input, src.name
+        elif isinstance(node, Join):
+            if node.how in ("right", "full"):
+                return None
+            if column in node.left.schema.names:
+                node = node.left
+            elif node.how in ("semi", "anti"):
+                return None
+            elif column in node.right.schema.names:
+                node = node.right
+            elif column.endswith(node.suffix) and column[: -len(node.suffix)] in (
+                node.right.schema.names
+            ):
+                node, column = node.right, column[: -len(node.suffix)]
+            else:
+                return None
+        else:
+            return None
+
+
+def _row_local(node: PlanNode, scan: Scan) -> bool:
+    """Whether each output row of ``node`` comes from one row of ``scan`` (and the rest
+    of ``node``, read whole), computed from that row alone: a partition of ``scan`` then
+    gives exactly the output rows of its own rows."""
+    if node is scan:
+        return True
+    if isinstance(node, Filter):
+        return node.predicate.is_row_local() and _row_local(node.input, scan)
+    if isinstance(node, Project):
+        return all(e.expr.is_row_local() for e in node.exprs) and _row_local(node.input, scan)
+    if isinstance(node, Join):
+        in_left = any(n is scan for n in node.left.walk())
+        if in_left and node.how in ("inner", "left", "semi", "anti", "cross"):
+            return _row_local(node.left, scan)
+        if not in_left and node.how in ("inner", "right", "cross"):
+            return _row_local(node.right, scan)
+    return False
+
+
+def aligned_join(
+    node: Join, left: OpenFragment, right: OpenFragment, split: Any
+) -> OpenFragment | None:
+    """``node`` planned as an aligned join of ``left`` and ``right`` (see the module
+    docstring): the kept side's fragment, now joining the other side computed in each of
+    its tasks from the row groups that can match; or None when the join is not aligned.
+    ``split(scan)`` gives a scan's :class:`~shoal.planner.partitioning.ScanSplit`."""
+    if node.nulls_equal or node.maintain_order != "none" or not node.left_on:
+        return None
+    if node.how == "inner":
+        sides = [(left, right, True), (right, left, False)]
+        sides.sort(key=lambda s: -s[0].est_bytes)
+    elif node.how in ("left", "semi", "anti"):
+        sides = [(left, right, True)]
+    elif node.how == "right":
+        sides = [(right, left, False)]
+    else:
+        return None
+    for kept, other, kept_left in sides:
+        got = _align(node, kept, other, kept_left, split)
+        if got is not None:
+            return got
+    return None
+
+
+def _align(
+    node: Join, kept: OpenFragment, other: OpenFragment, kept_left: bool, split: Any
+) -> OpenFragment | None:
+    if kept.num_tasks < 2 or other.inputs or other.scan_partitions is None:
+        return None
+    if not all(isinstance(n, Scan | Filter | Project | Join) for n in other.node.walk()):
+        return None
+    kept_scans, other_scans = scans_of(kept.node), scans_of(other.node)
+    if {id(s) for s in kept_scans} & {id(s) for s in other_scans}:
+        return None  # one scan on both sides: a task reads one partition of it
+    own = task_scans(kept, kept_scans)
+    theirs = task_scans(other, other_scans)
+    if own is None or not theirs:
+        return None
+    kept_keys = node.left_on if kept_left else node.right_on
+    other_keys = node.right_on if kept_left else node.left_on
+    for kk, ok in zip(kept_keys, other_keys, strict=True):
+        if not isinstance(kk, Col) or not isinstance(ok, Col):
+            continue
+        k_origin = origin(kept.node, kk.name)
+        o_origin = origin(other.node, ok.name)
+        if k_origin is None or o_origin is None:
+            continue
+        kscan, kcol = k_origin
+        oscan, ocol = o_origin
+        if not isinstance(oscan.source, ParquetSource) or not _row_local(other.node, oscan):
+            continue
+        mine = [t.get(id(kscan)) for t in own]
+        if not all(m is not None and m[1] and isinstance(m[0], ScanPartition) for m in mine):
+            continue
+        # The other side's other scans must be read whole by its tasks (inline builds).
+        if any(theirs[0][id(s)][1] for s in other_scans if s is not oscan):
+            continue
+        ranges = key_ranges(kscan, [m[0] for m in mine if m is not None], kcol)
+        if ranges is None:
+            continue
+        cut = aligned_partitions(oscan, ocol, ranges)
+        if cut is None:
+            continue
+        parts, read, total = cut
+        if read > ALIGNED_OVERLAP * max(total, 1):
+            continue
+        joined = replace(
+            node,
+            left=kept.node if kept_left else other.node,
+            right=other.node if kept_left else kept.node,
+        )
+        entries = []
+        for t, task in enumerate(own):
+            by_scan = {**task, id(oscan): (parts[t], True)}
+            for s in other_scans:
+                if s is not oscan:
+                    by_scan[id(s)] = theirs[0][id(s)]
+            order = scans_of(joined)
+            entries.append(
+                ScanSet(
+                    tuple(by_scan[id(s)][0] for s in order),
+                    tuple(by_scan[id(s)][1] for s in order),
+                )
+            )
+        hashed = kept.hashed
+        kept.scan_partitions = tuple(entries)
+        kept.est_bytes += other.est_bytes
+        kept.name = f"{kept.name}+aligned-join"
+        kept.wrap(joined)
+        if node.how == "inner" and (kk.name,) in hashed:
+            # Both keys hold the same values: partitioned on one, on the other too. (A
+            # right key column keeps its name unless a left column has it.)
+            lk, rk = (kk, ok) if kept_left else (ok, kk)
+            names = [lk.name]
+            if rk.name not in node.left.schema.names:
+                names.append(rk.name)
+            extra = [(c,) for c in names if c in node.schema.names]
+            kept.hashed = tuple(dict.fromkeys([*kept.hashed, *extra]))
+        return kept
+    return None
