@@ -90,18 +90,17 @@ def origin(node: PlanNode, column: str) -> tuple[Scan, str] | None:
                 return None
             node, column = node.input, src.name
         elif isinstance(node, Join):
-            if node.how in ("right", "full"):
+            j = node
+            if j.how in ("right", "full"):
                 return None
-            if column in node.left.schema.names:
-                node = node.left
-            elif node.how in ("semi", "anti"):
+            if column in j.left.schema.names:
+                node = j.left
+            elif j.how in ("semi", "anti"):
                 return None
-            elif column in node.right.schema.names:
-                node = node.right
-            elif column.endswith(node.suffix) and column[: -len(node.suffix)] in (
-                node.right.schema.names
-            ):
-                node, column = node.right, column[: -len(node.suffix)]
+            elif column in j.right.schema.names:
+                node = j.right
+            elif column.endswith(j.suffix) and column[: -len(j.suffix)] in j.right.schema.names:
+                node, column = j.right, column[: -len(j.suffix)]
             else:
                 return None
         else:
