@@ -23,11 +23,14 @@ no task.
 
 Taken only when it pays, judged from the footers alone: the other side's row groups read
 by all tasks together at most :data:`ALIGNED_OVERLAP` times those it reads once (unsorted
-keys overlap every range and would make it a broadcast), and only where both keys are
+keys overlap every range and would make it a broadcast), by two tasks or more and at most
+:data:`ALIGNED_SHARE` of them by one, and only where both keys are
 plain columns of a signed integer or date type (:func:`shoal.planner.ranges.key_ranges`)
 traced unchanged to a Parquet scan, the other side is that scan with row-local filters,
 projections and joins with scans read whole (what :meth:`_Builder._inline_build`
-computes inside a task), and the ``aligned_joins`` setting is on.
+computes inside a task) or broadcasts (which the kept side's tasks then read), each task
+reads at most ``target_partition_bytes`` of the other side, and the ``aligned_joins``
+setting is on.
 """
 
 from __future__ import annotations
@@ -36,7 +39,16 @@ from dataclasses import replace
 from typing import Any
 
 from shoal.ir.expr import Col
-from shoal.ir.nodes import Aggregate, Filter, Join, ParquetSource, PlanNode, Project, Scan
+from shoal.ir.nodes import (
+    Aggregate,
+    Filter,
+    Join,
+    ParquetSource,
+    PlanNode,
+    Project,
+    Scan,
+    StageInput,
+)
 from shoal.planner.context import OpenFragment
 from shoal.planner.physical import ScanPartition, ScanSet, scans_of
 from shoal.planner.ranges import aligned_partitions, key_ranges
@@ -44,6 +56,8 @@ from shoal.planner.ranges import aligned_partitions, key_ranges
 #: The other side's row groups may be read by the kept side's tasks at most this many
 #: times their own bytes in all (row groups on the boundary of two ranges are read twice).
 ALIGNED_OVERLAP = 1.5
+#: And no task may read more than this share of them (the tasks share the work).
+ALIGNED_SHARE = 0.75
 
 
 def task_scans(op: OpenFragment, scans: list[Scan]) -> list[dict[int, tuple[Any, bool]]] | None:
@@ -107,6 +121,17 @@ def origin(node: PlanNode, column: str) -> tuple[Scan, str] | None:
             return None
 
 
+def _shift_inputs(node: PlanNode, by: int) -> PlanNode:
+    """``node`` with the index of every :class:`StageInput` leaf raised by ``by`` (its
+    inputs follow another fragment's ``by`` inputs); scans stay the same objects."""
+    if isinstance(node, StageInput):
+        return replace(node, index=node.index + by) if by else node
+    kids = node.children()
+    if not by or not kids:
+        return node
+    return node.with_children(tuple(_shift_inputs(k, by) for k in kids))
+
+
 def _row_local(node: PlanNode, scan: Scan) -> bool:
     """Whether each output row of ``node`` comes from one row of ``scan`` (and the rest
     of ``node``, read whole), computed from that row alone: a partition of ``scan`` then
@@ -127,17 +152,19 @@ def _row_local(node: PlanNode, scan: Scan) -> bool:
 
 
 def aligned_join(
-    node: Join, left: OpenFragment, right: OpenFragment, split: Any
+    node: Join, left: OpenFragment, right: OpenFragment, target_bytes: int
 ) -> OpenFragment | None:
     """``node`` planned as an aligned join of ``left`` and ``right`` (see the module
     docstring): the kept side's fragment, now joining the other side computed in each of
     its tasks from the row groups that can match; or None when the join is not aligned.
-    ``split(scan)`` gives a scan's :class:`~shoal.planner.partitioning.ScanSplit`."""
+    ``target_bytes`` (the ``target_partition_bytes`` setting) bounds what one task reads
+    of the other side (footer estimates)."""
     if node.nulls_equal or node.maintain_order != "none" or not node.left_on:
         return None
     if node.how == "inner":
+        # The side of more partitions keeps them (the larger on a tie).
         sides = [(left, right, True), (right, left, False)]
-        sides.sort(key=lambda s: -s[0].est_bytes)
+        sides.sort(key=lambda s: (-s[0].num_tasks, -s[0].est_bytes))
     elif node.how in ("left", "semi", "anti"):
         sides = [(left, right, True)]
     elif node.how == "right":
@@ -145,18 +172,22 @@ def aligned_join(
     else:
         return None
     for kept, other, kept_left in sides:
-        got = _align(node, kept, other, kept_left, split)
+        got = _align(node, kept, other, kept_left, target_bytes)
         if got is not None:
             return got
     return None
 
 
 def _align(
-    node: Join, kept: OpenFragment, other: OpenFragment, kept_left: bool, split: Any
+    node: Join, kept: OpenFragment, other: OpenFragment, kept_left: bool, target_bytes: int
 ) -> OpenFragment | None:
-    if kept.num_tasks < 2 or other.inputs or other.scan_partitions is None:
+    if kept.num_tasks < 2 or other.scan_partitions is None:
         return None
-    if not all(isinstance(n, Scan | Filter | Project | Join) for n in other.node.walk()):
+    if any(spec.mode != "all" for spec in other.inputs):
+        return None  # the other side may read broadcasts (whole in every task), no more
+    if not all(
+        isinstance(n, Scan | Filter | Project | Join | StageInput) for n in other.node.walk()
+    ):
         return None
     kept_scans, other_scans = scans_of(kept.node), scans_of(other.node)
     if {id(s) for s in kept_scans} & {id(s) for s in other_scans}:
@@ -191,12 +222,19 @@ def _align(
         if cut is None:
             continue
         parts, read, total = cut
-        if read > ALIGNED_OVERLAP * max(total, 1):
+        if (
+            sum(read) > ALIGNED_OVERLAP * max(total, 1)
+            or max(read) > target_bytes
+            # Spread over the tasks: not all of it in one (a broadcast to one task).
+            or sum(1 for r in read if r) < 2
+            or max(read) > ALIGNED_SHARE * total
+        ):
             continue
+        theirs_node = _shift_inputs(other.node, len(kept.inputs))
         joined = replace(
             node,
-            left=kept.node if kept_left else other.node,
-            right=other.node if kept_left else kept.node,
+            left=kept.node if kept_left else theirs_node,
+            right=theirs_node if kept_left else kept.node,
         )
         entries = []
         for t, task in enumerate(own):
@@ -212,6 +250,7 @@ def _align(
                 )
             )
         hashed = kept.hashed
+        kept.inputs.extend(other.inputs)
         kept.scan_partitions = tuple(entries)
         kept.est_bytes += other.est_bytes
         kept.name = f"{kept.name}+aligned-join"

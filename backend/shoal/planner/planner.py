@@ -488,7 +488,7 @@ class _Builder:
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
         if self.config.aligned_joins:
-            aligned = aligned_join(node, left, right, self.split)
+            aligned = aligned_join(node, left, right, self.config.target_partition_bytes)
             if aligned is not None:
                 return aligned
         if (

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from shoal import storage
 from shoal.ir.nodes import ParquetSource, Scan
-from shoal.planner.partitioning import ColumnStats, FileDigest, _row_groups, file_digest
+from shoal.planner.partitioning import ColumnStats, FileDigest, file_digest, row_groups_read
 from shoal.planner.physical import ParquetPiece, ScanInput, ScanPartition
 
 
@@ -182,21 +182,20 @@ def key_ranges(
 
 def aligned_partitions(
     scan: Scan, column: str, ranges: Sequence[tuple[int, int] | None]
-) -> tuple[tuple[ScanPartition, ...], int, int] | None:
+) -> tuple[tuple[ScanPartition, ...], list[int], int] | None:
     """Partitions of Parquet scan ``scan`` cut to ``ranges``: for each range, the row
     groups the scan reads (those its predicate may keep) whose footer statistics of
     ``column`` say they may hold a non-null value in it (none for a range of None), so
     that every row whose ``column`` is in the range is in its partition. A row group
     overlapping several ranges is in each of their partitions. Returns the partitions,
-    the estimated bytes they read in all, and the bytes of all the row groups the scan
-    reads; None when ``column`` is not eligible (:func:`_eligible`) or a row group lacks
+    the estimated bytes each reads, and the bytes of all the row groups the scan reads; None when ``column`` is not eligible (:func:`_eligible`) or a row group lacks
     exact statistics. Pieces of one file that follow each other are one piece; a file
     whose read row groups are all in one partition is marked
     :attr:`~shoal.planner.physical.ParquetPiece.whole_file` (unless the scan lists it
     twice)."""
     if not isinstance(scan.source, ParquetSource) or not _eligible(scan, column):
         return None
-    groups, _, _ = _row_groups(scan)
+    groups, _, _ = row_groups_read(scan)
     files = _files(scan)
     repeated = {p for p in scan.source.paths if scan.source.paths.count(p) > 1}
     bounds: list[tuple[int, int] | None] = []  # per group: its range, None if all null
@@ -217,7 +216,7 @@ def aligned_partitions(
     total = sum(g[3] for g in groups)
     read_groups = Counter(g[0] for g in groups if g[2])
     parts: list[ScanPartition] = []
-    read = 0
+    read: list[int] = []
     for want in ranges:
         chosen = []
         if want is not None:
@@ -226,7 +225,7 @@ def aligned_partitions(
                 for g, b in zip(groups, bounds, strict=True)
                 if b is not None and b[0] <= want[1] and want[0] <= b[1]
             ]
-        read += sum(g[3] for g in chosen)
+        read.append(sum(g[3] for g in chosen))
         mine = Counter(g[0] for g in chosen)
         pieces: list[ParquetPiece] = []
         for path, offset, rows, _, nulls in chosen:
