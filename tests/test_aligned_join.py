@@ -130,6 +130,20 @@ def _queries(root: Path) -> dict[str, pl.LazyFrame]:
             pl.lit(1).alias("one"), pl.lit("a").alias("two"), pl.col("n")
         ),
         "dates": _scan(root, "dates_l").join(_scan(root, "dates_o"), on="day"),
+        # The other side aggregated by the key (groups are whole in each range).
+        "semi-agg": orders.join(
+            lines.group_by("lk")
+            .agg(pl.col("q").sum().alias("tq"), pl.col("x").max())
+            .filter(pl.col("tq") > 40),
+            left_on="ok",
+            right_on="lk",
+            how="semi",
+        ),
+        "inner-agg": orders.join(
+            lines.group_by("lk").agg(pl.col("q").sum().alias("tq"), pl.len()),
+            left_on="ok",
+            right_on="lk",
+        ),
     }
 
 
@@ -156,6 +170,8 @@ ALIGNED = [
     "zero-columns",
     "literals",
     "dates",
+    "semi-agg",
+    "inner-agg",
 ]
 
 
@@ -233,3 +249,40 @@ def test_aligned_join_on_ray(data: Path, ray_runner: None) -> None:
     got = q.collect(engine=_engine("ray"))
     assert _aligned_stages()
     _check(got, q.collect())
+
+
+def test_the_other_side_may_read_a_broadcast(data: Path) -> None:
+    """A dimension too big to compute inside each task is broadcast to the orders side;
+    the aligned join's tasks read that broadcast too."""
+    orders, lines, dim = _scan(data, "orders"), _scan(data, "lines"), _scan(data, "dim")
+    q = lines.join(
+        orders.join(dim.filter(pl.col("seg") != "s0"), on="cust"), left_on="lk", right_on="ok"
+    )
+    got = q.collect(engine=_engine(broadcast_inline_bytes=0))
+    rep = last_query()
+    assert rep is not None
+    (stage,) = [s for s in rep.physical.stages if "aligned-join" in s.name]
+    assert any(spec.mode == "all" for spec in stage.inputs)
+    _check(got, q.collect())
+
+
+@pytest.mark.parametrize("how", ["semi", "anti", "left"])
+def test_a_preserved_side_of_few_partitions_is_cut_finer(data: Path, how: str) -> None:
+    """The orders (few partitions) must keep their rows where they are, but each of their
+    tasks may read at most a partition's bytes of the lines: the orders scan is cut into
+    more partitions for the join."""
+    orders, lines = _scan(data, "orders"), _scan(data, "lines")
+    small = orders.select("ok", "prio")
+    q = small.join(lines.select("lk", "n"), left_on="ok", right_on="lk", how=how)  # type: ignore[arg-type]
+    target = 24 * 1024
+    plain = q.collect(engine=_engine(target_partition_bytes=target, aligned_joins=False))
+    scans = last_query()
+    assert scans is not None
+    orders_tasks = min(s.num_tasks for s in scans.physical.stages if s.scan_partitions)
+    got = q.collect(engine=_engine(target_partition_bytes=target))
+    rep = last_query()
+    assert rep is not None
+    (stage,) = [s for s in rep.physical.stages if "aligned-join" in s.name]
+    assert stage.num_tasks > orders_tasks
+    _check(got, q.collect())
+    _check(plain, got)

@@ -35,6 +35,8 @@ setting is on.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -50,14 +52,21 @@ from shoal.ir.nodes import (
     StageInput,
 )
 from shoal.planner.context import OpenFragment
-from shoal.planner.physical import ScanPartition, ScanSet, scans_of
-from shoal.planner.ranges import aligned_partitions, key_ranges
+from shoal.planner.physical import ScanInput, ScanPartition, ScanSet, scans_of
+from shoal.planner.ranges import aligned_partitions, disjoint_columns, key_ranges
 
 #: The other side's row groups may be read by the kept side's tasks at most this many
 #: times their own bytes in all (row groups on the boundary of two ranges are read twice).
 ALIGNED_OVERLAP = 1.5
 #: And no task may read more than this share of them (the tasks share the work).
 ALIGNED_SHARE = 0.75
+#: A kept side cut finer gets this many times the partitions its share of the other side
+#: needs at ``target_partition_bytes`` each (the row groups on range boundaries are read
+#: twice).
+ALIGNED_RESPLIT_MARGIN = 1.25
+
+#: ``resplit(scan, n)``: the scan cut into about ``n`` partitions.
+Resplit = Callable[[Scan, int], tuple[ScanInput, ...]]
 
 
 def task_scans(op: OpenFragment, scans: list[Scan]) -> list[dict[int, tuple[Any, bool]]] | None:
@@ -132,33 +141,66 @@ def _shift_inputs(node: PlanNode, by: int) -> PlanNode:
     return node.with_children(tuple(_shift_inputs(k, by) for k in kids))
 
 
-def _row_local(node: PlanNode, scan: Scan) -> bool:
-    """Whether each output row of ``node`` comes from one row of ``scan`` (and the rest
-    of ``node``, read whole), computed from that row alone: a partition of ``scan`` then
-    gives exactly the output rows of its own rows."""
-    if node is scan:
-        return True
-    if isinstance(node, Filter):
-        return node.predicate.is_row_local() and _row_local(node.input, scan)
-    if isinstance(node, Project):
-        return all(e.expr.is_row_local() for e in node.exprs) and _row_local(node.input, scan)
-    if isinstance(node, Join):
-        in_left = any(n is scan for n in node.left.walk())
-        if in_left and node.how in ("inner", "left", "semi", "anti", "cross"):
-            return _row_local(node.left, scan)
-        if not in_left and node.how in ("inner", "right", "cross"):
-            return _row_local(node.right, scan)
-    return False
+def _exact_per_range(node: PlanNode, scan: Scan, column: str, by_key: bool) -> bool:
+    """Whether ``node``, computed from the rows of ``scan`` whose ``column`` (of
+    ``node``'s output) holds any value of a key range, and the rest of ``node`` read whole,
+    gives exactly the output rows of ``node`` over all of ``scan`` whose ``column`` is in
+    that range. True through row-local filters and projections, the side of a join that
+    holds ``scan`` (where the join keeps that side's rows: inner, left, semi, anti, cross
+    from the left; inner, right, cross from the right), and, with ``by_key``, an
+    aggregation grouping by ``column`` (a group's rows all have its key, so all of them
+    are in the range's row groups)."""
+    while node is not scan:
+        if isinstance(node, Filter):
+            if not node.predicate.is_row_local():
+                return False
+            node = node.input
+        elif isinstance(node, Project | Aggregate):
+            if isinstance(node, Aggregate) and not by_key:
+                return False
+            named = node.exprs if isinstance(node, Project) else node.keys
+            if isinstance(node, Project) and not all(e.expr.is_row_local() for e in named):
+                return False
+            src = next((e.expr for e in named if e.name == column), None)
+            if not isinstance(src, Col):
+                return False
+            node, column = node.input, src.name
+        elif isinstance(node, Join):
+            j = node
+            got = origin(j, column)
+            if got is None or got[0] is not scan:
+                return False
+            if any(n is scan for n in j.left.walk()):
+                if j.how not in ("inner", "left", "semi", "anti", "cross"):
+                    return False
+                node = j.left
+                if column not in j.left.schema.names:
+                    return False
+            else:
+                if j.how not in ("inner", "right", "cross"):
+                    return False
+                node = j.right
+                if column not in j.right.schema.names:
+                    column = column[: -len(j.suffix)]
+        else:
+            return False
+    return True
 
 
 def aligned_join(
-    node: Join, left: OpenFragment, right: OpenFragment, target_bytes: int
+    node: Join,
+    left: OpenFragment,
+    right: OpenFragment,
+    target_bytes: int,
+    resplit: Resplit | None = None,
 ) -> OpenFragment | None:
     """``node`` planned as an aligned join of ``left`` and ``right`` (see the module
     docstring): the kept side's fragment, now joining the other side computed in each of
     its tasks from the row groups that can match; or None when the join is not aligned.
     ``target_bytes`` (the ``target_partition_bytes`` setting) bounds what one task reads
-    of the other side (footer estimates)."""
+    of the other side (footer estimates): where the kept side has too few partitions for
+    that (a small preserved side against a large other side), ``resplit(scan, n)`` cuts
+    its scan into ``n`` partitions, when its fragment allows it (:func:`_resplittable`)."""
     if node.nulls_equal or node.maintain_order != "none" or not node.left_on:
         return None
     if node.how == "inner":
@@ -172,21 +214,45 @@ def aligned_join(
     else:
         return None
     for kept, other, kept_left in sides:
-        got = _align(node, kept, other, kept_left, target_bytes)
+        got = _align(node, kept, other, kept_left, target_bytes, resplit)
         if got is not None:
             return got
     return None
 
 
+def _resplittable(
+    kept: OpenFragment,
+    scan: Scan,
+    column: str,
+    own: list[dict[int, tuple[Any, bool]]],
+    scans: list[Scan],
+) -> bool:
+    """Whether ``kept`` may run as any number of tasks over partitions of ``scan``: it
+    reads only broadcasts besides, its other scans whole, and computes each partition's
+    rows from that partition alone (no aggregation, whose in-place completion relied on
+    the old partitions' key ranges)."""
+    return (
+        all(spec.mode == "all" for spec in kept.inputs)
+        and not any(own[0][id(s)][1] for s in scans if s is not scan)
+        and _exact_per_range(kept.node, scan, column, by_key=False)
+    )
+
+
 def _align(
-    node: Join, kept: OpenFragment, other: OpenFragment, kept_left: bool, target_bytes: int
+    node: Join,
+    kept: OpenFragment,
+    other: OpenFragment,
+    kept_left: bool,
+    target_bytes: int,
+    resplit: Resplit | None,
 ) -> OpenFragment | None:
     if kept.num_tasks < 2 or other.scan_partitions is None:
         return None
     if any(spec.mode != "all" for spec in other.inputs):
         return None  # the other side may read broadcasts (whole in every task), no more
     if not all(
-        isinstance(n, Scan | Filter | Project | Join | StageInput) for n in other.node.walk()
+        isinstance(n, Scan | Filter | Project | Join | StageInput | Aggregate)
+        for n in other.node.walk()
     ):
         return None
     kept_scans, other_scans = scans_of(kept.node), scans_of(other.node)
@@ -199,6 +265,7 @@ def _align(
     kept_keys = node.left_on if kept_left else node.right_on
     other_keys = node.right_on if kept_left else node.left_on
     for kk, ok in zip(kept_keys, other_keys, strict=True):
+        tasks = own
         if not isinstance(kk, Col) or not isinstance(ok, Col):
             continue
         k_origin = origin(kept.node, kk.name)
@@ -207,9 +274,11 @@ def _align(
             continue
         kscan, kcol = k_origin
         oscan, ocol = o_origin
-        if not isinstance(oscan.source, ParquetSource) or not _row_local(other.node, oscan):
+        if not isinstance(oscan.source, ParquetSource) or not _exact_per_range(
+            other.node, oscan, ok.name, by_key=True
+        ):
             continue
-        mine = [t.get(id(kscan)) for t in own]
+        mine = [t.get(id(kscan)) for t in tasks]
         if not all(m is not None and m[1] and isinstance(m[0], ScanPartition) for m in mine):
             continue
         # The other side's other scans must be read whole by its tasks (inline builds).
@@ -222,6 +291,26 @@ def _align(
         if cut is None:
             continue
         parts, read, total = cut
+        resplit_parts = None
+        if (
+            max(read) > target_bytes
+            and resplit is not None
+            and _resplittable(kept, kscan, kk.name, tasks, kept_scans)
+        ):
+            # The kept side is cut finer, so that each task reads a partition's worth of
+            # the other side.
+            n = math.ceil(ALIGNED_RESPLIT_MARGIN * total / max(1, target_bytes))
+            finer = resplit(kscan, n) if n > len(tasks) else ()
+            if len(finer) > len(tasks) and all(isinstance(p, ScanPartition) for p in finer):
+                finer_parts = [p for p in finer if isinstance(p, ScanPartition)]
+                ranges = key_ranges(kscan, finer_parts, kcol)
+                cut = aligned_partitions(oscan, ocol, ranges) if ranges is not None else None
+                if cut is None:
+                    continue
+                parts, read, total = cut
+                whole = {id(s): tasks[0][id(s)] for s in kept_scans if s is not kscan}
+                tasks = [{**whole, id(kscan): (p, True)} for p in finer_parts]
+                resplit_parts = tuple(finer_parts)
         if (
             sum(read) > ALIGNED_OVERLAP * max(total, 1)
             or max(read) > target_bytes
@@ -237,7 +326,7 @@ def _align(
             right=theirs_node if kept_left else kept.node,
         )
         entries = []
-        for t, task in enumerate(own):
+        for t, task in enumerate(tasks):
             by_scan = {**task, id(oscan): (parts[t], True)}
             for s in other_scans:
                 if s is not oscan:
@@ -250,6 +339,11 @@ def _align(
                 )
             )
         hashed = kept.hashed
+        if resplit_parts is not None:
+            kept.num_tasks = len(resplit_parts)
+            # Partitioned anew: only what the new partitions' footers say holds.
+            disjoint = disjoint_columns(kscan, resplit_parts, [kcol])
+            hashed = kept.hashed = ((kk.name,),) if disjoint else ()
         kept.inputs.extend(other.inputs)
         kept.scan_partitions = tuple(entries)
         kept.est_bytes += other.est_bytes

@@ -158,6 +158,12 @@ class _Builder:
             )
         return got
 
+    def resplit(self, node: Scan, n: int) -> tuple[ScanInput, ...]:
+        """Scan ``node`` cut into about ``n`` partitions (finer than :meth:`split`, for
+        an aligned join's kept side; see :mod:`shoal.planner.aligned`)."""
+        est = self.split(node).est_bytes
+        return split_scan(node, max(1, est // max(1, n)), 0, n, self.cpus).partitions
+
     # -- the small-query path -----------------------------------------------------------
 
     def small_query(self, plan: PlanNode) -> bool:
@@ -488,7 +494,9 @@ class _Builder:
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
         if self.config.aligned_joins:
-            aligned = aligned_join(node, left, right, self.config.target_partition_bytes)
+            aligned = aligned_join(
+                node, left, right, self.config.target_partition_bytes, self.resplit
+            )
             if aligned is not None:
                 return aligned
         if (
