@@ -139,6 +139,13 @@ def _queries(root: Path) -> dict[str, pl.LazyFrame]:
             right_on="lk",
             how="semi",
         ),
+        # The lines read twice (Polars shares the scan): both uses cut by the same ranges.
+        "semi-then-join": orders.join(
+            lines.group_by("lk").agg(pl.col("q").sum().alias("tq")).filter(pl.col("tq") > 40),
+            left_on="ok",
+            right_on="lk",
+            how="semi",
+        ).join(lines, left_on="ok", right_on="lk"),
         "inner-agg": orders.join(
             lines.group_by("lk").agg(pl.col("q").sum().alias("tq"), pl.len()),
             left_on="ok",
@@ -171,6 +178,7 @@ ALIGNED = [
     "literals",
     "dates",
     "semi-agg",
+    "semi-then-join",
     "inner-agg",
 ]
 
@@ -286,3 +294,17 @@ def test_a_preserved_side_of_few_partitions_is_cut_finer(data: Path, how: str) -
     assert stage.num_tasks > orders_tasks
     _check(got, q.collect())
     _check(plain, got)
+
+
+def test_a_scan_both_sides_share_is_cut_once(data: Path) -> None:
+    """Orders semi-joined with the lines' totals, then joined with the lines: one stage
+    does both joins (each task reads its lines' row groups once, for both uses), no
+    exchange."""
+    q = _queries(data)["semi-then-join"]
+    got = q.collect(engine=_engine())
+    _check(got, q.collect())
+    rep = last_query()
+    assert rep is not None
+    names = [s.name for s in rep.physical.stages]
+    assert any(n.count("aligned-join") == 2 for n in names), names
+    assert not any("shuffle" in n or "broadcast" in n for n in names), names

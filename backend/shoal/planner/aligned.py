@@ -256,8 +256,9 @@ def _align(
     ):
         return None
     kept_scans, other_scans = scans_of(kept.node), scans_of(other.node)
-    if {id(s) for s in kept_scans} & {id(s) for s in other_scans}:
-        return None  # one scan on both sides: a task reads one partition of it
+    # A scan node on both sides (a sub-plan Polars shares) is read once per task: only
+    # where the task already reads of it what this join would give it (checked below).
+    shared = {id(s) for s in kept_scans} & {id(s) for s in other_scans}
     own = task_scans(kept, kept_scans)
     theirs = task_scans(other, other_scans)
     if own is None or not theirs:
@@ -284,6 +285,8 @@ def _align(
         # The other side's other scans must be read whole by its tasks (inline builds).
         if any(theirs[0][id(s)][1] for s in other_scans if s is not oscan):
             continue
+        if any(id(s) != id(oscan) and tasks[0][id(s)][1] for s in other_scans if id(s) in shared):
+            continue  # a whole scan of the other side that the kept side reads in part
         ranges = key_ranges(kscan, [m[0] for m in mine if m is not None], kcol)
         if ranges is None:
             continue
@@ -291,6 +294,8 @@ def _align(
         if cut is None:
             continue
         parts, read, total = cut
+        if id(oscan) in shared and id(kscan) == id(oscan):
+            continue
         resplit_parts = None
         if (
             max(read) > target_bytes
@@ -311,6 +316,10 @@ def _align(
                 whole = {id(s): tasks[0][id(s)] for s in kept_scans if s is not kscan}
                 tasks = [{**whole, id(kscan): (p, True)} for p in finer_parts]
                 resplit_parts = tuple(finer_parts)
+        if id(oscan) in shared and any(
+            t.get(id(oscan)) != (p, True) for t, p in zip(tasks, parts, strict=True)
+        ):
+            continue  # the kept side reads another part of the same scan
         if (
             sum(read) > ALIGNED_OVERLAP * max(total, 1)
             or max(read) > target_bytes
