@@ -213,3 +213,59 @@ def test_ray_runner_in_memory_probe(data: Path, ray_runner: None) -> None:
     lf2 = pl.scan_parquet(data / "fact" / "*.parquet").join(dim, on="k", how="semi")
     _check(lf2.collect(engine=_engine("ray")), lf2.collect(), False)
     assert _inlined_stages()
+
+
+@pytest.fixture(scope="module")
+def facts_and_wide_dim(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """events/ (3 files; ``t`` spread evenly over every row group, so the footers say a
+    range predicate keeps few rows but prune none) and wide/ (one file of 200 rows with a long string column and a null key):
+    the filtered events are estimated smaller than wide/, wide/ small enough to be read
+    by each events task."""
+    root = tmp_path_factory.mktemp("inline-choice")
+    (root / "events").mkdir()
+    (root / "wide").mkdir()
+    n = 9000
+    events = pl.DataFrame(
+        {
+            "t": [(i * 7919) % n for i in range(n)],  # each row group spans all values
+            "k": [None if i % 101 == 0 else (i * 7) % 200 for i in range(n)],
+            "x": [
+                float("nan") if i % 37 == 0 else (-0.0 if i % 11 == 0 else i / 4) for i in range(n)
+            ],
+        },
+        schema={"t": pl.Int64, "k": pl.Int64, "x": pl.Float64},
+    )
+    for f in range(3):
+        events[f * 3000 : (f + 1) * 3000].write_parquet(
+            root / "events" / f"e{f}.parquet", row_group_size=250
+        )
+    pl.DataFrame(
+        {
+            "k": [*range(199), None],
+            "label": [f"label-{i:05d}-" + "z" * 40 for i in range(200)],
+        }
+    ).write_parquet(root / "wide" / "w.parquet")
+    return root
+
+
+def test_an_inlinable_build_side_wins_over_a_smaller_one_that_needs_a_stage(
+    facts_and_wide_dim: Path,
+) -> None:
+    """The filtered events are estimated smaller than the dimension (the footers say the
+    filter keeps ~3 % of rows), but broadcasting them needs a stage of their own; the
+    dimension is computed inside each events task instead: one stage fewer, same answer."""
+    events = pl.scan_parquet(facts_and_wide_dim / "events" / "*.parquet")
+    wide = pl.scan_parquet(facts_and_wide_dim / "wide" / "*.parquet")
+    q = (
+        events.filter(pl.col("t") < 100)
+        .join(wide, on="k")
+        .group_by("label")
+        .agg(pl.col("x").sum(), pl.len())
+    )
+    got = q.collect(engine=_engine())
+    _check(got, q.collect(), ordered=False)
+    rep = last_query()
+    assert rep is not None
+    names = [s.name for s in rep.physical.stages]
+    assert _inlined_stages(), names
+    assert not any("broadcast" in n for n in names), names

@@ -526,6 +526,12 @@ class _Builder:
             candidates.append((left.est_bytes, False))
         if candidates:
             _, build_right = min(candidates)
+            if len(candidates) == 2:
+                # A build side computed inside the other side's tasks saves a stage: it
+                # wins over a smaller build that needs a stage of its own.
+                inline_right = self._can_inline(left, right)
+                if inline_right != self._can_inline(right, left):
+                    build_right = inline_right
             if build_right:
                 return self._broadcast(node, probe=left, build=right, build_is_right=True)
             return self._broadcast(node, probe=right, build=left, build_is_right=False)
@@ -666,6 +672,28 @@ class _Builder:
         the stage, its task and the wait between the two stages. Not for in-memory tables
         (every task would carry a copy), nor for a scan the probe side also reads, nor for a
         probe side that scans nothing."""
+        if not self._can_inline(probe, build):
+            return False
+        build_scans = scans_of(build.node)
+        own = task_scans(probe, scans_of(probe.node))
+        assert own is not None
+        whole = {id(s): _whole_scan(s, self.split(s)) for s in build_scans}
+        left, right = (probe.node, build.node) if build_is_right else (build.node, probe.node)
+        joined = replace(node, left=left, right=right)
+        order = scans_of(joined)
+        entries: list[ScanInput] = []
+        for mine in own:
+            parts = [mine[id(s)] if id(s) in mine else (whole[id(s)], False) for s in order]
+            entries.append(ScanSet(tuple(p for p, _ in parts), tuple(flag for _, flag in parts)))
+        probe.scan_partitions = tuple(entries)
+        probe.est_bytes += build.est_bytes
+        probe.name = f"{probe.name}+inline-join"
+        probe.wrap(joined)
+        return True
+
+    def _can_inline(self, probe: _Open, build: _Open) -> bool:
+        """Whether :meth:`_inline_build` computes ``build`` inside ``probe``'s tasks (see
+        there for the rules)."""
         limit = self.config.broadcast_inline_bytes
         if not limit or build.inputs or build.scan_partitions is None:
             return False
@@ -685,22 +713,7 @@ class _Builder:
         read = sum(self.split(s).est_bytes for s in build_scans)
         if read > limit or read * probe.num_tasks > self.config.target_partition_bytes:
             return False
-        own = task_scans(probe, probe_scans)
-        if own is None:
-            return False
-        whole = {id(s): _whole_scan(s, self.split(s)) for s in build_scans}
-        left, right = (probe.node, build.node) if build_is_right else (build.node, probe.node)
-        joined = replace(node, left=left, right=right)
-        order = scans_of(joined)
-        entries: list[ScanInput] = []
-        for mine in own:
-            parts = [mine[id(s)] if id(s) in mine else (whole[id(s)], False) for s in order]
-            entries.append(ScanSet(tuple(p for p, _ in parts), tuple(flag for _, flag in parts)))
-        probe.scan_partitions = tuple(entries)
-        probe.est_bytes += build.est_bytes
-        probe.name = f"{probe.name}+inline-join"
-        probe.wrap(joined)
-        return True
+        return task_scans(probe, probe_scans) is not None
 
     def sort(self, node: Sort) -> _Open:
         op = self.visit(node.input)
