@@ -96,8 +96,8 @@ def co_located(node: Join, left: OpenFragment, right: OpenFragment) -> OpenFragm
     tasks of both, when both read one stage pointwise (and nothing else but broadcasts)
     and its keys meet in one partition (see the module docstring); else None.
 
-    The fragment returned reads ``left``'s inputs, then ``right``'s; its tasks may not be
-    split (:data:`WHOLE`)."""
+    The fragment returned reads ``left``'s inputs, then ``right``'s broadcasts (the
+    partition both read is one input); its tasks may not be split (:data:`WHOLE`)."""
     if node.how == "cross" or node.maintain_order != "none":
         return None
     n = left.num_tasks
@@ -106,6 +106,12 @@ def co_located(node: Join, left: OpenFragment, right: OpenFragment) -> OpenFragm
     li, ri = _pointwise(left), _pointwise(right)
     if li is None or ri is None or left.inputs[li].stage != right.inputs[ri].stage:
         return None
+    if any(
+        isinstance(x, StageInput) and x.source_column is not None
+        for op in (left, right)
+        for x in op.node.walk()
+    ):
+        return None  # rows tagged with their task: kept apart
     pairs: dict[str, str] = {}  # left key column -> right key column
     for lk, rk in zip(node.left_on, node.right_on, strict=True):
         if not (isinstance(lk, Col) and isinstance(rk, Col)) or lk.dtype != rk.dtype:
@@ -117,18 +123,25 @@ def co_located(node: Join, left: OpenFragment, right: OpenFragment) -> OpenFragm
     # column that carries the same stage column: the stage's rows are placed by it.
     if not any(cols and all(c in pairs for c in cols) for cols in left.hashed):
         return None
-    shift = len(left.inputs)
+    # The right side's reads: its pointwise one is the left side's (one input: the task
+    # reads its partition once), its broadcasts follow the left side's inputs.
+    index = {ri: li}
+    inputs = list(left.inputs)
+    for j, spec in enumerate(right.inputs):
+        if j != ri:
+            index[j] = len(inputs)
+            inputs.append(spec)
 
     def renumber(x: PlanNode) -> PlanNode | None:
         if isinstance(x, StageInput):
-            return replace(x, index=x.index + shift)
+            return replace(x, index=index[x.index])
         return None
 
     joined = replace(node, left=left.node, right=transform(right.node, renumber))
     out = OpenFragment(
         joined,
         n,
-        [*left.inputs, *right.inputs],
+        inputs,
         est_bytes=left.est_bytes + right.est_bytes,
         name=f"{left.name}+join-in-place",
         whole_buckets=WHOLE,
