@@ -7,7 +7,9 @@
   hashed column of that sub-plan's stage on both sides (:mod:`shoal.planner.colocate`);
   keys that carry two different hashed columns do not;
 * an anti join of a small left side with a large right side reduces the right side to
-  the left keys it matches instead of shuffling it (:mod:`shoal.planner.keyreduce`).
+  the left keys it matches instead of shuffling it (:mod:`shoal.planner.keyreduce`);
+* a semi or anti join on one key whose right side is already in the task's memory runs
+  as a filter by membership (:func:`shoal.lowering.plan.lower_plan`).
 
 Every answer is checked against native Polars, on files cut into several partitions, with
 null keys, duplicates and an empty file.
@@ -15,6 +17,7 @@ null keys, duplicates and an empty file.
 
 from __future__ import annotations
 
+import datetime
 from pathlib import Path
 
 import polars as pl
@@ -24,6 +27,10 @@ from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.config import Config
+from shoal.ir.expr import Col
+from shoal.ir.nodes import Join, StageInput
+from shoal.ir.types import Schema
+from shoal.lowering.plan import lower_plan, no_scan
 from shoal.planner.physical import HashOutput, plan_physical
 from shoal_polars.engine import to_ir
 
@@ -214,3 +221,63 @@ def test_an_anti_join_with_a_small_right_side_stays_a_broadcast(tmp_path: Path) 
     plan = plan_physical(to_ir(q), Config(**CFG), 2)  # type: ignore[arg-type]
     assert not any("key-semi-join" in s.name for s in plan.stages)
     _run(q)
+
+
+def _stage_join(
+    left: pl.DataFrame, right: pl.DataFrame, key: str, how: str, nulls_equal: bool
+) -> Join:
+    """A join of stage inputs 0 (``left``) and 1 (``right``) on column ``key``."""
+    ls, rs = Schema.from_polars(left.schema), Schema.from_polars(right.schema)
+    return Join(
+        StageInput(0, ls),
+        StageInput(1, rs),
+        (Col(key, ls[key]),),
+        (Col(key, rs[key]),),
+        how,  # type: ignore[arg-type]
+        "_right",
+        nulls_equal,
+        True,
+        ls,
+    )
+
+
+@pytest.mark.parametrize("how", ["semi", "anti"])
+@pytest.mark.parametrize("nulls_equal", [False, True])
+@pytest.mark.parametrize(
+    "values",
+    [
+        pytest.param([3, 1, None, 3, 7, -2, 0], id="int"),
+        pytest.param(["b", "a", None, "b", "", "zz", "é"], id="str"),
+        pytest.param(
+            [datetime.date(2020, 1, d) if d else None for d in (3, 1, 0, 3, 7, 2, 9)], id="date"
+        ),
+    ],
+)
+def test_semi_and_anti_joins_of_stage_inputs_filter_by_membership(
+    how: str, nulls_equal: bool, values: list[object]
+) -> None:
+    """A semi or anti join whose right side is in the task's memory runs as a filter by
+    membership (no join in the task's Polars query), with the join's answer: the left rows
+    in their order, nulls as ``nulls_equal`` says, duplicates on both sides, an empty
+    right side."""
+    left = pl.DataFrame({"k": values, "i": range(len(values))})
+    for right in (
+        pl.DataFrame({"k": [values[0], values[0], values[2], values[4]], "x": [1, 2, 3, 4]}),
+        pl.DataFrame({"k": [values[5]], "x": [1]}),
+        pl.DataFrame({"k": values[:0], "x": []}, schema={"k": left["k"].dtype, "x": pl.Int64}),
+    ):
+        node = _stage_join(left, right, "k", how, nulls_equal)
+        lf = lower_plan(node, [left, right], no_scan)
+        assert "JOIN" not in lf.explain()
+        want = left.join(right, on="k", how=how, nulls_equal=nulls_equal, maintain_order="left")  # type: ignore[arg-type]
+        assert_frame_equal(lf.collect(), want)
+
+
+def test_a_semi_join_of_floats_or_of_a_scan_stays_a_join() -> None:
+    """Floating-point keys (NaN, -0.0) and a right side that scans keep Polars' join."""
+    left = pl.DataFrame({"k": [0.0, -0.0, float("nan"), None, 1.5]})
+    right = pl.DataFrame({"k": [-0.0, float("nan")]})
+    node = _stage_join(left, right, "k", "semi", False)
+    lf = lower_plan(node, [left, right], no_scan)
+    assert "JOIN" in lf.explain()
+    assert_frame_equal(lf.collect(), left.join(right, on="k", how="semi", maintain_order="left"))

@@ -14,6 +14,7 @@ from typing import Literal
 
 import polars as pl
 import polars.selectors as cs
+import pyarrow as pa
 
 from shoal.errors import UnsupportedError
 from shoal.ir.expr import Col, NamedExpr
@@ -115,6 +116,9 @@ def lower_plan(
                 suffix=node.suffix,
                 maintain_order=cross_order,  # type: ignore[arg-type]
             )
+        by_set = _semi_by_set(node, left, right)
+        if by_set is not None:
+            return by_set
         # A semi or anti join keeps a subset of the left rows: in their order, as Polars'
         # in-memory engine does whatever maintain_order says (its streaming engine, which a
         # task's collect runs, may not), so that a partition's rows stay in input order.
@@ -253,6 +257,35 @@ def _join_keys(
         False,
         temps,
     )
+
+
+def _semi_by_set(node: Join, left: pl.LazyFrame, right: pl.LazyFrame) -> pl.LazyFrame | None:
+    """A semi or anti join on one key whose right side reads no scan (stage inputs, already
+    in the task's memory) as a filter of the left rows by membership of their key in the
+    right side's keys (``is_in``), or None. The right side's keys are computed first; the
+    filter keeps the left rows in their order, as the join does (Polars' semi join probes
+    a hash table of row indices: several times the cost of ``is_in``'s hash set). Only for
+    a plain column key of one integer, string or date type on both sides (equality and
+    membership agree there). Nulls as the join has them: with ``nulls_equal`` a null key
+    is in the set when the right side has one; without it, membership of a null is null,
+    which a semi join drops and an anti join keeps."""
+    if node.how not in ("semi", "anti") or len(node.left_on) != 1:
+        return None
+    lk, rk = node.left_on[0], node.right_on[0]
+    if not (isinstance(lk, Col) and isinstance(rk, Col)) or lk.dtype != rk.dtype:
+        return None
+    t = lk.dtype
+    if t.wide is not None or not (
+        t.is_integer or t.arrow in (pa.string(), pa.large_string(), pa.string_view(), pa.date32())
+    ):
+        return None
+    if any(isinstance(n, Scan) for n in node.right.walk()):
+        return None
+    keys = collect(right.select(pl.col(rk.name))).to_series().implode()
+    member = pl.col(lk.name).is_in(keys, nulls_equal=node.nulls_equal)
+    if node.how == "semi":
+        return left.filter(member)
+    return left.filter(~member.fill_null(False))
 
 
 def _broadcast_unit_length(frames: list[pl.DataFrame]) -> list[pl.LazyFrame]:

@@ -2,9 +2,9 @@
 to the keys that matter.
 
 Whether a left row has a match on the right depends only on which of the left side's key
-tuples occur on the right. Each right partition gives the left side's key tuples (the
-left side is small and read whole by each) that have a match among its rows: a semi join
-of those keys with the partition, at most the left side's rows per partition; the anti
+tuples occur on the right. Each right partition gives its distinct key tuples that the
+left side has (the left side is small and read whole by each): a semi join of its keys
+with the left side's, at most the left side's distinct keys per partition; the anti
 join then runs in the left side's own partitions against all those tuples, read whole.
 The right side is never shuffled: it is read once and gives at most the left side's keys
 per partition, where a hash join would write all its rows to an exchange. Exact for either null rule: with
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from shoal.ir.expr import Col, NamedExpr
-from shoal.ir.nodes import Join, Project, StageInput
+from shoal.ir.nodes import Distinct, Join, Project, StageInput
 from shoal.ir.types import Schema
 from shoal.planner.context import OpenFragment, PlanningContext
 from shoal.planner.physical import SingleOutput, StageInputSpec
@@ -75,14 +75,14 @@ def anti_by_keys(
         tuple(NamedExpr(n, c) for n, c in zip(keys.names, key_cols, strict=True)),
         keys,
     )
-    # The left side's keys that have a match in this partition (the small side probes the
-    # partition: cheaper in Polars than the partition probing the small side, and no
-    # distinct is needed: the anti join ignores duplicates on its right).
+    # The partition's key tuples that the left side has, once each (with one key, Polars
+    # runs this semi join as a filter by membership: lowering/plan.py).
     semi = Join(
-        left_keys, mine, key_cols, key_cols, "semi", node.suffix, node.nulls_equal, True, keys
+        mine, left_keys, key_cols, key_cols, "semi", node.suffix, node.nulls_equal, True, keys
     )
     right.wrap(mine)
     right.wrap(semi)
+    right.wrap(Distinct(right.node, None, "any", False, keys))
     right.name = f"{right.name}+key-semi-join"
     reduced = ctx.cut(right, SingleOutput())
     j = len(left.inputs)
