@@ -63,8 +63,8 @@ from shoal.ir.nodes import (
 from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
-from shoal.planner.colocate import co_located
 from shoal.planner.context import OpenFragment as _Open
+from shoal.planner.copartition import co_located
 from shoal.planner.keyreduce import anti_by_keys
 from shoal.planner.partitioning import ScanSplit, split_scan
 from shoal.planner.physical import (

@@ -4,7 +4,7 @@
   partitioning: an aggregation by a key the right side's sorted files hold in disjoint
   ranges still completes in place (:func:`shoal.planner.context.carry_hashed`);
 * a join of two uses of one cached sub-plan runs in place when its keys carry the same
-  hashed column of that sub-plan's stage on both sides (:mod:`shoal.planner.colocate`);
+  hashed column of that sub-plan's stage on both sides (:mod:`shoal.planner.copartition`);
   keys that carry two different hashed columns do not;
 * an anti join of a small left side with a large right side reduces the right side to
   the left keys it matches instead of shuffling it (:mod:`shoal.planner.keyreduce`);
