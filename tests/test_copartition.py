@@ -28,7 +28,7 @@ from polars.testing import assert_frame_equal
 import shoal
 from shoal.config import Config
 from shoal.ir.expr import Col
-from shoal.ir.nodes import Join, StageInput
+from shoal.ir.nodes import Join, Scan, StageInput
 from shoal.ir.types import Schema
 from shoal.lowering.plan import lower_plan, no_scan
 from shoal.planner.physical import HashOutput, plan_physical
@@ -281,3 +281,62 @@ def test_a_semi_join_of_floats_or_of_a_scan_stays_a_join() -> None:
     lf = lower_plan(node, [left, right], no_scan)
     assert "JOIN" in lf.explain()
     assert_frame_equal(lf.collect(), left.join(right, on="k", how="semi", maintain_order="left"))
+
+
+@pytest.mark.parametrize("nulls_equal", [False, True])
+@pytest.mark.parametrize("probe_left", [True, False])
+def test_an_inner_join_with_an_in_memory_side_filters_the_scan_first(
+    tmp_path: Path, nulls_equal: bool, probe_left: bool
+) -> None:
+    """The scanning side is filtered by membership of its keys in the in-memory side's
+    keys (Polars pushes it into its Parquet reader) and the join gives native Polars'
+    rows: null keys on both sides, duplicates, two keys, a key pair of float type left
+    out of the filter."""
+    path = tmp_path / "facts.parquet"
+    facts = pl.DataFrame(
+        {
+            "k": pl.Series([1, 2, None, 2, 5, 7, None, 9], dtype=pl.Int64),
+            "s": ["a", "b", "c", None, "e", "a", "b", "z"],
+            "f": [0.5, 1.0, 2.0, 1.0, -0.0, 0.5, 2.0, 3.0],
+        }
+    )
+    facts.write_parquet(path)
+    scan = next(n for n in to_ir(pl.scan_parquet(path)).walk() if isinstance(n, Scan))
+    small = pl.DataFrame(
+        {
+            "k": pl.Series([2, 2, None, 7, 11], dtype=pl.Int64),
+            "s": ["b", None, "c", "a", "q"],
+            "f": [1.0, 1.0, 2.0, 0.5, 0.0],
+            "w": [10, 20, 30, 40, 50],
+        }
+    )
+    mem = StageInput(0, Schema.from_polars(small.schema))
+    for on in (["k"], ["k", "s"], ["k", "f"]):
+        lon = tuple(Col(c, scan.schema[c]) for c in on)
+        ron = tuple(Col(c, mem.schema[c]) for c in on)
+        want_lf = (
+            pl.scan_parquet(path).join(
+                small.lazy(), on=on, how="inner", nulls_equal=nulls_equal, suffix="_r"
+            )
+            if probe_left
+            else small.lazy().join(
+                pl.scan_parquet(path), on=on, how="inner", nulls_equal=nulls_equal, suffix="_r"
+            )
+        )
+        want = want_lf.collect()
+        node = Join(
+            scan if probe_left else mem,
+            mem if probe_left else scan,
+            lon if probe_left else ron,
+            ron if probe_left else lon,
+            "inner",
+            "_r",
+            nulls_equal,
+            True,
+            Schema.from_polars(want.schema),
+        )
+        lf = lower_plan(node, [small], lambda s: pl.scan_parquet(path))
+        plan = lf.explain()
+        assert "is_in" in plan.split("Parquet SCAN")[1]  # in the reader's selection
+        got = lf.collect()
+        assert_frame_equal(got.sort(got.columns), want.sort(want.columns))
