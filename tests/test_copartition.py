@@ -284,14 +284,27 @@ def test_a_semi_join_of_floats_or_of_a_scan_stays_a_join() -> None:
 
 
 @pytest.mark.parametrize("nulls_equal", [False, True])
-@pytest.mark.parametrize("probe_left", [True, False])
-def test_an_inner_join_with_an_in_memory_side_filters_the_scan_first(
-    tmp_path: Path, nulls_equal: bool, probe_left: bool
+@pytest.mark.parametrize(
+    ("how", "probe_left"),
+    [
+        ("inner", True),
+        ("inner", False),
+        ("left", False),
+        ("semi", False),
+        ("anti", False),
+        ("right", True),
+        ("left", True),
+        ("full", False),
+    ],
+)
+def test_a_join_with_an_in_memory_side_filters_the_scan_first(
+    tmp_path: Path, nulls_equal: bool, how: str, probe_left: bool
 ) -> None:
     """The scanning side is filtered by membership of its keys in the in-memory side's
-    keys (Polars pushes it into its Parquet reader) and the join gives native Polars'
-    rows: null keys on both sides, duplicates, two keys, a key pair of float type left
-    out of the filter."""
+    keys (Polars pushes it into its Parquet reader) where the join drops its unmatched
+    rows, and not where it keeps them (a left join's left side, a full join); the join
+    gives native Polars' rows: null keys on both sides, duplicates, two keys, a key pair
+    of float type left out of the filter."""
     path = tmp_path / "facts.parquet"
     facts = pl.DataFrame(
         {
@@ -316,11 +329,19 @@ def test_an_inner_join_with_an_in_memory_side_filters_the_scan_first(
         ron = tuple(Col(c, mem.schema[c]) for c in on)
         want_lf = (
             pl.scan_parquet(path).join(
-                small.lazy(), on=on, how="inner", nulls_equal=nulls_equal, suffix="_r"
+                small.lazy(),
+                on=on,
+                how=how,
+                nulls_equal=nulls_equal,
+                suffix="_r",  # type: ignore[arg-type]
             )
             if probe_left
             else small.lazy().join(
-                pl.scan_parquet(path), on=on, how="inner", nulls_equal=nulls_equal, suffix="_r"
+                pl.scan_parquet(path),
+                on=on,
+                how=how,
+                nulls_equal=nulls_equal,
+                suffix="_r",  # type: ignore[arg-type]
             )
         )
         want = want_lf.collect()
@@ -329,14 +350,15 @@ def test_an_inner_join_with_an_in_memory_side_filters_the_scan_first(
             mem if probe_left else scan,
             lon if probe_left else ron,
             ron if probe_left else lon,
-            "inner",
+            how,  # type: ignore[arg-type]
             "_r",
             nulls_equal,
-            True,
+            how != "full",  # Polars' default
             Schema.from_polars(want.schema),
         )
         lf = lower_plan(node, [small], lambda s: pl.scan_parquet(path))
         plan = lf.explain()
-        assert "is_in" in plan.split("Parquet SCAN")[1]  # in the reader's selection
+        filters = how != "full" and (how == "inner" or probe_left == (how == "right"))
+        assert ("is_in" in plan.split("Parquet SCAN")[1]) == filters  # the reader's selection
         got = lf.collect()
         assert_frame_equal(got.sort(got.columns), want.sort(want.columns))

@@ -277,23 +277,25 @@ def _set_key(t: DataType) -> bool:
 def _key_prefilter(
     node: Join, left: pl.LazyFrame, right: pl.LazyFrame
 ) -> tuple[pl.LazyFrame, pl.LazyFrame]:
-    """The inputs of inner join ``node``, the side that scans filtered first by membership
-    of its keys in the other side's keys, when the other side is already in the task's
+    """The inputs of join ``node``, the side that scans filtered first by membership of its
+    keys in the other side's keys, when the other side is already in the task's
     memory (stage inputs with row-local filters and projections only, at most
     :data:`PREFILTER_MAX_ROWS` rows): Polars pushes such a filter into its Parquet reader,
     which then decodes the other columns only for rows that can match (a broadcast join
-    with a few thousand keys read a third less). Exact: a row whose key is not among the
-    other side's keys has no match, so an inner join drops it anyway (each key of several
-    is a necessary condition of its own); nulls are kept exactly where ``nulls_equal`` and
-    the other side has a null. Key pairs that are not plain columns of one integer, string
+    with a few thousand keys read a third less). Exact where the join drops that side's
+    unmatched rows (both sides of an inner join, the right side of a left, semi or anti
+    join, the left side of a right join): a row whose key is not among the other side's
+    keys has no match (each key of several is a necessary condition of its own); nulls are
+    kept exactly where ``nulls_equal`` and the other side has a null. Key pairs that are not plain columns of one integer, string
     or date type are left out; with none left, or for another join type, the inputs are
     returned as they are."""
-    if node.how != "inner":
-        return left, right
     scans = [any(isinstance(n, Scan) for n in side.walk()) for side in (node.left, node.right)]
     if scans[0] == scans[1]:
         return left, right
     probe_left = scans[0]
+    # Only a side whose unmatched rows the join drops.
+    if node.how not in (("inner", "right") if probe_left else ("inner", "left", "semi", "anti")):
+        return left, right
     mem_node = node.right if probe_left else node.left
     if not all(isinstance(n, StageInput | Project | Filter) for n in mem_node.walk()):
         return left, right
