@@ -60,7 +60,11 @@ def carry_hashed(
     keeps rows in their partition with their values; a projection or aggregation carries
     the sets whose columns it passes on unchanged (``col(a)``, or ``col(a) AS b``); a join
     whose left input is ``old`` keeps its left columns' names and, but for a full or right
-    join, every left row stays where it was. Anything else: none."""
+    join, every left row stays where it was; an inner join whose right input is ``old`` (a
+    broadcast left side) keeps every right row where it was, and carries the sets of right
+    columns the output keeps under their own names, a right key that coalescing drops
+    standing for the left key it equals (plain columns of one type, not floating point:
+    values the join finds equal are equal). Anything else: none."""
     from shoal.ir.expr import Col
     from shoal.ir.nodes import Aggregate, Distinct, Filter, Join, Project, Slice, Sort
 
@@ -79,7 +83,33 @@ def carry_hashed(
         )
     if isinstance(node, Join) and node.left is old and node.how not in ("full", "right"):
         return hashed
+    if isinstance(node, Join) and node.right is old and node.how == "inner":
+        return _carry_right(node, hashed)
     return ()
+
+
+def _carry_right(node: Any, hashed: tuple[tuple[str, ...], ...]) -> tuple[tuple[str, ...], ...]:
+    """:func:`carry_hashed` through inner join ``node`` from its right input."""
+    from shoal.ir.expr import Col
+
+    left_names = set(node.left.schema.names)
+    renamed = {
+        c: c for c in node.right.schema.names if c in node.schema.names and c not in left_names
+    }
+    if node.coalesce:
+        for lk, rk in zip(node.left_on, node.right_on, strict=True):
+            if (
+                isinstance(lk, Col)
+                and isinstance(rk, Col)
+                and lk.dtype == rk.dtype
+                and not lk.dtype.is_float
+                and rk.name not in renamed
+                and lk.name in node.schema.names
+            ):
+                renamed[rk.name] = lk.name
+    return tuple(
+        tuple(renamed[c] for c in cols) for cols in hashed if all(c in renamed for c in cols)
+    )
 
 
 class PlanningContext(Protocol):

@@ -69,6 +69,8 @@ from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
 from shoal.planner.aligned import aligned_join, task_scans
 from shoal.planner.context import OpenFragment as _Open
+from shoal.planner.copartition import co_located
+from shoal.planner.keyreduce import anti_by_keys
 from shoal.planner.partitioning import ScanSplit, split_scan
 from shoal.planner.physical import (
     FilePartition,
@@ -487,6 +489,9 @@ class _Builder:
         right = self.visit(node.right)
         if node.maintain_order != "none":
             return self._ordered_join(node, left, right)
+        in_place = co_located(node, left, right)
+        if in_place is not None:
+            return in_place
         threshold = self.config.broadcast_join_threshold_bytes
         # Which side may be broadcast: the other side's rows must each meet the whole of it.
         can_right = node.how in ("inner", "left", "semi", "anti", "cross")
@@ -511,6 +516,9 @@ class _Builder:
             and (left.num_tasks > 1 or right.est_bytes > threshold)
         ):
             return self._semi_by_probe(node, left, right)
+        reduced = anti_by_keys(self, node, left, right)
+        if reduced is not None:
+            return reduced
         candidates = []
         if can_right and (
             right.num_tasks == 1
