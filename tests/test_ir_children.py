@@ -1,0 +1,80 @@
+"""``children`` of plan nodes and expressions looks only at the fields whose annotation
+can hold a child (:func:`shoal.ir.expr.child_fields`): it must find every child that a
+look at every field finds (any field holding a node, or a non-empty tuple of nodes)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import polars as pl
+
+import shoal
+from shoal.ir.expr import Expr
+from shoal.ir.nodes import PlanNode
+from shoal_polars.engine import to_ir
+
+
+def _every_field_children(obj: Any, base: type) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if isinstance(v, base):
+            out.append(v)
+        elif isinstance(v, tuple) and v and all(isinstance(x, base) for x in v):
+            out.extend(v)
+    return tuple(out)
+
+
+def _queries() -> list[pl.LazyFrame]:
+    a = pl.LazyFrame(
+        {"k": [1, 2, None, 2], "t": [1, 2, 3, 4], "x": [1.0, float("nan"), -0.0, None]}
+    )
+    b = pl.LazyFrame({"k": [2, 3, None], "t": [0, 2, 5], "s": ["a", None, "c"]})
+    return [
+        a.join(b, on="k", how="left").group_by("k").agg(pl.col("x").sum(), pl.len()),
+        pl.concat([a.select("k"), b.select("k")]).unique().sort("k"),
+        a.sort("t").join_asof(b.sort("t"), on="t", tolerance=2),
+        a.with_columns(
+            y=pl.when(pl.col("x") > 0).then(pl.col("x").cast(pl.Int64)).otherwise(None),
+            r=pl.col("t").rank().over("k"),
+        ).filter(pl.col("k").is_in([1, 2])),
+        pl.concat([a.select("k"), b.select("s")], how="horizontal"),
+        a.explode("k").unpivot(index="k").head(3),
+    ]
+
+
+def test_children_are_every_node_a_field_holds() -> None:
+    for lf in _queries():
+        plan = to_ir(lf)
+        nodes = list(plan.walk())
+        assert len(nodes) > 1
+        for node in nodes:
+            assert node.children() == _every_field_children(node, PlanNode), node.label
+            for e in _exprs(node):
+                for sub in e.walk():
+                    assert sub.children() == _every_field_children(sub, Expr), sub
+
+
+def _exprs(node: PlanNode) -> list[Expr]:
+    out: list[Expr] = []
+    for f in dataclasses.fields(node):  # type: ignore[arg-type]
+        v = getattr(node, f.name)
+        for x in v if isinstance(v, tuple) else (v,):
+            x = getattr(x, "expr", x)
+            if isinstance(x, Expr):
+                out.append(x)
+    return out
+
+
+def test_udf_and_sink_nodes_keep_their_input() -> None:
+    """Nodes with open fields (a user function, sink options) still have their input."""
+
+    @shoal.udf(return_dtype=pl.Int64, name="twice_children")
+    def twice(a: pl.Series) -> pl.Series:
+        return a * 2
+
+    plan = to_ir(pl.LazyFrame({"a": [1, 2]}).shoal.with_udf(twice, "a", "b"))
+    for node in plan.walk():
+        assert node.children() == _every_field_children(node, PlanNode), node.label
+    assert any(type(n).__name__ == "UdfProject" for n in plan.walk())
