@@ -1,6 +1,8 @@
-"""``children`` of plan nodes and expressions looks only at the fields whose annotation
-can hold a child (:func:`shoal.ir.expr.child_fields`): it must find every child that a
-look at every field finds (any field holding a node, or a non-empty tuple of nodes)."""
+"""Translating and walking the IR cheaply, with the same answers: ``children`` of plan
+nodes and expressions looks only at the fields whose annotation can hold a child
+(:func:`shoal.ir.expr.child_fields`) and must find every child that a look at every field
+finds (any field holding a node, or a non-empty tuple of nodes); ``DataType.from_polars``
+answers dtypes without parameters by class."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import polars as pl
 import shoal
 from shoal.ir.expr import Expr
 from shoal.ir.nodes import PlanNode
+from shoal.ir.types import DataType
 from shoal_polars.engine import to_ir
 
 
@@ -78,3 +81,16 @@ def test_udf_and_sink_nodes_keep_their_input() -> None:
     for node in plan.walk():
         assert node.children() == _every_field_children(node, PlanNode), node.label
     assert any(type(n).__name__ == "UdfProject" for n in plan.walk())
+
+
+def test_plain_dtypes_convert_as_every_dtype_does() -> None:
+    """The per-class answers of ``DataType.from_polars`` (dtypes without parameters) are
+    what the conversion itself gives, for a class and an instance alike; a parametric
+    dtype still keeps its parameters."""
+    from shoal.ir.types import _PLAIN, _from_polars
+
+    for cls, got in _PLAIN.items():
+        assert DataType.from_polars(cls) == DataType.from_polars(cls()) == _from_polars(cls())
+        assert got.to_polars() == cls()
+    for dt in (pl.Datetime("ns", "UTC"), pl.Datetime("us"), pl.Decimal(12, 3), pl.Duration("ms")):
+        assert DataType.from_polars(dt).to_polars() == dt
