@@ -2,14 +2,18 @@
 nodes and expressions looks only at the fields whose annotation can hold a child
 (:func:`shoal.ir.expr.child_fields`) and must find every child that a look at every field
 finds (any field holding a node, or a non-empty tuple of nodes); ``DataType.from_polars``
-answers dtypes without parameters by class."""
+answers dtypes without parameters by class; a literal lowers to the expression Polars
+makes of it with its dtype, made without the dtype where that is the same."""
 
 from __future__ import annotations
 
 import dataclasses
+from decimal import Decimal
 from typing import Any
 
 import polars as pl
+import pytest
+from polars.testing import assert_frame_equal
 
 import shoal
 from shoal.ir.expr import Expr
@@ -94,3 +98,40 @@ def test_plain_dtypes_convert_as_every_dtype_does() -> None:
         assert got.to_polars() == cls()
     for dt in (pl.Datetime("ns", "UTC"), pl.Datetime("us"), pl.Decimal(12, 3), pl.Duration("ms")):
         assert DataType.from_polars(dt).to_polars() == dt
+
+
+@pytest.mark.parametrize(
+    ("value", "dtype"),
+    [
+        ("abc", pl.String()),
+        ("", pl.String()),
+        ("lo", pl.Enum(["lo", "hi"])),
+        ("a", pl.Categorical()),
+        (True, pl.Boolean()),
+        (False, pl.Boolean()),
+        (Decimal("0.06"), pl.Decimal(38, 2)),
+        (Decimal("24"), pl.Decimal(38, 0)),
+        (Decimal("-1.2500"), pl.Decimal(38, 4)),
+        (Decimal("0.060"), pl.Decimal(38, 2)),
+        (Decimal("0.06"), pl.Decimal(15, 2)),
+        (Decimal("1E+2"), pl.Decimal(38, 0)),
+        (Decimal("12345678901234567890.123456789012345678"), pl.Decimal(38, 18)),
+        (3, pl.Int32()),
+        (0.5, pl.Float64()),
+        (None, pl.String()),
+        (["a", "b"], pl.List(pl.String())),
+    ],
+)
+def test_literals_lower_to_the_literal_polars_makes_with_their_dtype(
+    value: Any, dtype: Any
+) -> None:
+    """A literal lowers to exactly ``pl.lit(value, dtype=...)`` (the same serialised
+    expression), where it is made without the dtype (a string, a bool, a decimal of its
+    own scale) as where it is not."""
+    from shoal.ir.expr import Lit
+    from shoal.lowering.expressions import to_polars
+
+    got = to_polars(Lit(value, DataType.from_polars(dtype)))
+    want = pl.lit(value, dtype=dtype)
+    assert got.meta.serialize(format="json") == want.meta.serialize(format="json")
+    assert_frame_equal(pl.select(got), pl.select(want))
