@@ -135,3 +135,27 @@ def test_literals_lower_to_the_literal_polars_makes_with_their_dtype(
     want = pl.lit(value, dtype=dtype)
     assert got.meta.serialize(format="json") == want.meta.serialize(format="json")
     assert_frame_equal(pl.select(got), pl.select(want))
+
+
+def test_column_types_are_the_types_of_the_rows_read() -> None:
+    """A column reference takes its type from the schema of the node whose rows it reads
+    (the translator no longer asks Polars per expression): a select that replaces ``a``
+    by a cast of it and also reads ``a`` reads the Int64 column, as Polars runs it."""
+    from shoal.ir.expr import Col
+
+    lf = pl.LazyFrame({"a": [1, None, 3], "s": ["x", None, "y"]}).select(
+        pl.col("a").cast(pl.Float64).alias("a"),
+        (pl.col("a") + 1).alias("b"),
+        pl.col("s").str.len_chars().alias("s"),
+    )
+    plan = to_ir(lf)
+    cols = {
+        (c.name, str(c.dtype))
+        for node in plan.walk()
+        for e in _exprs(node)
+        for c in e.walk()
+        if isinstance(c, Col)
+    }
+    assert cols == {("a", "Int64"), ("s", "String")}
+    got = lf.collect(engine=shoal.DistEngine(runner="local", raise_on_fail=True))
+    assert_frame_equal(got, lf.collect(engine="in-memory"))

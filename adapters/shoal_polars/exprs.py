@@ -92,8 +92,11 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
         if str(exc) == OPAQUE_EVAL:
             t.rewritable.add(f"{where}: expression ({exc}): {reason}")
         return t.placeholder_expr()
-    dtype = t.dtype(node, where)
     name = type(view).__name__
+    if name == "Column":
+        dtype = t.column_dtype(view.name, node, where)
+    else:
+        dtype = t.dtype(node, where)
     handler = _EXPRS.get(name)
     if handler is None:
         reason = _UNSUPPORTED_EXPRS.get(name, "expression class not supported by shoal")
