@@ -159,3 +159,33 @@ def test_column_types_are_the_types_of_the_rows_read() -> None:
     assert cols == {("a", "Int64"), ("s", "String")}
     got = lf.collect(engine=shoal.DistEngine(runner="local", raise_on_fail=True))
     assert_frame_equal(got, lf.collect(engine="in-memory"))
+
+
+def test_comparisons_are_boolean_and_arithmetic_keeps_its_operand_types() -> None:
+    """Comparisons (typed Boolean without asking Polars) and arithmetic over columns and
+    casts (whose operand types come from the schema read) give native Polars' answer:
+    nulls, NaN, -0.0, lists, a comparison with a null literal."""
+    from shoal.ir.expr import BinaryOp
+
+    lf = pl.LazyFrame(
+        {
+            "a": [1, None, 3, 3],
+            "x": [0.5, float("nan"), -0.0, None],
+            "l": [[1], None, [2, 3], []],
+            "i": pl.Series([1, 2, None, 4], dtype=pl.Int16),
+        }
+    ).select(
+        (pl.col("a") > pl.col("x")).alias("gt"),
+        (pl.col("a") == pl.lit(None, pl.Int64)).alias("eq_null"),
+        pl.col("a").eq_missing(None).alias("eq_missing"),
+        (pl.col("l") == pl.col("l")).alias("list_eq"),
+        (pl.col("x") <= 0.0).alias("le"),
+        (pl.col("a") * pl.col("i")).alias("mul"),
+        (pl.col("i").cast(pl.Float32) / pl.col("a")).alias("div"),
+        (pl.col("i") + 1).alias("add"),
+    )
+    plan = to_ir(lf)
+    ops = [e for n in plan.walk() for x in _exprs(n) for e in x.walk() if isinstance(e, BinaryOp)]
+    assert {str(e.dtype) for e in ops if e.op in ("gt", "eq", "le", "eq_missing")} == {"Boolean"}
+    got = lf.collect(engine=shoal.DistEngine(runner="local", raise_on_fail=True))
+    assert_frame_equal(got, lf.collect(engine="in-memory"))

@@ -95,6 +95,8 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
     name = type(view).__name__
     if name == "Column":
         dtype = t.column_dtype(view.name, node, where)
+    elif name == "BinaryExpr" and str(view.op).rsplit(".", 1)[-1] in _COMPARISONS:
+        dtype = BOOL  # what Polars types every comparison (no get_dtype asked)
     else:
         dtype = t.dtype(node, where)
     handler = _EXPRS.get(name)
@@ -273,14 +275,23 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
 
 def _uncast_dtype(t: Translator, node: int) -> pl.DataType:
     """The Polars dtype of expression ``node``, or of its input when it is a cast (type
-    coercion casts a Null operand to the other operand's dtype)."""
+    coercion casts a Null operand to the other operand's dtype); a column's from the
+    cursor node's schema (see :meth:`Translator.column_dtype`)."""
     view = t.nt.view_expression(node)
     if type(view).__name__ == "Cast":
-        return t.nt.get_dtype(view.expr)
+        node = view.expr
+        view = t.nt.view_expression(node)
+    if type(view).__name__ == "Column":
+        got = t.polars_schema().get(view.name)
+        if got is not None:
+            return got
     return t.nt.get_dtype(node)
 
 
 _ARITHMETIC = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
+
+#: Polars' comparison operators: their result is Boolean whatever the operands.
+_COMPARISONS = frozenset({"Eq", "NotEq", "Lt", "LtEq", "Gt", "GtEq", "EqValidity", "NotEqValidity"})
 
 
 def _null_operand_disagrees(op: str, left: pl.DataType, right: pl.DataType) -> bool:
