@@ -161,7 +161,7 @@ def _literal(t: Translator, view: Any, node: int, dtype: DataType, where: str) -
             # in the Series' dtype.
             values = values.to_physical()
         return Function("series", (), (("values", tuple(values.to_list())),), dtype)
-    polars_dtype = t.nt.get_dtype(node)
+    polars_dtype = t.polars_dtype(node)
     try:
         value = literal_value(view.value, polars_dtype)
     except ValueError as exc:
@@ -199,7 +199,7 @@ def _between_bounds(t: Translator, view: Any) -> tuple[Lit, Lit] | None:
     if not all(type(v).__name__ == "Literal" for v in views):
         return None
     low, high = (v.value for v in views)
-    dtypes = [t.nt.get_dtype(n) for n in view.input[1:]]
+    dtypes = [t.polars_dtype(n) for n in view.input[1:]]
     if not (
         isinstance(low, datetime.datetime | datetime.time)
         and low == high
@@ -285,7 +285,7 @@ def _uncast_dtype(t: Translator, node: int) -> pl.DataType:
         got = t.polars_schema().get(view.name)
         if got is not None:
             return got
-    return t.nt.get_dtype(node)
+    return t.polars_dtype(node)
 
 
 _ARITHMETIC = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
@@ -348,7 +348,7 @@ def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> E
             "unknown cast option",
         )
         return t.placeholder_expr(dtype)
-    target = t.nt.get_dtype(node)
+    target = t.polars_dtype(node)
     if isinstance(target, pl.Enum):
         # shoal's types carry an Enum without its categories (an Arrow dictionary): the
         # kernel casts to the Enum itself, so that values outside it fail or become null
