@@ -348,7 +348,10 @@ def _polars_result(backend: Any, refs: list[Any], plan: PlanNode) -> pl.DataFram
     (got,) = fetch_frames(refs)
     if not isinstance(got, pl.DataFrame):
         return None
-    if list(got.schema.items()) != list(plan.schema.to_polars().items()):
+    fields = plan.schema.fields
+    if got.columns != [name for name, _ in fields]:
+        return None
+    if any(have != want.to_polars() for have, (_, want) in zip(got.dtypes, fields, strict=True)):
         return None
     return got
 
