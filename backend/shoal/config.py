@@ -314,6 +314,16 @@ class Config:
             "all; 0: never."
         ),
     )
+    aligned_joins: bool = field(
+        default=True,
+        metadata=_doc(
+            "Join two Parquet scans whose footers show them stored in the order of the join "
+            "key (integer or date; min/max per row group) partition by partition: each task "
+            "of the larger (or the preserved) side reads the other side's row groups that "
+            "can hold its keys, with no broadcast or hash exchange. Taken only where those "
+            "reads overlap little (unsorted keys fall back to the other strategies)."
+        ),
+    )
     small_query_bytes: int = field(
         default=64 * 1024 * 1024,
         metadata=_doc(

@@ -109,7 +109,7 @@ def split_scan(
         parts: tuple[ScanInput, ...] = tuple(FilePartition(p) for p in scan.source.paths)
         return ScanSplit(parts or (FilePartition(""),), sum(sizes), 0)
     assert isinstance(scan.source, ParquetSource)
-    groups, pruned, kept = _row_groups(scan)
+    groups, pruned, kept = row_groups_read(scan)
     total = sum(g[3] for g in groups)
     rows_total = sum(g[2] for g in groups)
     n = min(partition_count(total, target_bytes, min_partitions, cpus), max(1, rows_total))
@@ -168,7 +168,7 @@ def _partitions(
     target_bytes: int,
     cpus: int = 1,
 ) -> list[ScanInput]:
-    """``groups`` (:func:`_row_groups`) cut into ``n`` partitions of about ``total / n``
+    """``groups`` (:func:`row_groups_read`) cut into ``n`` partitions of about ``total / n``
     bytes at the positions :func:`_cuts` chooses, rows in order; each file without rows a
     partition of its own, after the partition that holds the rows before it (grouping it
     changes nothing, keeping it shows that empty partitions flow through every stage, and
@@ -306,7 +306,7 @@ def _cuts(read: list[tuple[str, int, int, int, tuple[str, ...]]], total: int, n:
     return cuts
 
 
-def _row_groups(
+def row_groups_read(
     scan: Scan,
 ) -> tuple[list[tuple[str, int, int, int, tuple[str, ...]]], int, list[tuple[int, float]]]:
     """(path, first row, rows, estimated bytes, the file's Null-typed columns to cast)

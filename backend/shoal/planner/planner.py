@@ -8,8 +8,12 @@ rows from other partitions:
   every aggregate splits exactly (:mod:`shoal.planner.aggregate`); otherwise a hash
   exchange of the input rows and one full aggregation per partition; without keys, a
   gather to one task;
-* join: broadcast the smaller side when its estimated size is at most
-  ``broadcast_join_threshold_bytes``, otherwise hash-partition both sides on their keys;
+* join: two Parquet scans stored in the order of the join key are joined partition by
+  partition, each task reading the other side's row groups that can match its own
+  (:mod:`shoal.planner.aligned`); otherwise broadcast the smaller side when its estimated
+  size is at most ``broadcast_join_threshold_bytes`` (computed inside each task of the
+  other side when it is a few small file scans), otherwise hash-partition both sides on
+  their keys;
 * sort: sample the sort keys, range exchange with boundaries chosen from the sample, then
   a local sort per range; a sort followed by a slice is a top-k per partition, gathered
   and cut again;
@@ -63,6 +67,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
+from shoal.planner.aligned import aligned_join, task_scans
 from shoal.planner.context import OpenFragment as _Open
 from shoal.planner.partitioning import ScanSplit, split_scan
 from shoal.planner.physical import (
@@ -152,6 +157,12 @@ class _Builder:
                 self.cpus,
             )
         return got
+
+    def resplit(self, node: Scan, n: int) -> tuple[ScanInput, ...]:
+        """Scan ``node`` cut into about ``n`` partitions (finer than :meth:`split`, for
+        an aligned join's kept side; see :mod:`shoal.planner.aligned`)."""
+        est = self.split(node).est_bytes
+        return split_scan(node, max(1, est // max(1, n)), 0, n, self.cpus).partitions
 
     # -- the small-query path -----------------------------------------------------------
 
@@ -482,6 +493,12 @@ class _Builder:
         can_left = node.how in ("inner", "right", "cross")
         if left.num_tasks == 1 and right.num_tasks == 1:
             return self._broadcast(node, probe=left, build=right, build_is_right=True)
+        if self.config.aligned_joins:
+            aligned = aligned_join(
+                node, left, right, self.config.target_partition_bytes, self.resplit
+            )
+            if aligned is not None:
+                return aligned
         if (
             node.how == "semi"
             and threshold
@@ -668,7 +685,7 @@ class _Builder:
         read = sum(self.split(s).est_bytes for s in build_scans)
         if read > limit or read * probe.num_tasks > self.config.target_partition_bytes:
             return False
-        own = _task_scans(probe, probe_scans)
+        own = task_scans(probe, probe_scans)
         if own is None:
             return False
         whole = {id(s): _whole_scan(s, self.split(s)) for s in build_scans}
@@ -816,31 +833,6 @@ def _place_small_queries(b: _Builder) -> None:
     b.plan.small_query_in_driver = not reason
     where = "runs in the driver process" if not reason else f"runs on a Ray worker ({reason})"
     b.plan.small_query += f"; {where}"
-
-
-def _task_scans(op: _Open, scans: list[Scan]) -> list[dict[int, tuple[Any, bool]]] | None:
-    """For each task of ``op`` (whose fragment reads ``scans``, :func:`scans_of` order):
-    its partition of each scan by the scan node's id, and whether that partition is one
-    of several (True) or the whole scan (False). None when ``op``'s partitions do not
-    say it plainly (a fragment with several scans but no :class:`ScanSet`)."""
-    if op.scan_partitions is None:
-        return [{} for _ in range(op.num_tasks)] if not scans else None
-    out: list[dict[int, tuple[Any, bool]]] = []
-    for entry in op.scan_partitions:
-        if isinstance(entry, ScanSet):
-            if len(entry.parts) != len(scans):
-                return None
-            out.append(
-                {
-                    id(s): (p, not entry.is_whole(i))
-                    for i, (s, p) in enumerate(zip(scans, entry.parts, strict=True))
-                }
-            )
-        elif len(scans) == 1:
-            out.append({id(scans[0]): (entry, True)})
-        else:
-            return None
-    return out
 
 
 def _whole_scan(

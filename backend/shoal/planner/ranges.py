@@ -23,16 +23,16 @@ import bisect
 import datetime
 import itertools
 import threading
-from collections import OrderedDict
-from collections.abc import Iterable
+from collections import Counter, OrderedDict
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from shoal import storage
 from shoal.ir.nodes import ParquetSource, Scan
-from shoal.planner.partitioning import ColumnStats, FileDigest, file_digest
-from shoal.planner.physical import ScanInput, ScanPartition
+from shoal.planner.partitioning import ColumnStats, FileDigest, file_digest, row_groups_read
+from shoal.planner.physical import ParquetPiece, ScanInput, ScanPartition
 
 
 def _eligible(scan: Scan, name: str) -> bool:
@@ -101,36 +101,49 @@ def _groups(f: FileDigest, offset: int, rows: int) -> range:
     return range(first, bisect.bisect_left(starts, offset + rows))
 
 
+def _partition_range(
+    name: str, part: ScanPartition, files: dict[str, FileDigest]
+) -> tuple[int | None, int | None, bool] | None:
+    """(min, max, has nulls) of column ``name`` over the row groups that partition
+    ``part`` reads (min and max None: no non-null value), or None when a footer does not
+    say exactly (see :func:`_range`)."""
+    lo: int | None = None
+    hi: int | None = None
+    nulls = False
+    for piece in part.pieces:
+        if not piece.rows:
+            continue
+        if name in piece.null_columns:  # an untyped all-null column in this file
+            nulls = True
+            continue
+        f = files.get(piece.path)
+        leaf = f.leaf.get(name) if f is not None else None
+        if f is None or leaf is None:
+            return None
+        for g in _groups(f, piece.offset, piece.rows):
+            rg = f.row_groups[g]
+            if not rg.num_rows:
+                continue
+            got = _range(rg.statistics(leaf), rg.num_rows)
+            if got is None:
+                return None
+            g_lo, g_hi, g_nulls = got
+            nulls = nulls or g_nulls
+            if g_lo is not None and g_hi is not None:
+                lo = g_lo if lo is None else min(lo, g_lo)
+                hi = g_hi if hi is None else max(hi, g_hi)
+    return lo, hi, nulls
+
+
 def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, FileDigest]) -> bool:
     ranges: list[tuple[int, int]] = []
     with_nulls = 0
     for part in partitions:
         assert isinstance(part, ScanPartition)
-        lo: int | None = None
-        hi: int | None = None
-        nulls = False
-        for piece in part.pieces:
-            if not piece.rows:
-                continue
-            if name in piece.null_columns:  # an untyped all-null column in this file
-                nulls = True
-                continue
-            f = files.get(piece.path)
-            leaf = f.leaf.get(name) if f is not None else None
-            if f is None or leaf is None:
-                return False
-            for g in _groups(f, piece.offset, piece.rows):
-                rg = f.row_groups[g]
-                if not rg.num_rows:
-                    continue
-                got = _range(rg.statistics(leaf), rg.num_rows)
-                if got is None:
-                    return False
-                g_lo, g_hi, g_nulls = got
-                nulls = nulls or g_nulls
-                if g_lo is not None and g_hi is not None:
-                    lo = g_lo if lo is None else min(lo, g_lo)
-                    hi = g_hi if hi is None else max(hi, g_hi)
+        got = _partition_range(name, part, files)
+        if got is None:
+            return False
+        lo, hi, nulls = got
         with_nulls += nulls
         if lo is not None and hi is not None:
             ranges.append((lo, hi))
@@ -138,6 +151,92 @@ def _disjoint(name: str, partitions: tuple[ScanInput, ...], files: dict[str, Fil
         return False
     ranges.sort()
     return all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def _files(scan: Scan) -> dict[str, FileDigest]:
+    assert isinstance(scan.source, ParquetSource)
+    metas = storage.read_footers(scan.source.paths, scan.source.storage_options)
+    return dict(zip(scan.source.paths, map(file_digest, metas), strict=True))
+
+
+def key_ranges(
+    scan: Scan, partitions: Sequence[ScanPartition], column: str
+) -> list[tuple[int, int] | None] | None:
+    """For each partition of Parquet scan ``scan``: the (min, max) of the non-null values
+    of ``column`` in the row groups it reads (a superset of the values it holds: a row
+    group cut between partitions gives each its whole range), or None where it holds no
+    non-null value. None when the column's type does not order its footer statistics as
+    its values (:func:`_eligible`) or a footer lacks exact statistics."""
+    if not isinstance(scan.source, ParquetSource) or not _eligible(scan, column):
+        return None
+    files = _files(scan)
+    out: list[tuple[int, int] | None] = []
+    for part in partitions:
+        got = _partition_range(column, part, files)
+        if got is None:
+            return None
+        lo, hi, _ = got
+        out.append(None if lo is None or hi is None else (lo, hi))
+    return out
+
+
+def aligned_partitions(
+    scan: Scan, column: str, ranges: Sequence[tuple[int, int] | None]
+) -> tuple[tuple[ScanPartition, ...], list[int], int] | None:
+    """Partitions of Parquet scan ``scan`` cut to ``ranges``: for each range, the row
+    groups the scan reads (those its predicate may keep) whose footer statistics of
+    ``column`` say they may hold a non-null value in it (none for a range of None), so
+    that every row whose ``column`` is in the range is in its partition. A row group
+    overlapping several ranges is in each of their partitions. Returns the partitions,
+    the estimated bytes each reads, and the bytes of all the row groups the scan reads; None when ``column`` is not eligible (:func:`_eligible`) or a row group lacks
+    exact statistics. Pieces of one file that follow each other are one piece; a file
+    whose read row groups are all in one partition is marked
+    :attr:`~shoal.planner.physical.ParquetPiece.whole_file` (unless the scan lists it
+    twice)."""
+    if not isinstance(scan.source, ParquetSource) or not _eligible(scan, column):
+        return None
+    groups, _, _ = row_groups_read(scan)
+    files = _files(scan)
+    repeated = {p for p in scan.source.paths if scan.source.paths.count(p) > 1}
+    bounds: list[tuple[int, int] | None] = []  # per group: its range, None if all null
+    for path, offset, rows, _, _ in groups:
+        if not rows:
+            bounds.append(None)
+            continue
+        f = files[path]
+        leaf = f.leaf.get(column)
+        if leaf is None:
+            return None
+        (g,) = _groups(f, offset, rows)  # one row group
+        r = _range(f.row_groups[g].statistics(leaf), rows)
+        if r is None:
+            return None
+        lo, hi, _ = r
+        bounds.append(None if lo is None or hi is None else (lo, hi))
+    total = sum(g[3] for g in groups)
+    read_groups = Counter(g[0] for g in groups if g[2])
+    parts: list[ScanPartition] = []
+    read: list[int] = []
+    for want in ranges:
+        chosen = []
+        if want is not None:
+            chosen = [
+                g
+                for g, b in zip(groups, bounds, strict=True)
+                if b is not None and b[0] <= want[1] and want[0] <= b[1]
+            ]
+        read.append(sum(g[3] for g in chosen))
+        mine = Counter(g[0] for g in chosen)
+        pieces: list[ParquetPiece] = []
+        for path, offset, rows, _, nulls in chosen:
+            whole = path not in repeated and mine[path] == read_groups[path]
+            last = pieces[-1] if pieces else None
+            if last is not None and last.path == path and last.offset + last.rows == offset:
+                pieces[-1] = ParquetPiece(path, last.offset, last.rows + rows, nulls, whole)
+            else:
+                pieces.append(ParquetPiece(path, offset, rows, nulls, whole))
+        parts.append(ScanPartition(tuple(pieces)))
+    return tuple(parts), read, total
 
 
 def _range(stats: ColumnStats | None, rows: int) -> tuple[int | None, int | None, bool] | None:
