@@ -162,9 +162,9 @@ def test_column_types_are_the_types_of_the_rows_read() -> None:
 
 
 def test_comparisons_are_boolean_and_arithmetic_keeps_its_operand_types() -> None:
-    """Comparisons (typed Boolean without asking Polars) and arithmetic over columns and
-    casts (whose operand types come from the schema read) give native Polars' answer:
-    nulls, NaN, -0.0, lists, a comparison with a null literal."""
+    """Comparisons and arithmetic over columns and casts (whose operand types come from
+    the schema read) give native Polars' answer: nulls, NaN, -0.0, lists, a comparison
+    with a null literal."""
     from shoal.ir.expr import BinaryOp
 
     lf = pl.LazyFrame(

@@ -95,8 +95,6 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
     name = type(view).__name__
     if name == "Column":
         dtype = t.column_dtype(view.name, node, where)
-    elif name == "BinaryExpr" and str(view.op).rsplit(".", 1)[-1] in _COMPARISONS:
-        dtype = BOOL  # what Polars types every comparison (no get_dtype asked)
     else:
         dtype = t.dtype(node, where)
     handler = _EXPRS.get(name)
@@ -289,9 +287,6 @@ def _uncast_dtype(t: Translator, node: int) -> pl.DataType:
 
 
 _ARITHMETIC = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
-
-#: Polars' comparison operators: their result is Boolean whatever the operands.
-_COMPARISONS = frozenset({"Eq", "NotEq", "Lt", "LtEq", "Gt", "GtEq", "EqValidity", "NotEqValidity"})
 
 
 def _null_operand_disagrees(op: str, left: pl.DataType, right: pl.DataType) -> bool:
