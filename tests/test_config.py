@@ -58,6 +58,25 @@ def test_snapshot_is_hashable_and_digest_is_content_based() -> None:
     assert len(a.digest()) == 16
 
 
+def test_digest_kept_on_the_snapshot_stays_its_content_hash() -> None:
+    """The digest kept on a snapshot (asked by every task) is the content hash: the same
+    for an equal snapshot, after a pickle round trip (a Ray task's copy), and not carried
+    to a changed copy; the snapshot still compares and prints by its settings."""
+    import pickle
+
+    a = Config(shuffle_partitions=3, target_partition_bytes=1 << 20)
+    first = a.digest()
+    assert a.digest() == first
+    copy = pickle.loads(pickle.dumps(a))
+    assert copy == a and copy.digest() == first
+    assert Config(shuffle_partitions=3, target_partition_bytes=1 << 20).digest() == first
+    changed = a.replace(shuffle_partitions=4)
+    assert changed.digest() != first
+    assert changed.digest() == Config(shuffle_partitions=4, target_partition_bytes=1 << 20).digest()
+    assert a == Config(shuffle_partitions=3, target_partition_bytes=1 << 20)
+    assert "_digest" not in repr(a)
+
+
 def test_extensions_are_validated_frozen_and_shipped() -> None:
     def validate(value: object) -> None:
         if not isinstance(value, dict | shoal.config.FrozenDict) or "model" not in value:

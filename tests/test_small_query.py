@@ -310,6 +310,67 @@ def test_ray_small_query_runs_in_the_driver_unless_told_otherwise(files: Path) -
             assert line.endswith("; runs on a Ray worker (small_query_where='worker')"), line
 
 
+def _typed_frame() -> pl.DataFrame:
+    """Columns of the types whose trip through Arrow Polars respells or rebuilds: an
+    Enum, a Categorical, 128-bit integers, decimals, a zoned datetime, nested types;
+    with nulls, NaN and -0.0."""
+    return pl.DataFrame(
+        {
+            "k": pl.Series([1, 2, 2, None, 3], dtype=pl.Int32),
+            "e": pl.Series(["lo", "hi", None, "lo", "hi"], dtype=pl.Enum(["lo", "hi"])),
+            "c": pl.Series(["a", None, "b", "a", "c"], dtype=pl.Categorical),
+            "w": pl.Series([2**100, -1, None, 0, 7], dtype=pl.Int128),
+            "d": pl.Series(["1.25", None, "-0.50", "3.00", "0.01"], dtype=pl.Decimal(10, 2)),
+            "t": pl.Series([1, 2, None, 4, 5], dtype=pl.Datetime("ms", "Europe/Berlin")),
+            "y": [1.0, float("nan"), -0.0, None, 2.5],
+            "l": [[1, 2], None, [], [None], [3]],
+            "st": [{"a": 1, "b": "x"}, None, {"a": None, "b": "y"}, {"a": 4, "b": None}, None],
+            "arr": pl.Series(
+                [[1, 2], [3, 4], None, [5, None], [0, 0]], dtype=pl.Array(pl.Int64, 2)
+            ),
+        }
+    )
+
+
+_TYPED_QUERIES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
+    "all columns": lambda lf: lf.filter(pl.col("k").is_not_null() | pl.col("y").is_nan()),
+    "no rows": lambda lf: lf.filter(pl.col("k") > 100),
+    "aggregate": lambda lf: lf.group_by("e", maintain_order=True).agg(
+        pl.col("w").sum(), pl.col("d").max(), pl.col("t").min(), pl.len()
+    ),
+    "count": lambda lf: lf.select(pl.len()),
+    "no columns": lambda lf: lf.select([]),
+}
+
+
+@pytest.mark.usefixtures("ray_runner")
+@pytest.mark.parametrize("name", list(_TYPED_QUERIES))
+def test_ray_driver_result_of_every_type_reaches_polars_as_polars_computed_it(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A small query run in the driver hands the Polars frame its task computed to the
+    Polars frontend (``shoal.api.execute``'s ``polars_ok``) without converting it to Arrow
+    and back, and the answer is native Polars' for every type, an empty result and a
+    result of no columns; ``shoal.api.execute`` without ``polars_ok`` still gives the
+    Arrow table."""
+    from shoal.execution import kernel
+    from shoal_polars.engine import to_ir
+
+    lf = _TYPED_QUERIES[name](_typed_frame().lazy())
+    want = lf.collect(engine="in-memory")
+    calls: list[pl.DataFrame] = []
+    real = kernel.frame_to_arrow
+    monkeypatch.setattr(kernel, "frame_to_arrow", lambda df: calls.append(df) or real(df))
+    got = lf.collect(engine=DistEngine(raise_on_fail=True))
+    assert_frame_equal(got, want, check_exact=True)
+    report = last_query()
+    assert report is not None and report.physical.small_query_in_driver
+    if name != "no columns":  # a frame of no columns keeps its height as Arrow
+        assert calls == [], "the result went through Arrow"
+    table = shoal.api.execute(to_ir(lf))
+    assert isinstance(table, pa.Table) and table.num_rows == want.height
+
+
 @pytest.mark.usefixtures("ray_runner")
 def test_ray_collect_all_with_a_distributed_query_keeps_the_small_one_on_a_worker() -> None:
     """``collect_all`` of a small query and one above the threshold: one plan, which runs

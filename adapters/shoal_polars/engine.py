@@ -53,11 +53,15 @@ def _warning() -> type[Warning]:
     return PolarsFallbackWarning
 
 
-def _execute(plan: PlanNode, runner: RunnerKind | None, config: Config | None) -> pa.Table:
-    """Run ``plan`` with shoal (a seam that tests may replace)."""
+def _execute(
+    plan: PlanNode, runner: RunnerKind | None, config: Config | None
+) -> pa.Table | pl.DataFrame:
+    """Run ``plan`` with shoal (a seam that tests may replace): an Arrow table, or the
+    Polars frame of a small query run in this process (``shoal.api.execute``'s
+    ``polars_ok``; a sink's list of files is always a table)."""
     from shoal.api import execute
 
-    return execute(plan, runner=runner, config=config)
+    return execute(plan, runner=runner, config=config, polars_ok=True)
 
 
 class DistEngine(InMemoryEngine):
@@ -403,6 +407,7 @@ class DistEngine(InMemoryEngine):
             native(lf, path, optimizations=optimizations, **kwargs)
             return
         written = _execute(sink, self.runner, self._config())
+        assert not isinstance(written, pl.DataFrame)  # a sink gives its files as a table
         from shoal_polars.fallback import ran
 
         ran(f"sink_{fmt}")
@@ -683,13 +688,14 @@ def _user_stacklevel() -> int:
     return level
 
 
-def to_polars_frame(table: pa.Table, schema: Any) -> pl.DataFrame:
-    """``table`` as a ``polars.DataFrame`` with exactly Polars' expected ``schema`` (names,
+def to_polars_frame(table: pa.Table | pl.DataFrame, schema: Any) -> pl.DataFrame:
+    """``table`` (an Arrow table, or a Polars frame as shoal may return a small query's
+    result) as a ``polars.DataFrame`` with exactly Polars' expected ``schema`` (names,
     order and dtypes). Raises :class:`shoal.PlanError` when the columns differ."""
     from shoal.errors import PlanError
     from shoal.execution.kernel import frame_of
 
-    df = frame_of(table)
+    df = table if isinstance(table, pl.DataFrame) else frame_of(table)
     expected = pl.Schema(schema)
     if df.columns != list(expected.names()):
         raise PlanError(

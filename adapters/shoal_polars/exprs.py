@@ -92,8 +92,11 @@ def translate_expr(t: Translator, node: int, where: str) -> Expr:
         if str(exc) == OPAQUE_EVAL:
             t.rewritable.add(f"{where}: expression ({exc}): {reason}")
         return t.placeholder_expr()
-    dtype = t.dtype(node, where)
     name = type(view).__name__
+    if name == "Column":
+        dtype = t.column_dtype(view.name, node, where)
+    else:
+        dtype = t.dtype(node, where)
     handler = _EXPRS.get(name)
     if handler is None:
         reason = _UNSUPPORTED_EXPRS.get(name, "expression class not supported by shoal")
@@ -156,7 +159,7 @@ def _literal(t: Translator, view: Any, node: int, dtype: DataType, where: str) -
             # in the Series' dtype.
             values = values.to_physical()
         return Function("series", (), (("values", tuple(values.to_list())),), dtype)
-    polars_dtype = t.nt.get_dtype(node)
+    polars_dtype = t.polars_dtype(node)
     try:
         value = literal_value(view.value, polars_dtype)
     except ValueError as exc:
@@ -194,7 +197,7 @@ def _between_bounds(t: Translator, view: Any) -> tuple[Lit, Lit] | None:
     if not all(type(v).__name__ == "Literal" for v in views):
         return None
     low, high = (v.value for v in views)
-    dtypes = [t.nt.get_dtype(n) for n in view.input[1:]]
+    dtypes = [t.polars_dtype(n) for n in view.input[1:]]
     if not (
         isinstance(low, datetime.datetime | datetime.time)
         and low == high
@@ -270,11 +273,17 @@ def _binary(t: Translator, view: Any, node: int, dtype: DataType, where: str) ->
 
 def _uncast_dtype(t: Translator, node: int) -> pl.DataType:
     """The Polars dtype of expression ``node``, or of its input when it is a cast (type
-    coercion casts a Null operand to the other operand's dtype)."""
+    coercion casts a Null operand to the other operand's dtype); a column's from the
+    cursor node's schema (see :meth:`Translator.column_dtype`)."""
     view = t.nt.view_expression(node)
     if type(view).__name__ == "Cast":
-        return t.nt.get_dtype(view.expr)
-    return t.nt.get_dtype(node)
+        node = view.expr
+        view = t.nt.view_expression(node)
+    if type(view).__name__ == "Column":
+        got = t.polars_schema().get(view.name)
+        if got is not None:
+            return got
+    return t.polars_dtype(node)
 
 
 _ARITHMETIC = frozenset({"add", "sub", "mul", "truediv", "floordiv", "mod"})
@@ -334,7 +343,7 @@ def _cast(t: Translator, view: Any, node: int, dtype: DataType, where: str) -> E
             "unknown cast option",
         )
         return t.placeholder_expr(dtype)
-    target = t.nt.get_dtype(node)
+    target = t.polars_dtype(node)
     if isinstance(target, pl.Enum):
         # shoal's types carry an Enum without its categories (an Arrow dictionary): the
         # kernel casts to the Enum itself, so that values outside it fail or become null

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 import pyarrow as pa
 
@@ -13,8 +13,32 @@ from shoal.errors import PlanError, UnsupportedError
 from shoal.ir.nodes import PlanNode, Sink
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from shoal.runners.background import BackgroundQuery
     from shoal.runners.dispatch import CancelToken
+
+
+@overload
+def execute(
+    plan: PlanNode,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    cancel: CancelToken | None = None,
+    polars_ok: Literal[False] = False,
+) -> pa.Table: ...
+
+
+@overload
+def execute(
+    plan: PlanNode,
+    *,
+    runner: RunnerKind | None = None,
+    config: Config | None = None,
+    cancel: CancelToken | None = None,
+    polars_ok: bool,
+) -> pa.Table | pl.DataFrame: ...
 
 
 def execute(
@@ -23,7 +47,8 @@ def execute(
     runner: RunnerKind | None = None,
     config: Config | None = None,
     cancel: CancelToken | None = None,
-) -> pa.Table:
+    polars_ok: bool = False,
+) -> pa.Table | pl.DataFrame:
     """Run ``plan`` distributed and return the whole result as one Arrow table.
 
     ``runner`` overrides the config's runner ("ray" or "local"); ``config`` defaults to
@@ -34,13 +59,16 @@ def execute(
     (``shoal.execution.sink.check_target``). Raises ``FileNotFoundError`` for a missing
     input path before any task runs, :class:`shoal.TaskError` naming the stage and
     partition when a task fails, :class:`shoal.QueryCancelledError` when cancelled.
+    ``polars_ok`` (the Polars frontend): the result may come as the ``polars.DataFrame``
+    a small query's task computed in this process, with ``plan.schema`` as Polars types
+    (see :func:`shoal.runners.session.run_plan`), instead of an Arrow table.
     """
     from shoal.runners.session import run_plan
 
     cfg = _resolve(runner, config)
     if not isinstance(plan, Sink):
         try:
-            return run_plan(plan, cfg, cancel)
+            return run_plan(plan, cfg, cancel, polars_ok=polars_ok)
         except RecursionError:
             raise PlanError(
                 "shoal: the plan or an expression in it is nested too deeply to plan (over "
@@ -52,6 +80,7 @@ def execute(
     plan = sink.prepare(plan)
     try:
         written = run_plan(plan, cfg, cancel)
+        assert isinstance(written, pa.Table)
     except BaseException:
         sink.abort(plan)
         raise

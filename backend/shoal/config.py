@@ -569,16 +569,21 @@ class Config:
 
     def digest(self) -> str:
         """A short content hash (16 hex digits) of every setting. Computed once per
-        content in a process (a query asks for it on the driver and in every task)."""
+        content in a process (a query asks for it on the driver and in every task), and
+        kept on the instance (the settings are frozen): finding it again by content
+        compares every setting, about 40 microseconds per call."""
+        got: str | None = self.__dict__.get("_digest")
+        if got is not None:
+            return got
         try:
-            return _DIGESTS[self]
+            got = _DIGESTS[self]
         except (KeyError, TypeError):  # TypeError: an unhashable extension value
-            pass
-        values = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
-        text = json.dumps(values, sort_keys=True, default=repr)
-        got = hashlib.sha256(text.encode()).hexdigest()[:16]
-        with contextlib.suppress(TypeError):
-            _DIGESTS[self] = got
+            values = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
+            text = json.dumps(values, sort_keys=True, default=repr)
+            got = hashlib.sha256(text.encode()).hexdigest()[:16]
+            with contextlib.suppress(TypeError):
+                _DIGESTS[self] = got
+        object.__setattr__(self, "_digest", got)
         return got
 
     def non_defaults(self) -> dict[str, Any]:

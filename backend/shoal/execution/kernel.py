@@ -581,7 +581,8 @@ def run_fragment(
     output: OutputSpec,
     input_schemas: Sequence[Schema],
     empty: bool = False,
-) -> tuple[TaskStats, list[pa.Table]]:
+    keep_frame: bool = False,
+) -> tuple[TaskStats, list[Any]]:
     """Run ``fragment`` on one partition.
 
     ``inputs[i]`` are the tables of stage input ``i`` (concatenated in order). Returns the
@@ -590,9 +591,12 @@ def run_fragment(
     shoal. ``empty``: the caller knows the fragment gives no rows (an input it needs is
     empty, :func:`shoal.runners.adaptive.empty_output`): its query is not run (nor its
     scan read) and the outputs are empty tables of its schema (``extra["empty_input"]``).
+    ``keep_frame`` (a task that runs where its output is used: the driver's small-query
+    task): a single output is returned as a :class:`KeptFrame` of the Polars result
+    instead of an Arrow table.
     """
     with task_scope():
-        return _run_fragment(fragment, inputs, scan, output, input_schemas, empty)
+        return _run_fragment(fragment, inputs, scan, output, input_schemas, empty, keep_frame)
 
 
 def _run_fragment(
@@ -602,7 +606,8 @@ def _run_fragment(
     output: OutputSpec,
     input_schemas: Sequence[Schema],
     empty: bool = False,
-) -> tuple[TaskStats, list[pa.Table]]:
+    keep_frame: bool = False,
+) -> tuple[TaskStats, list[Any]]:
     start = time.time()
     tags = _source_columns(fragment) if inputs else {}
     frames = [
@@ -637,8 +642,15 @@ def _run_fragment(
         parts = _split_hash(df, output)
     else:
         parts = _split_range(df, output)
-    tables = [to_wire(frame_to_arrow(p)) for p in parts]
-    sizes = tuple(t.nbytes for t in tables)
+    tables: list[Any]
+    if keep_frame and isinstance(output, SingleOutput):
+        # The driver's own task (the small-query path): its one output is the query's
+        # result, in this process; it stays a Polars frame (see :class:`KeptFrame`).
+        tables = [KeptFrame(df)]
+        sizes = (tables[0].nbytes,)
+    else:
+        tables = [to_wire(frame_to_arrow(p)) for p in parts]
+        sizes = tuple(t.nbytes for t in tables)
     end = time.time()
     stats = TaskStats(
         pid=os.getpid(),
@@ -658,6 +670,37 @@ def _run_fragment(
     if empty:
         stats.extra["empty_input"] = True
     return stats, tables
+
+
+class KeptFrame:
+    """A task's one output kept as the Polars frame the task computed (``run_fragment``
+    with ``keep_frame``): the result of a small query run in the driver, which the Polars
+    frontend hands to its user as it is, where converting it to Arrow and back (0.1-0.4 ms
+    each way for a small result, paid by every small query) gives the same frame.
+    :meth:`table` is the Arrow table the task would have returned, for every other reader
+    (made on first use, then kept)."""
+
+    __slots__ = ("_table", "frame")
+
+    def __init__(self, frame: pl.DataFrame) -> None:
+        self.frame = frame
+        self._table: pa.Table | None = None
+
+    @property
+    def num_rows(self) -> int:
+        return self.frame.height
+
+    @property
+    def nbytes(self) -> int:
+        """Polars' estimate of the frame's size (what the memory ledger counts)."""
+        return int(self.frame.estimated_size())
+
+    def table(self) -> pa.Table:
+        """The frame as the Arrow table a task returns (:func:`frame_to_arrow`, then
+        :func:`~shoal.planner.physical.to_wire`)."""
+        if self._table is None:
+            self._table = to_wire(frame_to_arrow(self.frame))
+        return self._table
 
 
 def _profile(

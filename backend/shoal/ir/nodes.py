@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from shoal.ir.expr import Expr, NamedExpr, field_names
+from shoal.ir.expr import Expr, NamedExpr, child_fields
 from shoal.ir.types import INT64, STRING, Schema
 
 JoinHow = Literal["inner", "left", "right", "full", "semi", "anti", "cross"]
@@ -34,7 +34,7 @@ class PlanNode:
 
     def children(self) -> tuple[PlanNode, ...]:
         out: list[PlanNode] = []
-        for name in field_names(type(self)):
+        for name in child_fields(type(self), "PlanNode"):
             v = getattr(self, name)
             if isinstance(v, PlanNode):
                 out.append(v)

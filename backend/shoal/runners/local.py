@@ -12,10 +12,11 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+import polars as pl
 import pyarrow as pa
 
 from shoal.config import Config, task_config
-from shoal.execution.kernel import run_fragment
+from shoal.execution.kernel import KeptFrame, run_fragment
 from shoal.resources import ResourceLedger, local_ledger
 from shoal.runners.dispatch import TaskResult, TaskSpec
 
@@ -28,9 +29,17 @@ class LocalBackend:
     retries_lost_tasks = False
 
     def __init__(
-        self, num_threads: int | None = None, resources: ResourceLedger | None = None
+        self,
+        num_threads: int | None = None,
+        resources: ResourceLedger | None = None,
+        keep_frames: bool = False,
     ) -> None:
         self.num_threads = num_threads or os.cpu_count() or 1
+        #: A task's single output stays the Polars frame it computed (a
+        #: :class:`~shoal.execution.kernel.KeptFrame`): the driver's small-query backend,
+        #: whose one task's output is the query's result. :meth:`fetch` still gives Arrow
+        #: tables; :meth:`fetch_frames` gives the frames.
+        self.keep_frames = keep_frames
         self._pool = cf.ThreadPoolExecutor(self.num_threads, thread_name_prefix="shoal-task")
         self.resources = resources or local_ledger(num_threads, None)
 
@@ -41,7 +50,7 @@ class LocalBackend:
     def submit(self, task: TaskSpec) -> cf.Future[TaskResult]:
         if task.pool is not None:  # a stage of a stateful or GPU UDF: its worker processes
             return task.pool.submit(task)  # type: ignore[no-any-return]
-        return self._pool.submit(_run, task)
+        return self._pool.submit(_run, task, self.keep_frames)
 
     def wait(
         self, handles: Sequence[cf.Future[TaskResult]], timeout: float | None = None
@@ -53,7 +62,12 @@ class LocalBackend:
         return handle.result()
 
     def fetch(self, refs: Sequence[Any]) -> list[pa.Table]:
-        return list(refs)
+        return [r.table() if isinstance(r, KeptFrame) else r for r in refs]
+
+    def fetch_frames(self, refs: Sequence[Any]) -> list[pa.Table | pl.DataFrame]:
+        """Like :meth:`fetch`, but an output kept as a Polars frame (``keep_frames``) is
+        that frame."""
+        return [r.frame if isinstance(r, KeptFrame) else r for r in refs]
 
     def cancel(self, handles: Sequence[cf.Future[TaskResult]]) -> None:
         for h in handles:
@@ -63,14 +77,11 @@ class LocalBackend:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _run(task: TaskSpec) -> TaskResult:
+def _run(task: TaskSpec, keep_frames: bool = False) -> TaskResult:
+    args = (task.fragment, task.inputs, task.scan, task.output, task.input_schemas)
     if task.config is None:
-        stats, tables = run_fragment(
-            task.fragment, task.inputs, task.scan, task.output, task.input_schemas
-        )
+        stats, tables = run_fragment(*args, keep_frame=keep_frames)
     else:
         with task_config(task.config, task.config_digest):
-            stats, tables = run_fragment(
-                task.fragment, task.inputs, task.scan, task.output, task.input_schemas
-            )
+            stats, tables = run_fragment(*args, keep_frame=keep_frames)
     return TaskResult(task, stats, tables)

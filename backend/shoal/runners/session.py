@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 import polars as pl
 import polars.selectors as cs
@@ -161,7 +161,7 @@ def _driver_backend() -> Any:
         if _driver is None:
             from shoal.runners.local import LocalBackend
 
-            _driver = LocalBackend()
+            _driver = LocalBackend(keep_frames=True)
         return _driver
 
 
@@ -214,13 +214,39 @@ def _traced(config: Config, run: Callable[[QueryTracer | None], _T]) -> _T:
         return run(tracer)
 
 
-def run_plan(plan: PlanNode, config: Config, cancel: CancelToken | None = None) -> pa.Table:
+@overload
+def run_plan(
+    plan: PlanNode,
+    config: Config,
+    cancel: CancelToken | None = None,
+    polars_ok: Literal[False] = False,
+) -> pa.Table: ...
+
+
+@overload
+def run_plan(
+    plan: PlanNode, config: Config, cancel: CancelToken | None, polars_ok: bool
+) -> pa.Table | pl.DataFrame: ...
+
+
+def run_plan(
+    plan: PlanNode,
+    config: Config,
+    cancel: CancelToken | None = None,
+    polars_ok: bool = False,
+) -> pa.Table | pl.DataFrame:
     """Plan ``plan``, run it on the configured runner, and return the result with exactly
     ``plan.schema``. Raises ``FileNotFoundError`` for a missing input before any task runs,
     :class:`shoal.TaskError` when a task fails, :class:`shoal.QueryCancelledError` when
     ``cancel`` is set (from another thread) before the query ends. Traced when tracing is
-    on (see :mod:`shoal.tracing`)."""
-    return _traced(config, lambda tracer: _run_plan(plan, config, tracer, cancel))
+    on (see :mod:`shoal.tracing`).
+
+    ``polars_ok`` (the Polars frontend): where the result is one Polars frame in this
+    process (a small query run in the driver) whose schema is ``plan.schema`` as Polars
+    types, that frame is returned as it is (a ``polars.DataFrame``) instead of an Arrow
+    table: converting it to Arrow here and back to Polars in the frontend gives the same
+    frame (:func:`_polars_result`)."""
+    return _traced(config, lambda tracer: _run_plan(plan, config, tracer, cancel, polars_ok))
 
 
 def start_runner(config: Config) -> None:
@@ -293,15 +319,41 @@ def _start(
 
 
 def _run_plan(
-    plan: PlanNode, config: Config, tracer: QueryTracer | None, cancel: CancelToken | None
-) -> pa.Table:
+    plan: PlanNode,
+    config: Config,
+    tracer: QueryTracer | None,
+    cancel: CancelToken | None,
+    polars_ok: bool = False,
+) -> pa.Table | pl.DataFrame:
     global _last
     physical, backend, loop = _start(plan, config, tracer, cancel)
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
-        result = conform(backend.fetch(refs), plan)
+        result = _polars_result(backend, refs, plan) if polars_ok else None
+        if result is None:
+            result = conform(backend.fetch(refs), plan)
     _last = _report(physical, loop, config)
     return result
+
+
+def _polars_result(backend: Any, refs: list[Any], plan: PlanNode) -> pl.DataFrame | None:
+    """The query's result as the one Polars frame its task kept (a backend with
+    ``fetch_frames``: the driver's small-query task), when that frame is what
+    :func:`conform` would make of it: ``plan``'s columns, each of ``plan``'s type as Polars
+    types it (conform's casts change nothing), and at least one column (a frame of no
+    columns travels as Arrow, which keeps its height). None otherwise."""
+    fetch_frames = getattr(backend, "fetch_frames", None)
+    if fetch_frames is None or len(refs) != 1 or not plan.schema.fields:
+        return None
+    (got,) = fetch_frames(refs)
+    if not isinstance(got, pl.DataFrame):
+        return None
+    fields = plan.schema.fields
+    if got.columns != [name for name, _ in fields]:
+        return None
+    if any(have != want.to_polars() for have, (_, want) in zip(got.dtypes, fields, strict=True)):
+        return None
+    return got
 
 
 def run_plans(
