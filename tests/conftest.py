@@ -128,3 +128,26 @@ def task_plans(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
     monkeypatch.setattr(kernel, "collect", spy)
     return plans
+
+
+def collect_as_native(q: Any, runner: str = "local", **settings: Any) -> Any:
+    """``q`` (a Polars LazyFrame) collected on shoal with ``settings``, checked against
+    Polars' in-memory engine (rows in any order, floats to Polars' default tolerance);
+    returns shoal's frame."""
+    from polars.testing import assert_frame_equal
+
+    engine = shoal.DistEngine(runner=runner, raise_on_fail=True, **settings)  # type: ignore[arg-type]
+    got = q.collect(engine=engine)
+    want = q.collect(engine="in-memory")
+    assert_frame_equal(got.sort(got.columns), want.sort(want.columns), check_exact=False)
+    return got
+
+
+def hash_exchanges(q: Any, **settings: Any) -> int:
+    """The hash exchanges of ``q``'s physical plan for 2 CPUs with ``settings``."""
+    from shoal.config import Config
+    from shoal.planner.physical import HashOutput, plan_physical
+    from shoal_polars.engine import to_ir
+
+    plan = plan_physical(to_ir(q), Config(**settings), 2)
+    return sum(isinstance(s.output, HashOutput) for s in plan.stages)

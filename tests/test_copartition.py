@@ -25,14 +25,15 @@ import pyarrow.parquet as pq
 import pytest
 from polars.testing import assert_frame_equal
 
-import shoal
 from shoal.config import Config
 from shoal.ir.expr import Col
 from shoal.ir.nodes import Join, Scan, StageInput
 from shoal.ir.types import Schema
 from shoal.lowering.plan import lower_plan, no_scan
-from shoal.planner.physical import HashOutput, plan_physical
+from shoal.planner.physical import plan_physical
 from shoal_polars.engine import to_ir
+
+from .conftest import collect_as_native, hash_exchanges
 
 #: Several partitions per scan, the distributed path, small sides broadcast.
 CFG = {
@@ -82,15 +83,11 @@ DIM = pl.DataFrame(
 
 
 def _run(q: pl.LazyFrame, runner: str = "local", **kw: object) -> pl.DataFrame:
-    got = q.collect(engine=shoal.DistEngine(runner=runner, raise_on_fail=True, **{**CFG, **kw}))
-    want = q.collect(engine="in-memory")
-    assert_frame_equal(got.sort(got.columns), want.sort(want.columns), check_exact=False)
-    return got
+    return collect_as_native(q, runner, **{**CFG, **kw})
 
 
 def _exchanges(q: pl.LazyFrame, **kw: object) -> int:
-    plan = plan_physical(to_ir(q), Config(**{**CFG, **kw}), 2)  # type: ignore[arg-type]
-    return sum(isinstance(s.output, HashOutput) for s in plan.stages)
+    return hash_exchanges(q, **{**CFG, **kw})
 
 
 def _europe(facts: pl.LazyFrame) -> pl.LazyFrame:

@@ -20,12 +20,13 @@ import pytest
 from polars.testing import assert_frame_equal
 
 import shoal
-from shoal.config import Config
 from shoal.ir.nodes import Scan
 from shoal.planner.partitioning import split_scan
-from shoal.planner.physical import HashOutput, plan_physical
+from shoal.planner.physical import HashOutput
 from shoal.planner.ranges import disjoint_columns
 from shoal_polars.engine import to_ir
+
+from .conftest import collect_as_native, hash_exchanges
 
 #: Several partitions per scan (one per file or two), the distributed path, hash joins.
 CFG = {"target_partition_bytes": 2000, "small_query_bytes": 0, "broadcast_join_threshold_bytes": 0}
@@ -56,15 +57,11 @@ def _part(lo: int, hi: int, nulls: int = 0, dup: int = 3, step: int = 1) -> pl.D
 
 
 def _run(q: pl.LazyFrame, **kw: object) -> pl.DataFrame:
-    got = q.collect(engine=shoal.DistEngine(runner="local", raise_on_fail=True, **{**CFG, **kw}))
-    want = q.collect(engine="in-memory")
-    assert_frame_equal(got.sort(got.columns), want.sort(want.columns), check_exact=False)
-    return got
+    return collect_as_native(q, **{**CFG, **kw})
 
 
 def _exchanges(q: pl.LazyFrame, **kw: object) -> int:
-    plan = plan_physical(to_ir(q), Config(**{**CFG, **kw}), 2)  # type: ignore[arg-type]
-    return sum(isinstance(s.output, HashOutput) for s in plan.stages)
+    return hash_exchanges(q, **{**CFG, **kw})
 
 
 def _group(lf: pl.LazyFrame, key: str) -> pl.LazyFrame:

@@ -50,8 +50,9 @@ from shoal.ir.nodes import (
     Project,
     Scan,
     StageInput,
+    transform,
 )
-from shoal.planner.context import OpenFragment
+from shoal.planner.context import OpenFragment, source_column
 from shoal.planner.physical import ScanInput, ScanPartition, ScanSet, scans_of
 from shoal.planner.ranges import aligned_partitions, disjoint_columns, key_ranges
 
@@ -107,11 +108,10 @@ def origin(node: PlanNode, column: str) -> tuple[Scan, str] | None:
         if isinstance(node, Filter):
             node = node.input
         elif isinstance(node, Project | Aggregate):
-            named = node.exprs if isinstance(node, Project) else node.keys
-            src = next((e.expr for e in named if e.name == column), None)
-            if not isinstance(src, Col):
+            src = source_column(node, column)
+            if src is None:
                 return None
-            node, column = node.input, src.name
+            node, column = node.input, src
         elif isinstance(node, Join):
             j = node
             if j.how in ("right", "full"):
@@ -133,12 +133,11 @@ def origin(node: PlanNode, column: str) -> tuple[Scan, str] | None:
 def _shift_inputs(node: PlanNode, by: int) -> PlanNode:
     """``node`` with the index of every :class:`StageInput` leaf raised by ``by`` (its
     inputs follow another fragment's ``by`` inputs); scans stay the same objects."""
-    if isinstance(node, StageInput):
-        return replace(node, index=node.index + by) if by else node
-    kids = node.children()
-    if not by or not kids:
+    if not by:
         return node
-    return node.with_children(tuple(_shift_inputs(k, by) for k in kids))
+    return transform(
+        node, lambda n: replace(n, index=n.index + by) if isinstance(n, StageInput) else None
+    )
 
 
 def _exact_per_range(node: PlanNode, scan: Scan, column: str, by_key: bool) -> bool:
@@ -158,13 +157,12 @@ def _exact_per_range(node: PlanNode, scan: Scan, column: str, by_key: bool) -> b
         elif isinstance(node, Project | Aggregate):
             if isinstance(node, Aggregate) and not by_key:
                 return False
-            named = node.exprs if isinstance(node, Project) else node.keys
-            if isinstance(node, Project) and not all(e.expr.is_row_local() for e in named):
+            if isinstance(node, Project) and not all(e.expr.is_row_local() for e in node.exprs):
                 return False
-            src = next((e.expr for e in named if e.name == column), None)
-            if not isinstance(src, Col):
+            src = source_column(node, column)
+            if src is None:
                 return False
-            node, column = node.input, src.name
+            node, column = node.input, src
         elif isinstance(node, Join):
             j = node
             got = origin(j, column)
@@ -335,12 +333,12 @@ def _align(
             right=theirs_node if kept_left else kept.node,
         )
         entries = []
+        order = scans_of(joined)
         for t, task in enumerate(tasks):
             by_scan = {**task, id(oscan): (parts[t], True)}
             for s in other_scans:
                 if s is not oscan:
                     by_scan[id(s)] = theirs[0][id(s)]
-            order = scans_of(joined)
             entries.append(
                 ScanSet(
                     tuple(by_scan[id(s)][0] for s in order),

@@ -52,6 +52,20 @@ class OpenFragment:
         return self
 
 
+def source_column(node: PlanNode, name: str) -> str | None:
+    """The input column that output column ``name`` of ``node``, a projection or an
+    aggregation, passes on unchanged (``col(a)``, ``col(a) AS name``, an aggregation key
+    that is a plain column), or None."""
+    from shoal.ir.expr import Col
+    from shoal.ir.nodes import Aggregate, Project
+
+    if not isinstance(node, Project | Aggregate):
+        return None
+    named = node.exprs if isinstance(node, Project) else node.keys
+    found = [e.expr for e in named if e.name == name]
+    return found[0].name if len(found) == 1 and isinstance(found[0], Col) else None
+
+
 def carry_hashed(
     old: PlanNode, node: PlanNode, hashed: tuple[tuple[str, ...], ...]
 ) -> tuple[tuple[str, ...], ...]:

@@ -32,7 +32,7 @@ from shoal.ir.nodes import (
     StageInput,
     transform,
 )
-from shoal.planner.context import OpenFragment, carry_hashed
+from shoal.planner.context import OpenFragment, carry_hashed, source_column
 
 #: Why a task of a co-located join may not be split into subtasks (runners/skew.py).
 WHOLE = "a join in place of two reads of one stage's partitions needs all rows of both"
@@ -52,11 +52,8 @@ def origin(node: PlanNode, name: str, index: int) -> str | None:
     if isinstance(node, Filter | Sort | Slice | Distinct):
         return origin(node.input, name, index)
     if isinstance(node, Project | Aggregate):
-        named = node.exprs if isinstance(node, Project) else node.keys
-        found = [e.expr for e in named if e.name == name]
-        if len(found) != 1 or not isinstance(found[0], Col):
-            return None
-        return origin(node.input, found[0].name, index)
+        src = source_column(node, name)
+        return None if src is None else origin(node.input, src, index)
     if not isinstance(node, Join) or node.how not in ("inner", "left", "semi", "anti"):
         return None
     if name not in node.schema.names:
