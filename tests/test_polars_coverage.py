@@ -157,7 +157,9 @@ def test_joins_with_maintain_order(left: pl.LazyFrame, right: pl.LazyFrame, name
     check(ORDERED_JOINS[name](left, right), ordered=True)
 
 
-@pytest.mark.parametrize(("how", "order"), [("inner", "left"), ("left", "left"), ("inner", "right")])
+@pytest.mark.parametrize(
+    ("how", "order"), [("inner", "left"), ("left", "left"), ("inner", "right")]
+)
 def test_a_one_sided_join_order_keeps_the_other_sides_order_among_matches(
     left: pl.LazyFrame,
     right: pl.LazyFrame,
