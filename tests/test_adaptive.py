@@ -456,6 +456,46 @@ def test_small_partitions_read_pointwise_run_as_one_task(target: int) -> None:
     assert _tasks(report) < _tasks(plain)
 
 
+def _q17_shape() -> pl.LazyFrame:
+    """TPC-H Q17's shape: a shared join and filter of the facts, aggregated by key, joined
+    back to itself on that key and aggregated again."""
+    f = _facts().lazy().join(_dims().lazy(), on="k", how="left").filter(pl.col("i") % 5 != 0)
+    avg = f.group_by("k").agg(a=pl.col("v").mean(), n=pl.len(), u=pl.col("s").max())
+    return (
+        f.join(avg, on="k", nulls_equal=True)
+        .filter(pl.col("v") < pl.col("a"))
+        .group_by("name")
+        .agg(pl.col("v").sum(), c=pl.len(), m=pl.col("n").max(), u=pl.col("u").min())
+    )
+
+
+def test_a_one_task_stage_runs_in_the_task_that_reads_its_small_shuffle() -> None:
+    """A stage that runs as one task (a partial aggregation over small partitions) and is
+    read by bucket by a final aggregation that would coalesce into one task: the final
+    aggregation's task runs it too, one task and one round trip fewer; the same answer as
+    native Polars and as without adaptive execution."""
+    q = _q17_shape()
+    cfg = _config(10**9, broadcast_join_threshold_bytes=10**9)
+    got, report = _run(q, cfg)
+    _same(got, q)
+    fused = [line for line in report.adaptive if "1 task over its shuffle" in line]
+    assert fused, report.adaptive
+    assert "partial-agg+final-agg" in fused[0], fused
+    off, plain = _run(q, {**cfg, "adaptive": False})
+    _same(off, q)
+    assert _tasks(report) < _tasks(plain)
+
+
+def test_a_shuffle_too_large_for_one_task_is_not_fused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same query when one task may read only 1 KiB: the final aggregation keeps its
+    own tasks (fusing would put more than that in one task); the same answer."""
+    monkeypatch.setattr(adaptive, "MIN_TASK_BYTES", 1024)
+    q = _q17_shape()
+    got, report = _run(q, _config(2_000, broadcast_join_threshold_bytes=10**9))
+    _same(got, q)
+    assert not [line for line in report.adaptive if "over its shuffle" in line], report.adaptive
+
+
 def test_every_piece_is_released_after_adaptive_changes() -> None:
     """The ledger ends at zero: skipped buckets, coalesced reads, a broadcast switch and a
     skipped stage each release what no task reads any more."""

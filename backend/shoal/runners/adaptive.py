@@ -24,6 +24,13 @@ same rows:
   task's bytes, its range split runs no task and the sort stage one task over every piece
   of the sampled stage (:func:`range_sort_stage`).
 
+* **a one-task stage run by its reader**: a stage now of one task whose only reader
+  would run one task over it too (a gather, or a shuffle of at most
+  :data:`MIN_TASK_BYTES` read by a final aggregation or a join) runs inside the reader's
+  one task (:func:`gather_consumer`): one task and one round trip fewer. Such a stage is
+  held back while the reader's other inputs still run, since the reader waits for them
+  anyway.
+
 Where a stage's task count changes, the stages that follow its partitions one by one
 (pointwise or concatenated inputs) change with it. What may not be re-planned is left as
 planned, for a reason (:func:`coalesce_blocker`): a fragment whose operators need each
@@ -307,11 +314,19 @@ def fuse_stage(
 
 def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | None:
     """For ``stage`` (now one task, reading no scan), the stage that may run it inside its
-    own one task, and the input index that reads it: ``stage``'s only consumer, of one
-    task, reading it whole at one input and every other input whole too (broadcasts), no
-    scan; ``stage`` not a result of the plan. None when there is no such stage. The
-    consumer's one task then reads what ``stage``'s task read and computes the same rows
-    (a gather after a top-k, a limit, an aggregation without keys)."""
+    own one task, and the input index that reads it: ``stage``'s only consumer, reading it
+    at one input, scanning nothing and no result of the plan, that is either
+
+    * of one task reading it whole and every other input whole too (broadcasts): a gather
+      after a top-k, a limit, an aggregation without keys; or
+    * reading it by bucket (a shuffle), every other input by bucket or whole, its
+      operators exact over all its buckets at once (:func:`coalesce_blocker`), and
+      ``stage``'s fragment not growing (no join or explode): a final aggregation after a
+      partial one, a join after it. The consumer then runs as one task over every bucket;
+      the caller checks that its inputs are small enough for that.
+
+    The consumer's one task then reads what ``stage``'s task read and computes the same
+    rows. None when there is no such stage."""
     if stage.num_tasks != 1 or stage.scan_partitions is not None:
         return None
     if stage.id in plan.result_stages or stage.boundaries_from is not None:
@@ -320,14 +335,23 @@ def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | Non
     if len(consumers) != 1:
         return None
     (c,) = consumers
-    if c.num_tasks != 1 or c.scan_partitions is not None or c.boundaries_from is not None:
+    if c.scan_partitions is not None or c.boundaries_from is not None:
         return None
     reads = [i for i, spec in enumerate(c.inputs) if stage.id in spec.stages]
-    if len(reads) != 1 or any(spec.mode != "all" or spec.more for spec in c.inputs):
+    if len(reads) != 1 or any(spec.more for spec in c.inputs):
         return None
     if sum(isinstance(n, StageInput) and n.index == reads[0] for n in c.fragment.walk()) != 1:
         return None
     if tagged_reader(plan, stage):
+        return None
+    if c.inputs[reads[0]].mode == "bucket":
+        if any(spec.mode not in ("bucket", "all") for spec in c.inputs):
+            return None
+        if not all(isinstance(n, _NOT_GROWING) for n in stage.fragment.walk()):
+            return None
+        if coalesce_blocker(plan, c) is not None:
+            return None
+    elif c.num_tasks != 1 or any(spec.mode != "all" for spec in c.inputs):
         return None
     return c, reads[0]
 

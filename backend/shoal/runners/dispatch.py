@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import pyarrow as pa
 
@@ -290,6 +290,9 @@ class DispatchLoop:
         if self.broadcast_bytes:
             self._switches = {sw.join: sw for sw in adapt.broadcast_switches(plan)}
         self._held = {sw.probe: sw.build for sw in self._switches.values()}
+        #: One-task stages held back until the other inputs of the stage that reads them
+        #: have finished, so that it may run them (:meth:`_fuse_gather`): stage -> reader.
+        self._fuse_wait: dict[int, int] = {}
         #: Called with a stage's id when its last task has been recorded (None: nothing);
         #: the session's profiling samples Ray's spill counters here.
         self.on_stage_done: Any = None
@@ -319,6 +322,8 @@ class DispatchLoop:
                     self._adapt(st)
                     if not st.undispatched:  # it runs no task
                         continue
+                if st.stage.id in self._fuse_wait and not self._fuse_when_ready(st):
+                    continue
                 st.output = self._resolve_output(st)
                 self._plan_splits(st)
                 if not self._ready(st):
@@ -967,11 +972,15 @@ class DispatchLoop:
         )
 
     def _fuse_gather(self, st: _StageState) -> None:
-        """``st`` now runs as one task: when its only reader is one task that reads it
-        whole, and nothing else but broadcasts (:func:`adaptive.gather_consumer`: a top-k
-        or limit gathered after a coalesced final aggregation), that reader runs ``st``'s
-        fragment itself, over the same buckets, and ``st`` runs no task: one task and one
-        round trip fewer."""
+        """``st`` now runs as one task: when its only reader may run it inside one task of
+        its own (:func:`adaptive.gather_consumer`: a top-k or limit gathered after a
+        coalesced final aggregation; a final aggregation or a join reading a small
+        shuffle of it), that reader runs ``st``'s fragment itself, over the same buckets,
+        and ``st`` runs no task: one task and one round trip fewer. A reader by bucket
+        becomes one task over all its buckets, only when that task reads at most
+        :data:`adaptive.MIN_TASK_BYTES` (``st``'s inputs and the reader's other
+        shuffles), the size below which coalescing gives one task anyway. The reader may
+        then run in its own reader the same way."""
         stage = st.stage
         if stage.num_tasks != 1 or self.pools.get(stage.id) is not None:
             return
@@ -981,27 +990,106 @@ class DispatchLoop:
         consumer, index = found
         if self.pools.get(consumer.id) is not None:
             return
-        if self.states[consumer.id].output is not None:
+        state = self.states[consumer.id]
+        if state.output is not None or state.adapted:
             return  # (it started early, before this stage ran: it reads it as planned)
+        switching = {stage.id, consumer.id}
         if any(
-            not self.states[s].finished
+            switching & {sw.join, sw.probe, sw.regroup.consumer if sw.regroup else -1}
+            for sw in self._switches.values()
+        ):
+            return  # (a broadcast switch may still rewrite them)
+        pending = [
+            s
             for i, spec in enumerate(consumer.inputs)
             if i != index
             for s in spec.stages
-        ):
-            return  # (its other inputs still run: the reader could not start now anyway)
+            if not self.states[s].finished
+        ]
+        if pending:
+            # The reader waits for them anyway: hold this small stage back until they
+            # finish (unless one of them is held for this reader too).
+            small = sum(
+                self.ledger.nbytes(k)
+                for i in range(len(stage.inputs))
+                for k in self._pieces(st, i, 0)
+            )
+            if small <= adapt.MIN_TASK_BYTES and not any(s in self._fuse_wait for s in pending):
+                self._fuse_wait[stage.id] = consumer.id
+                st.adapted = True
+            return
+        buckets = st.buckets
+        shuffled = consumer.inputs[index].mode == "bucket"
+        planned = consumer.num_tasks
+        if shuffled:
+            groups = self._one_task_buckets(st, state, index)
+            if groups is False:
+                return
+            buckets = groups
+            self._retask(consumer, 1, f"runs stage {stage.id} and all its buckets in one task")
         consumer.fragment, consumer.inputs = adapt.fuse_stage(consumer, index, stage)
         consumer.est_bytes += stage.est_bytes
         consumer.name = f"{stage.name}+{consumer.name}"
-        state = self.states[consumer.id]
-        state.buckets, state.adapted = st.buckets, True
+        state.buckets, state.adapted = buckets, True
         stage.inputs = ()
         self._retask(stage, 0, f"runs in stage {consumer.id}")
         self.readers = {s.id: readers(self.plan, s.id) for s in self.plan.stages}
+        how = "the one task that gathers it"
+        if shuffled:
+            how = f"1 task over its shuffle (planned {planned})"
         self._note(
-            f"stage {stage.id} runs in stage {consumer.id} [{consumer.name}], the one task "
-            f"that gathers it: 1 task fewer"
+            f"stage {stage.id} runs in stage {consumer.id} [{consumer.name}], {how}: 1 task fewer"
         )
+        self._fuse_gather(state)
+
+    def _fuse_when_ready(self, st: _StageState) -> bool:
+        """For ``st``, held back for its reader (``_fuse_wait``): whether to dispatch it
+        now. Not while the reader's other inputs run; once they have finished, the reader
+        runs it when it may (:meth:`_fuse_gather`: then ``st`` runs no task), else it runs
+        as planned."""
+        reader = self.states[self._fuse_wait[st.stage.id]].stage
+        if any(
+            not self.states[s].finished
+            for spec in reader.inputs
+            for s in spec.stages
+            if s != st.stage.id
+        ):
+            return False
+        del self._fuse_wait[st.stage.id]
+        self._fuse_gather(st)
+        return bool(st.undispatched)
+
+    def _one_task_buckets(
+        self, st: _StageState, reader: _StageState, index: int
+    ) -> list[list[int]] | None | Literal[False]:
+        """The bucket groups of ``reader`` once it runs ``st`` (one task, which it reads
+        by bucket at input ``index``) in one task over all its buckets: ``st``'s groups
+        for ``st``'s own shuffle inputs, every bucket for the reader's other shuffles (None:
+        neither has any). False when that task would read more than
+        :data:`adaptive.MIN_TASK_BYTES`, or when the two need different buckets."""
+        stage, consumer = st.stage, reader.stage
+        total = sum(
+            self.ledger.nbytes(k) for i in range(len(stage.inputs)) for k in self._pieces(st, i, 0)
+        )
+        others = [
+            i for i, spec in enumerate(consumer.inputs) if spec.mode == "bucket" and i != index
+        ]
+        total += sum(
+            self.ledger.nbytes(k)
+            for i in others
+            for p in range(consumer.num_tasks)
+            for k in self._pieces(reader, i, p)
+        )
+        if total > adapt.MIN_TASK_BYTES:
+            return False
+        every = list(range(consumer.num_tasks))
+        own = any(spec.mode == "bucket" for spec in stage.inputs)
+        if not own:
+            return [every] if others else None
+        groups = st.buckets if st.buckets is not None else [[0]]
+        if others and groups != [every]:
+            return False
+        return groups
 
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
