@@ -324,6 +324,15 @@ class Config:
             "reads overlap little (unsorted keys fall back to the other strategies)."
         ),
     )
+    inline_shared_stages: bool = field(
+        default=True,
+        metadata=_doc(
+            "Run a shared sub-plan (Polars' cache: a sub-plan the query uses twice) inside "
+            "the stage that reads it, when that one stage reads it partition by partition: "
+            "each task computes its partition once for both uses, and nothing is written "
+            "to the object store in between. Off: the shared sub-plan is a stage of its own."
+        ),
+    )
     small_query_bytes: int = field(
         default=64 * 1024 * 1024,
         metadata=_doc(

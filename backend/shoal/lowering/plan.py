@@ -10,6 +10,7 @@ floor imports nothing above the IR.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from contextvars import ContextVar
 from typing import Literal
 
 import polars as pl
@@ -90,7 +91,34 @@ def lower_plan(
     Polars does not run (a UDF, DuckDB's SQL, a sink) runs over its collected input with
     the runner registered for its class (:func:`register_foreign`).
 
+    One node object reached twice (a shared sub-plan: :mod:`shoal.planner.shared`) is
+    lowered once, to one lazy frame, which Polars then computes once for both uses.
+
     Raises :class:`shoal.UnsupportedError` for a node nothing here can lower."""
+    memo = _LOWERED.get()
+    if memo is None:
+        token = _LOWERED.set({})
+        try:
+            return lower_plan(node, inputs, scan)
+        finally:
+            _LOWERED.reset(token)
+    got = memo.get(id(node))
+    if got is None:
+        got = memo[id(node)] = _lower_node(node, inputs, scan)
+    return got
+
+
+#: The lazy frame of each node object lowered so far by the current top-level call of
+#: :func:`lower_plan`, by ``id`` (the call holds the plan, so the ids stay its nodes').
+_LOWERED: ContextVar[dict[int, pl.LazyFrame] | None] = ContextVar("shoal_lowered", default=None)
+
+
+def _lower_node(
+    node: PlanNode,
+    inputs: Sequence[pl.DataFrame],
+    scan: Callable[[Scan], pl.LazyFrame],
+) -> pl.LazyFrame:
+    """:func:`lower_plan` of one node (its children through :func:`lower_plan`)."""
     if isinstance(node, Scan):
         return scan(node)
     if isinstance(node, StageInput):

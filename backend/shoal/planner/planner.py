@@ -90,6 +90,7 @@ from shoal.planner.physical import (
     to_wire,
 )
 from shoal.planner.ranges import disjoint_columns
+from shoal.planner.shared import inline_shared_stages
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
 #: A semi join broadcasts its (small) left side to the right side's partitions when
@@ -918,6 +919,8 @@ def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPl
     b.grouped = _grouped(plan)
     _result_stage(b, b.visit(plan))
     b.plan.schema = plan.schema
+    if config.inline_shared_stages:
+        inline_shared_stages(b.plan)
     return b.plan
 
 
@@ -967,5 +970,7 @@ def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = Non
         b.plan.small_query = "; ".join(f"query {i}: {p}" for i, p in enumerate(paths) if p)
     b.plan.results = tuple(r for r in results if r is not None)
     b.plan.schema = plans[-1].schema
+    if config.inline_shared_stages:
+        inline_shared_stages(b.plan)
     _place_small_queries(b)
     return b.plan

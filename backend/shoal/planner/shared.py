@@ -1,0 +1,122 @@
+"""A shared sub-plan read by one stage only, partition by partition: run in that stage.
+
+A sub-plan used more than once (Polars' cache) is planned as a stage of its own whose
+partitions each use reads pointwise (task ``i`` reads partition ``i``): computed once,
+held in the object store, read back. When every use ends up in the same stage (the two
+uses of TPC-H Q2's "parts supplied from Europe" joined in place,
+:mod:`shoal.planner.copartition`), that stage boundary buys nothing: the consumer's task
+``i`` can compute partition ``i`` itself, once, and use it twice, and nothing is written
+to the object store (318 MiB in Q2 at scale 10).
+
+:func:`inline_shared_stages` does that after planning. The consumer's fragment then holds
+the shared fragment at each use as one node object; the lowering turns one node object
+into one Polars lazy frame (:func:`shoal.lowering.plan.lower_plan`), which Polars computes
+once for all its uses (its common sub-plan elimination caches a lazy frame used twice).
+
+Only where exact and no slower: the shared stage gives one output per task (no exchange,
+no sample), is no result of the plan and runs no user function (an actor pool's stage);
+its one consumer stage reads it only pointwise, with as many tasks, scans nothing of its
+own and has no rows tagged with their task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from shoal.ir.nodes import PlanNode, Sink, StageInput, UdfProject
+from shoal.planner.physical import PhysicalPlan, SingleOutput, Stage
+
+
+def inline_shared_stages(plan: PhysicalPlan) -> list[str]:
+    """Run each shared stage that one stage reads pointwise inside that stage (see the
+    module docstring), renumbering the stages that follow; the plan changes in place.
+    Returns one line per change (``"stage 1 runs in stage 3"``, ids as they were)."""
+    done: list[str] = []
+    while True:
+        for stage in plan.stages:
+            reader = _sole_pointwise_reader(plan, stage)
+            if reader is not None:
+                done.append(f"stage {stage.id} runs in stage {reader.id}")
+                _fuse(stage, reader)
+                _drop(plan, stage.id)
+                break
+        else:
+            return done
+
+
+def _runs_user_code(stage: Stage) -> bool:
+    return any(isinstance(n, UdfProject | Sink) for n in stage.fragment.walk())
+
+
+def _sole_pointwise_reader(plan: PhysicalPlan, stage: Stage) -> Stage | None:
+    """The one stage that reads ``stage``, where it may run ``stage``'s fragment itself;
+    else None."""
+    out = stage.output
+    if not isinstance(out, SingleOutput) or out.sample_rows:
+        return None
+    if stage.id in plan.result_stages or stage.boundaries_from is not None:
+        return None
+    if _runs_user_code(stage):
+        return None
+    readers = plan.consumers(stage.id)
+    if len(readers) != 1:
+        return None
+    (reader,) = readers
+    if reader.scan_partitions is not None or reader.boundaries_from is not None:
+        return None
+    if reader.num_tasks != stage.num_tasks or _runs_user_code(reader):
+        return None
+    specs = [spec for spec in reader.inputs if stage.id in spec.stages]
+    if any(spec.mode != "pointwise" or spec.more for spec in specs):
+        return None
+    reads = {i for i, spec in enumerate(reader.inputs) if stage.id in spec.stages}
+    for n in reader.fragment.walk():
+        if isinstance(n, StageInput) and n.index in reads and n.source_column is not None:
+            return None
+    return reader
+
+
+def _fuse(stage: Stage, reader: Stage) -> None:
+    """``reader`` takes ``stage``'s fragment at each of its reads of it (one node object),
+    ``stage``'s inputs first, then its own other inputs, and ``stage``'s scan."""
+    reads = {i for i, spec in enumerate(reader.inputs) if stage.id in spec.stages}
+    kept = [i for i in range(len(reader.inputs)) if i not in reads]
+    moved = {old: len(stage.inputs) + k for k, old in enumerate(kept)}
+    memo: dict[int, PlanNode] = {}
+
+    def rewrite(node: PlanNode) -> PlanNode:
+        got = memo.get(id(node))
+        if got is not None:
+            return got
+        if isinstance(node, StageInput):
+            new = stage.fragment if node.index in reads else replace(node, index=moved[node.index])
+        else:
+            kids = node.children()
+            new = node.with_children(tuple(rewrite(c) for c in kids)) if kids else node
+        memo[id(node)] = new
+        return new
+
+    reader.fragment = rewrite(reader.fragment)
+    reader.inputs = (*stage.inputs, *(reader.inputs[i] for i in kept))
+    reader.scan_partitions = stage.scan_partitions
+    reader.name = f"{stage.name.removesuffix('+cache')}+{reader.name.removeprefix('cached+')}"
+
+
+def _drop(plan: PhysicalPlan, gone: int) -> None:
+    """Remove stage ``gone`` (read by no stage now) and renumber the stages after it, with
+    every reference to them."""
+
+    def new_id(old: int) -> int:
+        assert old != gone, f"stage {gone} is still read"
+        return old - 1 if old > gone else old
+
+    del plan.stages[gone]
+    for st in plan.stages:
+        st.id = new_id(st.id)
+        st.inputs = tuple(
+            replace(spec, stage=new_id(spec.stage), more=tuple(map(new_id, spec.more)))
+            for spec in st.inputs
+        )
+        if st.boundaries_from is not None:
+            st.boundaries_from = new_id(st.boundaries_from)
+    plan.results = tuple(map(new_id, plan.results))
