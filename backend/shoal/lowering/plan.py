@@ -92,25 +92,52 @@ def lower_plan(
     the runner registered for its class (:func:`register_foreign`).
 
     One node object reached twice (a shared sub-plan: :mod:`shoal.planner.shared`) is
-    lowered once, to one lazy frame, which Polars then computes once for both uses.
+    lowered once and computed then, once, for both uses (a frame over its rows).
 
     Raises :class:`shoal.UnsupportedError` for a node nothing here can lower."""
-    memo = _LOWERED.get()
-    if memo is None:
-        token = _LOWERED.set({})
+    state = _LOWERED.get()
+    if state is None:
+        token = _LOWERED.set(({}, _reached_twice(node)))
         try:
             return lower_plan(node, inputs, scan)
         finally:
             _LOWERED.reset(token)
+    memo, shared = state
     got = memo.get(id(node))
     if got is None:
-        got = memo[id(node)] = _lower_node(node, inputs, scan)
+        got = _lower_node(node, inputs, scan)
+        if id(node) in shared:
+            # Computed now, once, for every use. Left lazy, Polars' common sub-plan
+            # elimination finds the uses only while they stay equal: its predicate
+            # pushdown may push a different filter into each (a key prefilter, a semi
+            # join's filter) and then drops even an explicit cache and scans twice
+            # (TPC-H Q21's lineitem).
+            got = collect(got).lazy()
+        memo[id(node)] = got
     return got
 
 
-#: The lazy frame of each node object lowered so far by the current top-level call of
-#: :func:`lower_plan`, by ``id`` (the call holds the plan, so the ids stay its nodes').
-_LOWERED: ContextVar[dict[int, pl.LazyFrame] | None] = ContextVar("shoal_lowered", default=None)
+#: For the current top-level call of :func:`lower_plan`: the lazy frame of each node object
+#: lowered so far, and the node objects reached more than once, by ``id`` (the call holds
+#: the plan, so the ids stay its nodes').
+_LOWERED: ContextVar[tuple[dict[int, pl.LazyFrame], set[int]] | None] = ContextVar(
+    "shoal_lowered", default=None
+)
+
+
+def _reached_twice(root: PlanNode) -> set[int]:
+    """Ids of the node objects that ``root`` reaches by more than one path."""
+    seen: set[int] = set()
+    twice: set[int] = set()
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            twice.add(id(node))
+            continue
+        seen.add(id(node))
+        todo.extend(node.children())
+    return twice
 
 
 def _lower_node(

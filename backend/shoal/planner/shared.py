@@ -9,9 +9,10 @@ uses of TPC-H Q2's "parts supplied from Europe" joined in place,
 to the object store (318 MiB in Q2 at scale 10).
 
 :func:`inline_shared_stages` does that after planning. The consumer's fragment then holds
-the shared fragment at each use as one node object; the lowering turns one node object
-into one Polars lazy frame (:func:`shoal.lowering.plan.lower_plan`), which Polars computes
-once for all its uses (its common sub-plan elimination caches a lazy frame used twice).
+the shared fragment at each use as one node object; the lowering computes a node object
+reached twice once, in the task, and gives each use a frame over its rows
+(:func:`shoal.lowering.plan.lower_plan`; Polars' own common sub-plan elimination would
+miss uses into which its predicate pushdown pushes different filters).
 
 Only where exact and no slower: the shared stage gives one output per task (no exchange,
 no sample), is no result of the plan and runs no user function (an actor pool's stage);
