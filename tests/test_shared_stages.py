@@ -109,27 +109,38 @@ def test_the_ray_runner_runs_the_fused_stage(tmp_path: Path, ray_runner: None) -
     collect_as_native(q, "ray", **CFG)
 
 
-def test_a_node_object_used_twice_is_computed_once() -> None:
-    """The lowering computes a node object reached twice (a scan joined with itself) once:
-    the scan's rows are produced once, and the join gives Polars' answer."""
+def test_a_shared_join_is_computed_once() -> None:
+    """The lowering computes a node object reached twice that holds a join (a join of a
+    scan with a dimension, joined with itself) once: the scan's rows are produced once,
+    and the answer is Polars'."""
     df = pl.DataFrame({"k": [1, 2, 2, None], "v": [1.0, float("nan"), -0.0, 3.0]})
-    schema = Schema.from_polars(df.schema)
-    side = Scan(InMemorySource(df.to_arrow()), schema)
-    out = Schema.from_polars(df.join(df, on="k").schema)
+    dim = pl.DataFrame({"k": [2, 1, None], "d": ["b", "a", "n"]})
+    schema, dim_schema = Schema.from_polars(df.schema), Schema.from_polars(dim.schema)
+    facts = Scan(InMemorySource(df.to_arrow()), schema)
+    dims = Scan(InMemorySource(dim.to_arrow()), dim_schema)
+    key = (Col("k", schema["k"]),)
+    joined = df.join(dim, on="k")
+    shared = Join(
+        facts, dims, key, key, "inner", "_right", False, True,
+        Schema.from_polars(joined.schema),
+    )  # fmt: skip
+    both = joined.join(joined, on="k")
     node = Join(
-        side, side, (Col("k", schema["k"]),), (Col("k", schema["k"]),),
-        "inner", "_right", False, True, out,
+        shared, shared, key, key, "inner", "_right", False, True,
+        Schema.from_polars(both.schema),
     )  # fmt: skip
     produced: list[int] = []
 
-    def scan(_: Scan) -> pl.LazyFrame:
-        def count(frame: pl.DataFrame) -> pl.DataFrame:
-            produced.append(frame.height)
-            return frame
+    def count(frame: pl.DataFrame) -> pl.DataFrame:
+        produced.append(frame.height)
+        return frame
 
+    def scan(n: Scan) -> pl.LazyFrame:
+        if n is dims:
+            return dim.lazy()
         return df.lazy().map_batches(count, schema=df.schema)
 
-    got = lower_plan(node, [], scan).collect(engine="in-memory").sort("k", "v", "v_right")
+    got = lower_plan(node, [], scan).collect(engine="in-memory")
     assert produced == [df.height]
-    want = df.join(df, on="k").sort("k", "v", "v_right")
-    assert got.equals(want)
+    order = ["k", "v", "d", "v_right", "d_right"]
+    assert got.sort(order).equals(both.sort(order))

@@ -92,7 +92,8 @@ def lower_plan(
     the runner registered for its class (:func:`register_foreign`).
 
     One node object reached twice (a shared sub-plan: :mod:`shoal.planner.shared`) is
-    lowered once and computed then, once, for both uses (a frame over its rows).
+    lowered once, to one lazy frame; one that holds a join is computed then, once, for
+    both uses (a frame over its rows).
 
     Raises :class:`shoal.UnsupportedError` for a node nothing here can lower."""
     state = _LOWERED.get()
@@ -107,11 +108,14 @@ def lower_plan(
     if got is None:
         got = _lower_node(node, inputs, scan)
         if id(node) in shared:
-            # Computed now, once, for every use. Left lazy, Polars' common sub-plan
-            # elimination finds the uses only while they stay equal: its predicate
-            # pushdown may push a different filter into each (a key prefilter, a semi
-            # join's filter) and then drops even an explicit cache and scans twice
-            # (TPC-H Q21's lineitem).
+            # A join computed now, once, for every use (TPC-H Q2's parts supplied from
+            # Europe). Left lazy, Polars' common sub-plan elimination finds the uses only
+            # while they stay equal: its predicate pushdown may push a different filter
+            # into each (a key prefilter, a semi join's filter), and then it drops even an
+            # explicit cache and computes the sub-plan twice. A scan with filters stays
+            # lazy (one lazy frame for its uses): scanning it twice with those filters
+            # pushed into the reader cost less than holding all its rows (TPC-H Q21's
+            # lineitem).
             got = collect(got).lazy()
         memo[id(node)] = got
     return got
@@ -126,18 +130,19 @@ _LOWERED: ContextVar[tuple[dict[int, pl.LazyFrame], set[int]] | None] = ContextV
 
 
 def _reached_twice(root: PlanNode) -> set[int]:
-    """Ids of the node objects that ``root`` reaches by more than one path."""
+    """Ids of the node objects that ``root`` reaches by more than one path and that hold a
+    join (the outermost such node of a shared sub-plan)."""
     seen: set[int] = set()
-    twice: set[int] = set()
+    twice: list[PlanNode] = []
     todo = [root]
     while todo:
         node = todo.pop()
         if id(node) in seen:
-            twice.add(id(node))
+            twice.append(node)
             continue
         seen.add(id(node))
         todo.extend(node.children())
-    return twice
+    return {id(n) for n in twice if any(isinstance(d, Join) for d in n.walk())}
 
 
 def _lower_node(

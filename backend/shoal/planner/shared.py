@@ -10,9 +10,11 @@ to the object store (318 MiB in Q2 at scale 10).
 
 :func:`inline_shared_stages` does that after planning. The consumer's fragment then holds
 the shared fragment at each use as one node object; the lowering computes a node object
-reached twice once, in the task, and gives each use a frame over its rows
-(:func:`shoal.lowering.plan.lower_plan`; Polars' own common sub-plan elimination would
-miss uses into which its predicate pushdown pushes different filters).
+reached twice that holds a join once, in the task, and gives each use a frame over its
+rows (:func:`shoal.lowering.plan.lower_plan`; Polars' own common sub-plan elimination
+misses uses into which its predicate pushdown pushes different filters). A shared scan
+with filters stays one lazy frame, which Polars may read twice with each use's filters
+pushed into the reader: cheaper than holding all its rows.
 
 Only where exact and no slower: the shared stage gives one output per task (no exchange,
 no sample), is no result of the plan and runs no user function (an actor pool's stage);
