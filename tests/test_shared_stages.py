@@ -91,6 +91,19 @@ def test_a_shared_stage_read_by_one_stage_runs_in_it(tmp_path: Path) -> None:
     collect_as_native(q, **{**CFG, "inline_shared_stages": False})
 
 
+def test_a_shared_scan_without_a_join_keeps_its_stage(tmp_path: Path) -> None:
+    """The same shape over the facts alone (filtered, a column added): no join to save,
+    and each use's filters would be pushed into a scan of its own, so the shared part
+    stays a stage of its own; the same answer as native Polars."""
+    facts = _facts(tmp_path / "facts")
+    shared = facts.filter(pl.col("s") != 3).with_columns(w=pl.col("v") * 2)
+    low = shared.group_by("k").agg(pl.col("v").min().alias("low"))
+    q = shared.join(low, on="k").filter(pl.col("v") == pl.col("low")).select("k", "v", "w")
+    plan = _plan(q)
+    assert any("cache" in s.name for s in plan.stages), plan.explain()
+    collect_as_native(q, **CFG)
+
+
 def test_a_shared_stage_read_by_two_stages_keeps_its_stage(tmp_path: Path) -> None:
     """TPC-H Q17's shape: the shared sub-plan is read by an aggregation that shuffles and
     by a join in another stage; it stays a stage of its own, computed once."""
