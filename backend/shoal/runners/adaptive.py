@@ -222,6 +222,28 @@ def retask_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
     return None
 
 
+def skip_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
+    """Why ``stage``, whose output is certainly empty, may not run no task at all, or None:
+    the stages that follow its partitions (pointwise or concatenated readers) then run no
+    task either, which is right only where each gives no rows over an empty input. One
+    with an aggregation without keys (``select(pl.len())`` fused into a reader) gives one
+    row over nothing: the stage runs, with empty outputs, and its readers run over them."""
+    for c in plan.consumers(stage.id):
+        follows = {
+            i
+            for i, spec in enumerate(c.inputs)
+            if stage.id in spec.stages and spec.mode not in ("all", "bucket")
+        }
+        if not follows:
+            continue
+        if not empty_output(c.fragment, follows):
+            return f"stage {c.id} follows its partitions and gives rows over an empty input"
+        why = skip_blocker(plan, c)
+        if why is not None:
+            return why
+    return None
+
+
 def coalesce_blocker(plan: PhysicalPlan, stage: Stage) -> str | None:
     """Why the buckets of ``stage`` (a stage with shuffle inputs) may not be read by fewer
     tasks than planned, or None (see the module docstring)."""

@@ -506,6 +506,7 @@ class DispatchLoop:
         root = self.states[-1]
         emitted = 0
         completed = False
+        idle_passes = 0
         try:
             while True:
                 self._check_cancel()
@@ -527,9 +528,18 @@ class DispatchLoop:
                     ):
                         break
                 if not self.in_flight:
-                    if has_next:  # pragma: no cover - a plan whose inputs never finish
+                    if not has_next:
+                        break
+                    # A pass may leave work that only the next pass sees: a stage skipped
+                    # late in a pass (its input empty) finishes a stage that a held one
+                    # waits for (_fuse_wait), or the build side of a broadcast switch
+                    # (decided at the start of a pass). Passes that dispatch nothing
+                    # while nothing runs: at most one per stage, then it is a stall.
+                    idle_passes += 1
+                    if idle_passes > len(self.states):
                         raise RuntimeError("dispatch loop stalled: no task can run")
-                    break
+                    continue
+                idle_passes = 0
                 with tracer.span("await") if tracer else NO_SPAN as span:
                     done = self._await_tasks()
                     span.set(tasks=len(done), in_flight=len(self.in_flight))
@@ -809,7 +819,7 @@ class DispatchLoop:
             return
         empty = {i for i in range(len(stage.inputs)) if self._input_empty(st, i)}
         if empty and adapt.empty_output(stage.fragment, empty):
-            why = adapt.retask_blocker(self.plan, stage)
+            why = adapt.retask_blocker(self.plan, stage) or adapt.skip_blocker(self.plan, stage)
             ins = ", ".join(f"stage {stage.inputs[i].stage}" for i in sorted(empty))
             if why is None:
                 for p in range(stage.num_tasks):  # (broadcast pieces: in _retask)
@@ -1106,6 +1116,16 @@ class DispatchLoop:
             nbytes = sum(s.bytes_out for s in build.stats.values())
             if probe.next_partition or join.next_partition or probe.output is not None:
                 continue  # (started after all: as planned)
+            ins = join.stage.inputs
+            if (
+                max(sw.probe_input, sw.build_input) >= len(ins)
+                or sw.probe not in ins[sw.probe_input].stages
+                or sw.build not in ins[sw.build_input].stages
+                or not probe.stage.num_tasks
+            ):
+                # Another switch ran the join stage (or the probe stage) inside its own
+                # join: it reads other inputs now. As it is.
+                continue
             if nbytes > self.broadcast_bytes:
                 self._note(
                     f"{label}: stays a hash join: stage {sw.build} gave {size_text(nbytes)}"
