@@ -168,8 +168,8 @@ def test_a_one_sided_join_order_keeps_the_other_sides_order_among_matches(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``maintain_order="left"`` gives one left row's matches in the right side's order in
-    Polars' in-memory engine; the streaming engine, which a task's collect runs, mostly
-    does too, but not always (CI saw this six-row join's row 4 with its two matches
+    Polars' in-memory engine on these frames (Polars leaves that order open); the
+    streaming engine, which a task's collect runs, mostly does too, but not always (CI saw this six-row join's row 4 with its two matches
     swapped; here one run in 500-3000). The race is too rare to catch by running, so the
     test checks that the task asks Polars for the tie order, then that it gets the answer."""
     lf, rf = left.collect(), right.collect()
