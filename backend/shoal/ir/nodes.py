@@ -630,6 +630,22 @@ class Sink(PlanNode):
     storage_options: StorageOptions | None = None
 
 
+def shared_nodes(*roots: PlanNode) -> dict[int, PlanNode]:
+    """The node objects that ``roots`` reach by more than one path (sub-plans shared by
+    several parents, or by several roots: Polars' cache), by ``id``."""
+    seen: set[int] = set()
+    shared: dict[int, PlanNode] = {}
+    todo = list(roots)
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            shared[id(node)] = node
+            continue
+        seen.add(id(node))
+        todo.extend(node.children())
+    return shared
+
+
 def transform(node: PlanNode, fn: Callable[[PlanNode], PlanNode | None]) -> PlanNode:
     """Rewrite bottom-up: ``fn`` returns a replacement or None to keep the node."""
     kids = node.children()

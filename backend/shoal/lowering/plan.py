@@ -36,6 +36,7 @@ from shoal.ir.nodes import (
     Union,
     Unnest,
     Unpivot,
+    shared_nodes,
 )
 from shoal.ir.types import DataType
 from shoal.lowering.engine import collect, in_memory, needs_in_memory
@@ -100,7 +101,7 @@ def lower_plan(
     Raises :class:`shoal.UnsupportedError` for a node nothing here can lower."""
     state = _LOWERED.get()
     if state is None:
-        token = _LOWERED.set(({}, _reached_twice(node)))
+        token = _LOWERED.set(({}, _shared_joins(node)))
         try:
             return lower_plan(node, inputs, scan)
         finally:
@@ -131,20 +132,11 @@ _LOWERED: ContextVar[tuple[dict[int, pl.LazyFrame], set[int]] | None] = ContextV
 )
 
 
-def _reached_twice(root: PlanNode) -> set[int]:
+def _shared_joins(root: PlanNode) -> set[int]:
     """Ids of the node objects that ``root`` reaches by more than one path and that hold a
-    join (the outermost such node of a shared sub-plan)."""
-    seen: set[int] = set()
-    twice: list[PlanNode] = []
-    todo = [root]
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            twice.append(node)
-            continue
-        seen.add(id(node))
-        todo.extend(node.children())
-    return {id(n) for n in twice if any(isinstance(d, Join) for d in n.walk())}
+    join."""
+    found = shared_nodes(root).items()
+    return {i for i, n in found if any(isinstance(d, Join) for d in n.walk())}
 
 
 def _lower_node(

@@ -63,6 +63,7 @@ from shoal.ir.nodes import (
     Union,
     Unnest,
     Unpivot,
+    shared_nodes,
 )
 from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
@@ -887,31 +888,12 @@ def _grouped(*plans: PlanNode) -> bool:
     return False
 
 
-def _shared_nodes(*plans: PlanNode) -> set[int]:
-    """Ids of node objects reached more than once (sub-plans shared by several parents, or
-    by several of ``plans``)."""
-    seen: set[int] = set()
-    shared: set[int] = set()
-
-    def rec(n: PlanNode) -> None:
-        if id(n) in seen:
-            shared.add(id(n))
-            return
-        seen.add(id(n))
-        for c in n.children():
-            rec(c)
-
-    for plan in plans:
-        rec(plan)
-    return shared
-
-
 def build(plan: PlanNode, config: Config, cpus: int | None = None) -> PhysicalPlan:
     """The physical plan of ``plan`` under ``config`` (partition sizes, broadcast threshold,
     shuffle partitions), sized for ``cpus`` CPUs (None: ``config.num_cpus``, else this
     machine's). Reads Parquet footers; raises ``FileNotFoundError`` naming a missing file,
     before anything runs."""
-    b = _Builder(config, _shared_nodes(plan), cpus)
+    b = _Builder(config, set(shared_nodes(plan)), cpus)
     if b.small_query(plan):
         b.plan.schema = plan.schema
         _place_small_queries(b)
@@ -960,7 +942,7 @@ def build_many(plans: Sequence[PlanNode], config: Config, cpus: int | None = Non
             results[i] = b.plan.stages[-1].id
         paths.append(b.plan.small_query)
     planned = [i for i, r in enumerate(results) if r is None]
-    b.shared = _shared_nodes(*(plans[i] for i in planned))
+    b.shared = set(shared_nodes(*(plans[i] for i in planned)))
     b.grouped = _grouped(*(plans[i] for i in planned))
     for i in planned:
         results[i] = _result_stage(b, b.visit(plans[i]))

@@ -27,10 +27,11 @@ own and has no rows tagged with their task.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import replace
 
 from shoal.ir.nodes import Join, PlanNode, Sink, StageInput, UdfProject
-from shoal.planner.physical import PhysicalPlan, SingleOutput, Stage
+from shoal.planner.physical import PhysicalPlan, SingleOutput, Stage, StageInputSpec
 
 
 def inline_shared_stages(plan: PhysicalPlan) -> list[str]:
@@ -83,11 +84,23 @@ def _sole_pointwise_reader(plan: PhysicalPlan, stage: Stage) -> Stage | None:
 
 
 def _fuse(stage: Stage, reader: Stage) -> None:
-    """``reader`` takes ``stage``'s fragment at each of its reads of it (one node object),
-    ``stage``'s inputs first, then its own other inputs, and ``stage``'s scan."""
+    """``reader`` runs ``stage``'s fragment at each of its reads of it, and its scan."""
     reads = {i for i, spec in enumerate(reader.inputs) if stage.id in spec.stages}
+    reader.fragment, reader.inputs = fused_fragment(reader, reads, stage)
+    reader.scan_partitions = stage.scan_partitions
+    reader.name = f"{stage.name.removesuffix('+cache')}+{reader.name.removeprefix('cached+')}"
+
+
+def fused_fragment(
+    reader: Stage, reads: Collection[int], source: Stage
+) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
+    """``reader``'s fragment and inputs once ``source`` runs inside it: ``source``'s
+    fragment (one node object, so that the lowering computes it once) in place of each
+    :class:`StageInput` whose index is in ``reads``, ``source``'s inputs first, then
+    ``reader``'s other inputs, renumbered. Node objects that ``reader``'s fragment shares
+    stay shared."""
     kept = [i for i in range(len(reader.inputs)) if i not in reads]
-    moved = {old: len(stage.inputs) + k for k, old in enumerate(kept)}
+    moved = {old: len(source.inputs) + k for k, old in enumerate(kept)}
     memo: dict[int, PlanNode] = {}
 
     def rewrite(node: PlanNode) -> PlanNode:
@@ -95,17 +108,14 @@ def _fuse(stage: Stage, reader: Stage) -> None:
         if got is not None:
             return got
         if isinstance(node, StageInput):
-            new = stage.fragment if node.index in reads else replace(node, index=moved[node.index])
+            new = source.fragment if node.index in reads else replace(node, index=moved[node.index])
         else:
             kids = node.children()
             new = node.with_children(tuple(rewrite(c) for c in kids)) if kids else node
         memo[id(node)] = new
         return new
 
-    reader.fragment = rewrite(reader.fragment)
-    reader.inputs = (*stage.inputs, *(reader.inputs[i] for i in kept))
-    reader.scan_partitions = stage.scan_partitions
-    reader.name = f"{stage.name.removesuffix('+cache')}+{reader.name.removeprefix('cached+')}"
+    return rewrite(reader.fragment), (*source.inputs, *(reader.inputs[i] for i in kept))
 
 
 def _drop(plan: PhysicalPlan, gone: int) -> None:

@@ -72,6 +72,7 @@ from shoal.planner.physical import (
     Stage,
     StageInputSpec,
 )
+from shoal.planner.shared import fused_fragment
 
 #: The smallest input a coalesced task is given when the data allows (bytes): below this,
 #: the fixed cost of a task (scheduling, a fresh Polars query) outweighs running buckets in
@@ -318,20 +319,8 @@ def fuse_stage(
 ) -> tuple[PlanNode, tuple[StageInputSpec, ...]]:
     """``consumer``'s new fragment and inputs once ``source`` (which it reads at input
     ``index``) runs inside it: ``source``'s inputs first, its fragment in place of that
-    input, then the consumer's other inputs."""
-    offset = len(source.inputs)
-    kept = [i for i in range(len(consumer.inputs)) if i != index]
-    moved = {old: offset + k for k, old in enumerate(kept)}
-
-    def swap(node: PlanNode) -> PlanNode | None:
-        if isinstance(node, StageInput):
-            if node.index == index:
-                return source.fragment
-            return replace(node, index=moved[node.index])
-        return None
-
-    inputs = (*source.inputs, *(consumer.inputs[i] for i in kept))
-    return transform(consumer.fragment, swap), inputs
+    input, then the consumer's other inputs (:func:`shoal.planner.shared.fused_fragment`)."""
+    return fused_fragment(consumer, {index}, source)
 
 
 def gather_consumer(plan: PhysicalPlan, stage: Stage) -> tuple[Stage, int] | None:

@@ -1009,21 +1009,11 @@ class DispatchLoop:
             for sw in self._switches.values()
         ):
             return  # (a broadcast switch may still rewrite them)
-        pending = [
-            s
-            for i, spec in enumerate(consumer.inputs)
-            if i != index
-            for s in spec.stages
-            if not self.states[s].finished
-        ]
+        pending = self._unfinished_besides(consumer, stage.id)
         if pending:
             # The reader waits for them anyway: hold this small stage back until they
             # finish (unless one of them is held for this reader too).
-            small = sum(
-                self.ledger.nbytes(k)
-                for i in range(len(stage.inputs))
-                for k in self._pieces(st, i, 0)
-            )
+            small = self._task_input_bytes(st, range(len(stage.inputs)), [0])
             if small <= adapt.MIN_TASK_BYTES and not any(s in self._fuse_wait for s in pending):
                 self._fuse_wait[stage.id] = consumer.id
                 st.adapted = True
@@ -1058,12 +1048,7 @@ class DispatchLoop:
         runs it when it may (:meth:`_fuse_gather`: then ``st`` runs no task), else it runs
         as planned."""
         reader = self.states[self._fuse_wait[st.stage.id]].stage
-        if any(
-            not self.states[s].finished
-            for spec in reader.inputs
-            for s in spec.stages
-            if s != st.stage.id
-        ):
+        if self._unfinished_besides(reader, st.stage.id):
             return False
         del self._fuse_wait[st.stage.id]
         self._fuse_gather(st)
@@ -1078,18 +1063,11 @@ class DispatchLoop:
         neither has any). False when that task would read more than
         :data:`adaptive.MIN_TASK_BYTES`, or when the two need different buckets."""
         stage, consumer = st.stage, reader.stage
-        total = sum(
-            self.ledger.nbytes(k) for i in range(len(stage.inputs)) for k in self._pieces(st, i, 0)
-        )
         others = [
             i for i, spec in enumerate(consumer.inputs) if spec.mode == "bucket" and i != index
         ]
-        total += sum(
-            self.ledger.nbytes(k)
-            for i in others
-            for p in range(consumer.num_tasks)
-            for k in self._pieces(reader, i, p)
-        )
+        total = self._task_input_bytes(st, range(len(stage.inputs)), [0])
+        total += self._task_input_bytes(reader, others, range(consumer.num_tasks))
         if total > adapt.MIN_TASK_BYTES:
             return False
         every = list(range(consumer.num_tasks))
@@ -1100,6 +1078,26 @@ class DispatchLoop:
         if others and groups != [every]:
             return False
         return groups
+
+    def _unfinished_besides(self, reader: Stage, stage_id: int) -> list[int]:
+        """The stages ``reader`` reads, other than ``stage_id``, that have not finished."""
+        return [
+            s
+            for spec in reader.inputs
+            for s in spec.stages
+            if s != stage_id and not self.states[s].finished
+        ]
+
+    def _task_input_bytes(
+        self, st: _StageState, inputs: Sequence[int], partitions: Sequence[int]
+    ) -> int:
+        """Bytes held of the pieces that tasks ``partitions`` of ``st`` read at ``inputs``."""
+        return sum(
+            self.ledger.nbytes(k)
+            for i in inputs
+            for p in partitions
+            for k in self._pieces(st, i, p)
+        )
 
     def _decide_switches(self) -> None:
         """For each planned hash join whose build side has finished while its probe side
