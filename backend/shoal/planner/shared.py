@@ -34,21 +34,19 @@ from shoal.ir.nodes import Join, PlanNode, Sink, StageInput, UdfProject
 from shoal.planner.physical import PhysicalPlan, SingleOutput, Stage, StageInputSpec
 
 
-def inline_shared_stages(plan: PhysicalPlan) -> list[str]:
+def inline_shared_stages(plan: PhysicalPlan) -> None:
     """Run each shared stage that one stage reads pointwise inside that stage (see the
-    module docstring), renumbering the stages that follow; the plan changes in place.
-    Returns one line per change (``"stage 1 runs in stage 3"``, ids as they were)."""
-    done: list[str] = []
+    module docstring), renumbering the stages that follow; the plan changes in place
+    (``explain`` shows the reader's name with the shared stage's in front)."""
     while True:
         for stage in plan.stages:
             reader = _sole_pointwise_reader(plan, stage)
             if reader is not None:
-                done.append(f"stage {stage.id} runs in stage {reader.id}")
                 _fuse(stage, reader)
                 _drop(plan, stage.id)
                 break
         else:
-            return done
+            return
 
 
 def _runs_user_code(stage: Stage) -> bool:
