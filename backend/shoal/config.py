@@ -321,7 +321,9 @@ class Config:
             "key (integer or date; min/max per row group) partition by partition: each task "
             "of the larger (or the preserved) side reads the other side's row groups that "
             "can hold its keys, with no broadcast or hash exchange. Taken only where those "
-            "reads overlap little (unsorted keys fall back to the other strategies)."
+            "reads overlap little (unsorted keys fall back to the other strategies). Also "
+            "lets two inner joins (X join Y) join Z on a key of Y run as X join (Y join Z) "
+            "where that makes Y join Z such a join."
         ),
     )
     inline_shared_stages: bool = field(

@@ -91,6 +91,7 @@ from shoal.planner.physical import (
     to_wire,
 )
 from shoal.planner.ranges import disjoint_columns
+from shoal.planner.reassociate import reassociate, scan_only
 from shoal.planner.shared import inline_shared_stages
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
@@ -487,8 +488,40 @@ class _Builder:
         )
 
     def join(self, node: Join) -> _Open:
-        left = self.visit(node.left)
-        right = self.visit(node.right)
+        if self.config.aligned_joins:
+            reassociated = self._reassociated(node)
+            if reassociated is not None:
+                return reassociated
+        return self._join(node, self.visit(node.left), self.visit(node.right))
+
+    def _reassociated(self, node: Join) -> _Open | None:
+        """``(X ⋈ Y) ⋈ Z`` planned as ``X ⋈ (Y ⋈ Z)`` where ``Y ⋈ Z`` is an aligned join
+        of two scans (:mod:`shoal.planner.reassociate`); None where it is not."""
+        pair = reassociate(node)
+        if pair is None:
+            return None
+        inner, outer = pair
+        sides = (inner.left, inner.right)
+        if not all(scan_only(s) for s in sides) or any(
+            id(n) in self.shared for s in sides for n in s.walk()
+        ):
+            return None
+        counted = (self.plan.row_groups, self.plan.row_groups_pruned)
+        aligned = aligned_join(
+            inner,
+            self.visit(inner.left),
+            self.visit(inner.right),
+            self.config.target_partition_bytes,
+            self.resplit,
+        )
+        if aligned is None:
+            self.plan.row_groups, self.plan.row_groups_pruned = counted
+            return None
+        aligned.name = f"{aligned.name}+reordered"
+        return self._join(outer, self.visit(outer.left), aligned)
+
+    def _join(self, node: Join, left: _Open, right: _Open) -> _Open:
+        """``node`` planned over its sides ``left`` and ``right``, planned already."""
         if node.maintain_order != "none":
             return self._ordered_join(node, left, right)
         in_place = co_located(node, left, right)
