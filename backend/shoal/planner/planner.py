@@ -30,8 +30,9 @@ A fragment that already has a single partition takes every operator in place.
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -68,7 +69,7 @@ from shoal.ir.nodes import (
 from shoal.ir.types import DataType, Schema
 from shoal.planner import aggregate as agg2
 from shoal.planner import prefix, windows
-from shoal.planner.aligned import aligned_join, task_scans
+from shoal.planner.aligned import aligned_join, origin, task_scans
 from shoal.planner.context import OpenFragment as _Open
 from shoal.planner.copartition import co_located
 from shoal.planner.keyreduce import anti_by_keys
@@ -91,7 +92,7 @@ from shoal.planner.physical import (
     to_wire,
 )
 from shoal.planner.ranges import disjoint_columns
-from shoal.planner.reassociate import reassociate, scan_only
+from shoal.planner.reassociate import pushdowns, scan_only
 from shoal.planner.shared import inline_shared_stages
 from shoal.planner.temporal import TEMPORAL_NODES, plan_temporal
 
@@ -149,6 +150,11 @@ class _Builder:
         #: The hashed column sets of each shared sub-plan's stage (read pointwise: the same
         #: partitions), by the id of its node.
         self.memo_hashed: dict[int, tuple[tuple[str, ...], ...]] = {}
+        #: Joins planned before the plan that holds them is visited, by the id of the
+        #: join node (:meth:`_reassociated`).
+        self.planned: dict[int, _Open] = {}
+        #: Above 0 while a sub-plan is planned to try it (:meth:`_trial`).
+        self.trying = 0
 
     def split(self, node: Scan) -> ScanSplit:
         """The partitions of scan ``node`` (footers are read once per scan and plan)."""
@@ -488,37 +494,95 @@ class _Builder:
         )
 
     def join(self, node: Join) -> _Open:
-        if self.config.aligned_joins:
-            reassociated = self._reassociated(node)
-            if reassociated is not None:
-                return reassociated
+        planned = self.planned.get(id(node))
+        if planned is not None:  # planned already (a join moved down: _moved_down)
+            return replace(planned, inputs=list(planned.inputs))  # a copy: grown in place
+        moves = self._moves(node) if self.config.aligned_joins and not self.trying else []
+        if not moves:
+            return self._join(node, self.visit(node.left), self.visit(node.right))
+        saved = self._checkpoint()
+        with self._trial():
+            left, right = self.visit(node.left), self.visit(node.right)
+            before = len(self.plan.stages)
+            out = self._join(node, left, right)
+        if len(self.plan.stages) == before:
+            return out  # joined in place, with no exchange
+        self._rollback(saved)
+        moved = self._moved_down(moves)
+        if moved is not None:
+            return moved
         return self._join(node, self.visit(node.left), self.visit(node.right))
 
-    def _reassociated(self, node: Join) -> _Open | None:
-        """``(X ⋈ Y) ⋈ Z`` planned as ``X ⋈ (Y ⋈ Z)`` where ``Y ⋈ Z`` is an aligned join
-        of two scans (:mod:`shoal.planner.reassociate`); None where it is not."""
-        pair = reassociate(node)
-        if pair is None:
-            return None
-        inner, outer = pair
-        sides = (inner.left, inner.right)
-        if not all(scan_only(s) for s in sides) or any(
-            id(n) in self.shared for s in sides for n in s.walk()
-        ):
-            return None
-        counted = (self.plan.row_groups, self.plan.row_groups_pruned)
-        aligned = aligned_join(
-            inner,
-            self.visit(inner.left),
-            self.visit(inner.right),
-            self.config.target_partition_bytes,
-            self.resplit,
-        )
-        if aligned is None:
+    @contextlib.contextmanager
+    def _trial(self) -> Iterator[None]:
+        """Plan a sub-plan to try it (:meth:`join`): the joins inside it are planned where
+        they are, none moved down (trying those too would try every sub-plan once per
+        join above it)."""
+        self.trying += 1
+        try:
+            yield
+        finally:
+            self.trying -= 1
+
+    def _moves(self, node: Join) -> list[tuple[Join, PlanNode]]:
+        """Where the join ``node`` = ``L ⋈ Z`` may be moved down into ``L``
+        (:func:`~shoal.planner.reassociate.pushdowns`), kept only where ``Z`` is a scan
+        (row-local filters and projections above it) that no other part of the plan
+        shares and some key pair of the moved join is two Parquet scan columns."""
+        z = node.right
+        if not scan_only(z) or any(id(n) in self.shared for n in z.walk()):
+            return []
+        moves = [m for m in pushdowns(node) if _keys_from_parquet(m[0])]
+        if moves:
+            counted = (self.plan.row_groups, self.plan.row_groups_pruned)
+            one = self.visit(z).num_tasks < 2  # (a scan: plans no stage)
             self.plan.row_groups, self.plan.row_groups_pruned = counted
-            return None
-        aligned.name = f"{aligned.name}+reordered"
-        return self._join(outer, self.visit(outer.left), aligned)
+            if one:
+                return []  # an aligned join keeps the side of more partitions
+        return moves
+
+    def _moved_down(self, moves: list[tuple[Join, PlanNode]]) -> _Open | None:
+        """A join that the plan as written joins with an exchange, planned at the
+        shallowest of ``moves`` (``(inner, rewritten)``: :func:`_moves`) where its inner
+        join is an aligned join (:mod:`shoal.planner.reassociate`); None where none is.
+        Each place is tried by planning its join: what that planned (stages cut, row
+        groups counted) is undone when it does not align."""
+        for inner, rewritten in moves:
+            saved = self._checkpoint()
+            with self._trial():
+                aligned = aligned_join(
+                    inner,
+                    self.visit(inner.left),
+                    self.visit(inner.right),
+                    self.config.target_partition_bytes,
+                    self.resplit,
+                )
+            if aligned is None:
+                self._rollback(saved)
+                continue
+            aligned.name = f"{aligned.name}+reordered"
+            self.planned[id(inner)] = aligned
+            return self.visit(rewritten)
+        return None
+
+    def _checkpoint(self) -> tuple[Any, ...]:
+        """What planning a sub-plan may change in this builder (see :meth:`_rollback`)."""
+        p = self.plan
+        return (
+            len(p.stages),
+            p.row_groups,
+            p.row_groups_pruned,
+            dict(self.memo),
+            dict(self.memo_hashed),
+            dict(self.hash_windows),
+            dict(self.planned),
+        )
+
+    def _rollback(self, saved: tuple[Any, ...]) -> None:
+        """Forget what was planned since :meth:`_checkpoint` gave ``saved``."""
+        n, self.plan.row_groups, self.plan.row_groups_pruned, *maps = saved
+        del self.plan.stages[n:]
+        self.memo, self.memo_hashed, self.hash_windows, self.planned = maps
 
     def _join(self, node: Join, left: _Open, right: _Open) -> _Open:
         """``node`` planned over its sides ``left`` and ``right``, planned already."""
@@ -854,6 +918,19 @@ def _hash_keys(
         for lft, r in zip(left, right, strict=True)
     )
     return left, rk
+
+
+def _keys_from_parquet(join: Join) -> bool:
+    """Whether some key pair of ``join`` is two columns of Parquet scans, passed on
+    unchanged (the first condition of an aligned join, read off the plan before planning
+    it)."""
+    for lk, rk in zip(join.left_on, join.right_on, strict=True):
+        if not isinstance(lk, Col) or not isinstance(rk, Col):
+            continue
+        sides = (origin(join.left, lk.name), origin(join.right, rk.name))
+        if all(f is not None and isinstance(f[0].source, ParquetSource) for f in sides):
+            return True
+    return False
 
 
 def _small_query_blocker(plan: PlanNode, config: Config) -> str | None:

@@ -180,7 +180,31 @@ def key_ranges(
     return out
 
 
+#: Answers of :func:`aligned_partitions` by (the scan node's id, the column, the ranges);
+#: each entry keeps its scan node, so that its id is not reused while it lives (a join
+#: moved down tries the same scan against the same ranges once per place it may go:
+#: :mod:`shoal.planner.reassociate`).
+_ALIGNED: OrderedDict[tuple[Any, ...], tuple[Scan, Any]] = OrderedDict()
+
+
 def aligned_partitions(
+    scan: Scan, column: str, ranges: Sequence[tuple[int, int] | None]
+) -> tuple[tuple[ScanPartition, ...], list[int], int] | None:
+    """See :func:`_aligned_partitions` (cached here)."""
+    key = (id(scan), column, tuple(ranges))
+    with _LOCK:
+        hit = _ALIGNED.get(key)
+    if hit is None or hit[0] is not scan:
+        hit = (scan, _aligned_partitions(scan, column, ranges))
+        with _LOCK:
+            _ALIGNED[key] = hit
+            while len(_ALIGNED) > _CACHE_SIZE:
+                _ALIGNED.popitem(last=False)
+    got = hit[1]
+    return None if got is None else (got[0], list(got[1]), got[2])
+
+
+def _aligned_partitions(
     scan: Scan, column: str, ranges: Sequence[tuple[int, int] | None]
 ) -> tuple[tuple[ScanPartition, ...], list[int], int] | None:
     """Partitions of Parquet scan ``scan`` cut to ``ranges``: for each range, the row

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from shoal.ir.expr import Col, Expr
+from shoal.ir.expr import Col, Expr, NamedExpr
 from shoal.ir.nodes import Filter, Join, PlanNode, Project, Scan
-from shoal.ir.types import Schema
+from shoal.ir.types import DataType, Schema
 
 
 def _names(keys: tuple[Expr, ...]) -> list[str] | None:
@@ -50,32 +50,82 @@ def _plain(j: PlanNode) -> bool:
     return isinstance(j, Join) and j.how == "inner" and j.maintain_order == "none"
 
 
-def reassociate(node: Join) -> tuple[Join, Join] | None:
-    """``(inner, outer)``: ``node`` = ``(X ⋈ Y) ⋈ Z`` rewritten as ``outer`` = ``X ⋈
-    inner`` with ``inner`` = ``Y ⋈ Z`` (see the module docstring for when), ``outer``
-    having ``node``'s schema; None where the rewrite does not apply."""
-    if not _plain(node) or not _plain(node.left):
-        return None
-    first = node.left
-    assert isinstance(first, Join)
-    x, y, z = first.left, first.right, node.right
-    names = [n for part in (x, y, z) for n in part.schema.names]
-    if len(set(names)) != len(names):
-        return None  # suffixes would be placed differently
-    outer_left, outer_right = _names(node.left_on), _names(node.right_on)
-    first_left, first_right = _names(first.left_on), _names(first.right_on)
-    if None in (outer_left, outer_right, first_left, first_right) or not outer_left:
-        return None
-    assert outer_left is not None and outer_right is not None and first_right is not None
-    y_names = set(y.schema.names)
-    if not set(outer_left) <= y_names or not set(first_right) <= y_names:
-        return None
-    inner_schema = _joined(y.schema, z.schema, outer_right, node.coalesce)
-    inner = replace(node, left=y, right=z, schema=inner_schema)
-    outer_schema = _joined(x.schema, inner_schema, first_right, first.coalesce)
-    if outer_schema != node.schema:
-        return None
-    return inner, replace(first, right=inner, schema=outer_schema)
+#: How deep below the join a key's side is looked for (each level one join or projection).
+MAX_DEPTH = 8
+
+
+def pushdowns(node: Join) -> list[tuple[Join, PlanNode]]:
+    """Each way to move the join ``node`` = ``L ⋈ Z`` down into ``L``, shallowest first, as
+    ``(inner, rewritten)``: ``inner`` = ``S ⋈ Z`` for a sub-plan ``S`` of ``L`` that gives
+    every left key of ``node``, reached through inner joins without ``maintain_order``
+    (into the side that holds the keys) and projections of plain columns; ``rewritten``
+    is the whole plan with ``inner`` in ``S``'s place, with ``node``'s columns in
+    ``node``'s order (a projection restores it where a join moved Z's columns). Empty
+    where the rewrite does not apply (see the module docstring)."""
+    if not _plain(node):
+        return []
+    left_keys, right_keys = _names(node.left_on), _names(node.right_on)
+    if not left_keys or right_keys is None:
+        return []
+    z = node.right
+    z_names = set(z.schema.names)
+    added = _joined(Schema(()), z.schema, right_keys, node.coalesce).fields
+    out: list[tuple[Join, PlanNode]] = []
+    for inner, replaced in _push(node.left, node, set(left_keys), z_names, added, 0):
+        if replaced is node.left:
+            continue  # the join where it is
+        if replaced.schema.fields != node.schema.fields:
+            if sorted(replaced.schema.fields) != sorted(node.schema.fields):
+                continue
+            keep = tuple(NamedExpr(n, Col(n, t)) for n, t in node.schema.fields)
+            replaced = Project(replaced, keep, node.schema)
+        out.append((inner, replaced))
+    return out
+
+
+def _push(
+    sub: PlanNode,
+    node: Join,
+    keys: set[str],
+    z_names: set[str],
+    added: tuple[tuple[str, DataType], ...],
+    depth: int,
+) -> list[tuple[Join, PlanNode]]:
+    """``(inner, replaced)`` for each place below ``sub`` (``sub`` included, first of
+    all) where ``node``'s right side may be joined: ``replaced`` gives ``sub``'s columns
+    and Z's (``added``), in some order. ``sub`` itself is returned as ``replaced`` for the
+    join ``node`` over ``sub`` as it is."""
+    names = set(sub.schema.names)
+    if not keys <= names or names & z_names:
+        return []
+    here = replace(node, left=sub, schema=Schema(sub.schema.fields + added))
+    out: list[tuple[Join, PlanNode]] = [(here, sub if sub is node.left else here)]
+    if depth >= MAX_DEPTH:
+        return out
+    if isinstance(sub, Project) and all(
+        isinstance(e.expr, Col) and e.expr.name == e.name for e in sub.exprs
+    ):
+        extra = tuple(NamedExpr(n, Col(n, t)) for n, t in added)
+        for inner, child in _push(sub.input, node, keys, z_names, added, depth + 1):
+            schema = Schema(sub.schema.fields + added)
+            out.append((inner, Project(child, sub.exprs + extra, schema)))
+    elif _plain(sub):
+        assert isinstance(sub, Join)
+        sub_right = _names(sub.right_on)
+        if sub_right is None or _names(sub.left_on) is None:
+            return out
+        both = set(sub.left.schema.names) | set(sub.right.schema.names)
+        if set(sub.left.schema.names) & set(sub.right.schema.names) or both & z_names:
+            return out  # suffixes placed by this join, or by Z's join below it
+        for side in ("left", "right"):
+            child = getattr(sub, side)
+            for inner, new in _push(child, node, keys, z_names, added, depth + 1):
+                if new is child:
+                    continue
+                lhs, rhs = (new, sub.right) if side == "left" else (sub.left, new)
+                schema = _joined(lhs.schema, rhs.schema, sub_right, sub.coalesce)
+                out.append((inner, replace(sub, left=lhs, right=rhs, schema=schema)))
+    return out
 
 
 def scan_only(node: PlanNode) -> bool:
