@@ -322,8 +322,9 @@ class Config:
             "of the larger (or the preserved) side reads the other side's row groups that "
             "can hold its keys, with no broadcast or hash exchange. Taken only where those "
             "reads overlap little (unsorted keys fall back to the other strategies). Also "
-            "lets two inner joins (X join Y) join Z on a key of Y run as X join (Y join Z) "
-            "where that makes Y join Z such a join."
+            "moves an inner join that would need an exchange down into its left side "
+            "((X join Y) join Z on a key of Y runs as X join (Y join Z)) where that makes "
+            "it such a join."
         ),
     )
     inline_shared_stages: bool = field(

@@ -1,23 +1,28 @@
-"""Join reassociation: ``(X ⋈ Y) ⋈ Z`` planned as ``X ⋈ (Y ⋈ Z)`` when the second join's
-keys are Y's columns, so that Y and Z, two Parquet scans stored in the order of that key,
-can be joined as an aligned join (:mod:`shoal.planner.aligned`) instead of shuffling Z
-to meet ``X ⋈ Y`` (called by :meth:`shoal.planner.planner._Builder.join`).
+"""Join reassociation: a join ``L ⋈ Z`` whose left keys are columns of some sub-plan
+``S`` inside ``L`` planned with Z joined to ``S`` there, so that ``S`` and Z, sides stored
+in the order of that key, meet in an aligned join (:mod:`shoal.planner.aligned`)
+instead of Z being shuffled to meet ``L`` (called by
+:meth:`shoal.planner.planner._Builder.join`, which tries the join as written first and
+moves it only where that needs an exchange).
 
-TPC-H Q10 is the case: ``customer ⋈ orders`` on the customer key, then ``⋈ lineitem`` on
-the order key. Polars keeps the order the query was written in, and shoal's plan then
-shuffled lineitem's filtered rows (565 MiB at scale 10) by the order key. Joined first,
-orders and lineitem meet partition by partition (both are stored in order-key order), and
-what they give is joined with customer.
+TPC-H Q10 is the case of one level: ``customer ⋈ orders`` on the customer key, then
+``⋈ lineitem`` on the order key. Polars keeps the order the query was written in, and
+at scale 10 (customer too large to broadcast) shoal's plan shuffled lineitem's filtered
+rows (565 MiB) by the order key; joined first, orders and lineitem meet partition by
+partition and what they give is joined with customer. TPC-H Q9 is the deeper case:
+``orders`` moves below the joins with ``supplier`` and ``partsupp`` (a hash join) to
+``part ⋈ lineitem``, lineitem's scan stage with ``part`` broadcast into it.
 
-Exact: two inner joins whose conditions relate different pairs of inputs are
-associative. A triple of rows (x, y, z) is in either result exactly when x meets y on
-the first join's keys and y meets z on the second's (each join with its own
-``nulls_equal``), as often as such triples exist; only the order of the rows may differ,
-and an inner join without ``maintain_order`` leaves it open. The rewrite is taken only
-where the columns of X, Y and Z have distinct names (no suffixes to place), every key is
-a plain column, both joins are inner joins without ``maintain_order``, and the new plan's
-columns, recomputed by the join rule (left columns, then the right columns less the
-right keys when ``coalesce``), are the original plan's, names and types in order.
+Exact: inner joins whose conditions relate different pairs of inputs are associative. A
+tuple of rows is in either result exactly when each pair meets on its join's keys (each
+join with its own ``nulls_equal``), as often as such tuples exist; only the order of the
+rows may differ, which an inner join without ``maintain_order`` leaves open. Projections
+of plain columns on the way down pass Z's columns on. The move is taken only through
+inner joins without ``maintain_order`` whose sides' columns and Z's have distinct names
+(no suffixes to place), with plain-column keys, and where the columns of the new plan,
+recomputed by the join rule (left columns, then the right columns less the right keys
+when ``coalesce``) and put back in the original order by a projection where a join
+moved them, are the original plan's, names and types.
 """
 
 from __future__ import annotations
