@@ -251,6 +251,12 @@ def test_group_buckets_and_targets() -> None:
     ]
     assert adaptive.group_buckets([1, 1], [False, False], None) == [[0], [1]]
     assert adaptive.group_buckets([1, 1], [True, True], 10) == []
+    # Equal shares, not groups filled in turn (TPC-H Q16 at scale 10: three tasks, a
+    # second wave of one on two CPUs); a multiple of the CPUs.
+    assert adaptive.group_buckets([161, 160, 159, 160], [False] * 4, 320, 2) == [[0, 1], [2, 3]]
+    nine = adaptive.group_buckets([10] * 9, [False] * 9, 30, 2)
+    assert nine == [[0, 1], [2, 3], [4, 5, 6], [7, 8]]
+    assert adaptive.group_buckets([0, 0, 0], [False] * 3, 10) == [[0, 1, 2]]
     mib = 1024 * 1024
     assert adaptive.coalesce_target(100 * mib, 4, 128 * mib) == 25 * mib
     assert adaptive.coalesce_target(mib, 4, 128 * mib) == adaptive.MIN_TASK_BYTES

@@ -375,21 +375,34 @@ def coalesce_target(total: int, cpus: int, target_partition_bytes: int) -> int:
 
 
 def group_buckets(
-    sizes: Sequence[int], skip: Sequence[bool], target: int | None
+    sizes: Sequence[int], skip: Sequence[bool], target: int | None, cpus: int = 1
 ) -> list[list[int]]:
     """Bucket ids (indices of ``sizes``, in order, without those ``skip`` marks) cut into
-    consecutive groups of at most ``target`` bytes each (a bucket over ``target`` is a group
-    of its own); ``target`` None: one bucket per group."""
+    consecutive groups of about equal bytes: as many groups as ``target`` bytes each needs
+    (rounded up to a multiple of ``cpus`` when over ``cpus``: no wave of fewer tasks than
+    CPUs), each bucket in the group its middle byte falls in, so that a bucket much larger
+    than the others is a group of its own; ``target`` None: one bucket per group.
+
+    Cutting by equal shares, not filling each group up to ``target`` in turn: four buckets
+    of 16.1, 16.0, 15.9 and 16.0 MiB for two CPUs (``target`` 32 MiB) are two groups, where
+    filling gave three (16.1 alone, 31.9, 16.0), a second wave of one task."""
+    ids = [b for b in range(len(sizes)) if not skip[b]]
+    if target is None:
+        return [[b] for b in ids]
+    total = sum(sizes[b] for b in ids)
+    k = max(1, -(-total // max(1, target)))
+    if k > cpus:
+        k = -(-k // cpus) * cpus
     groups: list[list[int]] = []
-    used = 0
-    for b, (n, sk) in enumerate(zip(sizes, skip, strict=True)):
-        if sk:
-            continue
-        if not groups or target is None or used + n > target:
+    last = -1
+    before = 0
+    for b in ids:
+        share = min(k - 1, (2 * before + sizes[b]) * k // max(1, 2 * total))
+        if share != last:
             groups.append([])
-            used = 0
+            last = share
         groups[-1].append(b)
-        used += n
+        before += sizes[b]
     return groups
 
 

@@ -853,7 +853,7 @@ class DispatchLoop:
         target = None
         if self.coalesce_bytes is not None:
             target = adapt.coalesce_target(total, self.plan.cpus, self.coalesce_bytes)
-        groups = adapt.group_buckets(sizes, skip, target)
+        groups = adapt.group_buckets(sizes, skip, target, self.plan.cpus)
         if len(groups) == n:
             return  # one bucket per task, as planned
         why = adapt.coalesce_blocker(self.plan, stage)
