@@ -161,3 +161,24 @@ def test_multi_file_column_checks_raise_polars_errors(tmp_path: Path, raise_on_f
             pl.scan_parquet([first, short]).select("a"),
         ):
             assert_frame_equal(lf.collect(engine=engine), lf.collect())
+
+
+def test_multi_file_column_checks_see_a_rewritten_file(tmp_path: Path) -> None:
+    """The column checks that passed are remembered for the footers they read; a file
+    written again (another footer) is checked again: the query that passed now raises as
+    Polars does, and passes once the file has its column back."""
+    first, second = tmp_path / "first.parquet", tmp_path / "second.parquet"
+    pl.DataFrame({"a": [1, None], "b": [2.0, -0.0]}).write_parquet(first)
+    pl.DataFrame({"a": [3, 3], "b": [float("nan"), 1.0]}).write_parquet(second)
+    engine = shoal.DistEngine(runner="local", raise_on_fail=True)
+    lf = pl.scan_parquet([first, second])
+    assert_frame_equal(lf.collect(engine=engine), lf.collect())
+    assert_frame_equal(lf.collect(engine=engine), lf.collect())  # remembered: same answer
+    pl.DataFrame({"a": [4, 5, 6]}).write_parquet(second)  # "b" gone: a new footer
+    with pytest.raises(pl.exceptions.ColumnNotFoundError):
+        pl.scan_parquet([first, second]).collect()
+    with pytest.raises(pl.exceptions.ColumnNotFoundError):
+        pl.scan_parquet([first, second]).collect(engine=engine)
+    pl.DataFrame({"a": [7], "b": [8.0]}).write_parquet(second)
+    lf = pl.scan_parquet([first, second])
+    assert_frame_equal(lf.collect(engine=engine), lf.collect())

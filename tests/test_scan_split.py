@@ -30,6 +30,7 @@ from shoal.planner.partitioning import (
     OVER_TARGET,
     partition_count,
     split_scan,
+    whole_split,
 )
 from shoal.planner.physical import ScanPartition, plan_physical
 from shoal_polars.engine import to_ir
@@ -177,6 +178,42 @@ def test_a_pruned_scan_splits_the_row_groups_it_reads(eight: list[Path]) -> None
         for pc in p.pieces:  # type: ignore[union-attr]
             homes.setdefault(Path(pc.path).name, set()).add(i)
     assert whole == {name for name, at in homes.items() if len(at) == 1}
+
+
+@pytest.mark.parametrize("pruned", [False, True])
+def test_a_whole_split_reads_what_the_partitions_read(
+    eight: list[Path], with_empty: list[Path], pruned: bool
+) -> None:
+    """The small-query path's one partition (:func:`whole_split`) holds the row groups that
+    :func:`split_scan`'s partitions hold, with its sizes and counts: pruned by a filter,
+    an empty file among the files, every row group pruned."""
+    lo, hi = FILE_ROWS + 30_000, 6 * FILE_ROWS + 20_000
+    lfs = [pl.scan_parquet(eight), pl.scan_parquet(with_empty), pl.scan_parquet(eight)]
+    if pruned:
+        lfs = [
+            lfs[0].filter(pl.col("k") >= lo, pl.col("k") <= hi),
+            lfs[1].filter(pl.col("k") > 10),
+            lfs[2].filter(pl.col("k") < -5),
+        ]
+    for lf in lfs:
+        scan = next(n for n in to_ir(lf.select("k", "x")).walk() if isinstance(n, Scan))
+        split, whole = split_scan(scan, 1 << 30, 0, 4, 2), whole_split(scan)
+        assert (whole.est_bytes, whole.est_rows) == (split.est_bytes, split.est_rows)
+        assert (whole.row_groups, whole.row_groups_pruned) == (
+            split.row_groups,
+            split.row_groups_pruned,
+        )
+        (one,) = whole.partitions
+        assert isinstance(one, ScanPartition)
+
+        def rows_by_file(parts: tuple[object, ...]) -> dict[str, int]:
+            out: dict[str, int] = {}
+            for p in parts:
+                for pc in p.pieces:  # type: ignore[attr-defined]
+                    out[pc.path] = out.get(pc.path, 0) + pc.rows
+            return out
+
+        assert rows_by_file((one,)) == rows_by_file(split.partitions)
 
 
 def test_an_empty_file_is_a_partition_of_its_own_in_order(with_empty: list[Path]) -> None:

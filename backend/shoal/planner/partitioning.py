@@ -135,6 +135,31 @@ def split_scan(
     )
 
 
+def whole_split(scan: Scan) -> ScanSplit:
+    """The one partition of a Parquet scan read whole (the small-query path): every row
+    group its predicate may keep (:func:`row_groups_read`), without cutting them into
+    partitions as :func:`split_scan` does (a third of planning a small query's scan went
+    there). Sizes, row counts and pruned row groups as :func:`split_scan` gives them.
+    Raises as :func:`split_scan`."""
+    assert isinstance(scan.source, ParquetSource)
+    groups, pruned, _ = row_groups_read(scan)
+    pieces: list[ParquetPiece] = []
+    for path, offset, rows, _, nulls in groups:
+        last = pieces[-1] if pieces else None
+        if last is not None and last.path == path and last.offset + last.rows == offset:
+            pieces[-1] = ParquetPiece(path, last.offset, last.rows + rows, nulls, True)
+        else:
+            pieces.append(ParquetPiece(path, offset, rows, nulls, True))
+    n_groups = sum(1 for g in groups if g[2]) + pruned
+    return ScanSplit(
+        (ScanPartition(tuple(pieces)),),
+        sum(g[3] for g in groups),
+        sum(g[2] for g in groups),
+        n_groups,
+        pruned,
+    )
+
+
 def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus: int = 1) -> int:
     """How many partitions a Parquet scan of ``total`` estimated bytes is cut into.
 

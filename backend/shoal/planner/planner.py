@@ -73,7 +73,7 @@ from shoal.planner.aligned import aligned_join, origin, task_scans
 from shoal.planner.context import OpenFragment as _Open
 from shoal.planner.copartition import co_located
 from shoal.planner.keyreduce import anti_by_keys
-from shoal.planner.partitioning import ScanSplit, split_scan
+from shoal.planner.partitioning import ScanSplit, split_scan, whole_split
 from shoal.planner.physical import (
     FilePartition,
     HashOutput,
@@ -194,7 +194,11 @@ class _Builder:
         if not limit:
             return False
         scans = scans_of(plan)
-        splits = [self.split(s) for s in scans]
+        # A Parquet scan read whole when the query is small: its row groups, not cut into
+        # partitions (the partitions, when it is not, are cut when it is visited).
+        splits = [
+            whole_split(s) if isinstance(s.source, ParquetSource) else self.split(s) for s in scans
+        ]
         rows = sum(s.est_rows for s in splits)
         nbytes = sum(s.est_bytes for s in splits)
         est = f"estimated {rows:,} rows / {nbytes:,} bytes"
