@@ -150,9 +150,9 @@ class _Builder:
         #: The hashed column sets of each shared sub-plan's stage (read pointwise: the same
         #: partitions), by the id of its node.
         self.memo_hashed: dict[int, tuple[tuple[str, ...], ...]] = {}
-        #: Joins planned before the plan that holds them is visited, by the id of the
-        #: join node (:meth:`_reassociated`).
-        self.planned: dict[int, _Open] = {}
+        #: Joins planned before the plan that holds them is visited (the node and its
+        #: plan), by the id of the join node (:meth:`_moved_down`).
+        self.planned: dict[int, tuple[Join, _Open]] = {}
         #: Above 0 while a sub-plan is planned to try it (:meth:`_trial`).
         self.trying = 0
 
@@ -499,8 +499,9 @@ class _Builder:
 
     def join(self, node: Join) -> _Open:
         planned = self.planned.get(id(node))
-        if planned is not None:  # planned already (a join moved down: _moved_down)
-            return replace(planned, inputs=list(planned.inputs))  # a copy: grown in place
+        if planned is not None and planned[0] is node:  # a join moved down: _moved_down
+            op = planned[1]
+            return replace(op, inputs=list(op.inputs))  # a copy: grown in place
         moves = self._moves(node) if self.config.aligned_joins and not self.trying else []
         if not moves:
             return self._join(node, self.visit(node.left), self.visit(node.right))
@@ -565,7 +566,7 @@ class _Builder:
                 self._rollback(saved)
                 continue
             aligned.name = f"{aligned.name}+reordered"
-            self.planned[id(inner)] = aligned
+            self.planned[id(inner)] = (inner, aligned)  # the node kept: its id not reused
             return self.visit(rewritten)
         return None
 
