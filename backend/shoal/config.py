@@ -322,7 +322,7 @@ class Config:
             "of the larger (or the preserved) side reads the other side's row groups that "
             "can hold its keys, with no broadcast or hash exchange. Taken only where those "
             "reads overlap little (unsorted keys fall back to the other strategies). Also "
-            "moves an inner join that would need an exchange down into its left side "
+            "moves an inner join that would shuffle both sides down into its left side "
             "((X join Y) join Z on a key of Y runs as X join (Y join Z)) where that makes "
             "it such a join."
         ),

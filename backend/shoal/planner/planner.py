@@ -510,8 +510,11 @@ class _Builder:
             left, right = self.visit(node.left), self.visit(node.right)
             before = len(self.plan.stages)
             out = self._join(node, left, right)
-        if len(self.plan.stages) == before:
-            return out  # joined in place, with no exchange
+        if len(self.plan.stages) == before or out.name != "hash-join":
+            # Joined in place, with no exchange; or with a broadcast, which moving down
+            # may trade for a larger one (TPC-H Q10 at scale 1: the customer table
+            # broadcast, instead of its 57,000-row join with orders, was no faster).
+            return out
         self._rollback(saved)
         moved = self._moved_down(moves)
         if moved is not None:
@@ -547,7 +550,7 @@ class _Builder:
         return moves
 
     def _moved_down(self, moves: list[tuple[Join, PlanNode]]) -> _Open | None:
-        """A join that the plan as written joins with an exchange, planned at the
+        """A join that the plan as written joins by shuffling both sides, planned at the
         shallowest of ``moves`` (``(inner, rewritten)``: :func:`_moves`) where its inner
         join is an aligned join (:mod:`shoal.planner.reassociate`); None where none is.
         Each place is tried by planning its join: what that planned (stages cut, row

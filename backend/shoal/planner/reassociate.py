@@ -3,7 +3,7 @@
 in the order of that key, meet in an aligned join (:mod:`shoal.planner.aligned`)
 instead of Z being shuffled to meet ``L`` (called by
 :meth:`shoal.planner.planner._Builder.join`, which tries the join as written first and
-moves it only where that needs an exchange).
+moves it only where that is a hash join, both sides shuffled).
 
 TPC-H Q10 is the case of one level: ``customer ⋈ orders`` on the customer key, then
 ``⋈ lineitem`` on the order key. Polars keeps the order the query was written in, and
