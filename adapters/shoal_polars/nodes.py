@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-import threading
 import urllib.parse
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -46,7 +44,7 @@ from shoal.ir.nodes import (
     Unpivot,
 )
 from shoal.ir.types import BOOL, DataType, Schema, frame_to_arrow
-from shoal.planner.partitioning import file_digest
+from shoal.planner.partitioning import HeldCache, file_digest
 from shoal_polars.exprs import OPERATORS
 from shoal_polars.functions import function_key
 from shoal_polars.rewrite import origin_of
@@ -228,10 +226,8 @@ def _check_file_columns(
     # Files that passed these checks as they are now (the same footer objects: unchanged
     # files) pass them again: a TPC-H query at scale 0.1 spent a tenth of its planning here.
     key = (paths, tuple(map(id, metas)), read, check_extra)
-    with _CHECKED_LOCK:
-        if key in _CHECKED:
-            _CHECKED.move_to_end(key)
-            return
+    if _CHECKED.lookup(key)[0]:
+        return
     digests = [file_digest(meta) for meta in metas]
     if any(isinstance(d.types, Exception) for d in digests):
         return
@@ -251,16 +247,13 @@ def _check_file_columns(
                 f"did not find column {missing[0]} in file '{path}': pass "
                 "missing_columns='insert' to scan_parquet to read it as nulls there"
             )
-    with _CHECKED_LOCK:
-        _CHECKED[key] = metas  # kept: the footers' ids are not reused while it lives
-        while len(_CHECKED) > 256:
-            _CHECKED.popitem(last=False)
+    _CHECKED.put(key, metas, True)
 
 
 #: Multi-file Parquet scans whose column checks passed (:func:`_check_file_columns`), by
-#: (paths, the ids of their footer objects, the columns read, the extra-columns check).
-_CHECKED: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
-_CHECKED_LOCK = threading.Lock()
+#: (paths, the ids of their footer objects, the columns read, the extra-columns check),
+#: held with the footers.
+_CHECKED = HeldCache()
 
 
 def _source_path(path: Any) -> str:

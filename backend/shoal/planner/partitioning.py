@@ -145,11 +145,7 @@ def whole_split(scan: Scan) -> ScanSplit:
     groups, pruned, _ = row_groups_read(scan)
     pieces: list[ParquetPiece] = []
     for path, offset, rows, _, nulls in groups:
-        last = pieces[-1] if pieces else None
-        if last is not None and last.path == path and last.offset + last.rows == offset:
-            pieces[-1] = ParquetPiece(path, last.offset, last.rows + rows, nulls, True)
-        else:
-            pieces.append(ParquetPiece(path, offset, rows, nulls, True))
+        add_piece(pieces, ParquetPiece(path, offset, rows, nulls, True))
     n_groups = sum(1 for g in groups if g[2]) + pruned
     return ScanSplit(
         (ScanPartition(tuple(pieces)),),
@@ -158,6 +154,44 @@ def whole_split(scan: Scan) -> ScanSplit:
         n_groups,
         pruned,
     )
+
+
+def add_piece(pieces: list[ParquetPiece], piece: ParquetPiece) -> None:
+    """Append ``piece`` (a run of rows of one file) to ``pieces``, or extend the last piece
+    when it is the same file's rows just before ``piece``'s (one read instead of two)."""
+    last = pieces[-1] if pieces else None
+    if last is not None and last.path == piece.path and last.offset + last.rows == piece.offset:
+        pieces[-1] = dataclasses.replace(last, rows=last.rows + piece.rows)
+    else:
+        pieces.append(piece)
+
+
+class HeldCache:
+    """A bounded, thread-safe cache of the most recently used answers by keys that hold
+    the ids of objects (footers, plan nodes). Each entry keeps those objects (``held``)
+    alive, so an id in a live entry's key is not reused by another object: a hit is the
+    answer for the very objects the key names."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._items: OrderedDict[Any, tuple[Any, Any]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def lookup(self, key: Any) -> tuple[bool, Any]:
+        """``(True, answer)`` for a cached key, else ``(False, None)``."""
+        with self._lock:
+            got = self._items.get(key)
+            if got is None:
+                return False, None
+            self._items.move_to_end(key)
+            return True, got[1]
+
+    def put(self, key: Any, held: Any, answer: Any) -> None:
+        """Keep ``answer`` for ``key``, with ``held`` (the objects whose ids it holds)."""
+        with self._lock:
+            self._items[key] = (held, answer)
+            while len(self._items) > self._size:
+                self._items.popitem(last=False)
 
 
 def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus: int = 1) -> int:

@@ -22,8 +22,7 @@ from __future__ import annotations
 import bisect
 import datetime
 import itertools
-import threading
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -31,7 +30,14 @@ import pyarrow as pa
 
 from shoal import storage
 from shoal.ir.nodes import ParquetSource, Scan
-from shoal.planner.partitioning import ColumnStats, FileDigest, file_digest, row_groups_read
+from shoal.planner.partitioning import (
+    ColumnStats,
+    FileDigest,
+    HeldCache,
+    add_piece,
+    file_digest,
+    row_groups_read,
+)
 from shoal.planner.physical import ParquetPiece, ScanInput, ScanPartition
 
 
@@ -53,11 +59,9 @@ def _value(v: Any) -> int | None:
     return None
 
 
-#: Answers of :func:`disjoint_columns` by (the footers read, the column, the partitions);
-#: each entry keeps its footer objects, so that their ids are not reused while it lives.
-_CACHE: OrderedDict[tuple[Any, ...], tuple[list[Any], bool]] = OrderedDict()
-_CACHE_SIZE = 256
-_LOCK = threading.Lock()
+#: Answers of :func:`disjoint_columns` by (the ids of the footers read, the column, the
+#: partitions), held with the footers.
+_CACHE = HeldCache()
 
 
 def disjoint_columns(
@@ -79,17 +83,13 @@ def disjoint_columns(
     found = []
     for c in names:
         key = (tuple(map(id, metas)), c, partitions)
-        with _LOCK:
-            hit = _CACHE.get(key)
-        if hit is None:
+        cached, disjoint = _CACHE.lookup(key)
+        if not cached:
             if not files:  # the footers as planning reads them, kept with them
                 files = dict(zip(scan.source.paths, map(file_digest, metas), strict=True))
-            hit = (metas, _disjoint(c, partitions, files))
-            with _LOCK:
-                _CACHE[key] = hit
-                while len(_CACHE) > _CACHE_SIZE:
-                    _CACHE.popitem(last=False)
-        if hit[1]:
+            disjoint = _disjoint(c, partitions, files)
+            _CACHE.put(key, metas, disjoint)
+        if disjoint:
             found.append(c)
     return tuple(found)
 
@@ -180,11 +180,10 @@ def key_ranges(
     return out
 
 
-#: Answers of :func:`aligned_partitions` by (the scan node's id, the column, the ranges);
-#: each entry keeps its scan node, so that its id is not reused while it lives (a join
-#: moved down tries the same scan against the same ranges once per place it may go:
-#: :mod:`shoal.planner.reassociate`).
-_ALIGNED: OrderedDict[tuple[Any, ...], tuple[Scan, Any]] = OrderedDict()
+#: Answers of :func:`aligned_partitions` by (the scan node's id, the column, the ranges),
+#: held with the scan node (a join moved down tries the same scan against the same ranges
+#: once per place it may go: :mod:`shoal.planner.reassociate`).
+_ALIGNED = HeldCache()
 
 
 def aligned_partitions(
@@ -192,15 +191,10 @@ def aligned_partitions(
 ) -> tuple[tuple[ScanPartition, ...], list[int], int] | None:
     """See :func:`_aligned_partitions` (cached here)."""
     key = (id(scan), column, tuple(ranges))
-    with _LOCK:
-        hit = _ALIGNED.get(key)
-    if hit is None or hit[0] is not scan:
-        hit = (scan, _aligned_partitions(scan, column, ranges))
-        with _LOCK:
-            _ALIGNED[key] = hit
-            while len(_ALIGNED) > _CACHE_SIZE:
-                _ALIGNED.popitem(last=False)
-    got = hit[1]
+    cached, got = _ALIGNED.lookup(key)
+    if not cached:
+        got = _aligned_partitions(scan, column, ranges)
+        _ALIGNED.put(key, scan, got)
     return None if got is None else (got[0], list(got[1]), got[2])
 
 
@@ -254,11 +248,7 @@ def _aligned_partitions(
         pieces: list[ParquetPiece] = []
         for path, offset, rows, _, nulls in chosen:
             whole = path not in repeated and mine[path] == read_groups[path]
-            last = pieces[-1] if pieces else None
-            if last is not None and last.path == path and last.offset + last.rows == offset:
-                pieces[-1] = ParquetPiece(path, last.offset, last.rows + rows, nulls, whole)
-            else:
-                pieces.append(ParquetPiece(path, offset, rows, nulls, whole))
+            add_piece(pieces, ParquetPiece(path, offset, rows, nulls, whole))
         parts.append(ScanPartition(tuple(pieces)))
     return tuple(parts), read, total
 
