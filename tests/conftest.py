@@ -21,6 +21,19 @@ pytest_plugins = ["tests.plugin_shoal_engine"]
 SMALL_PARTITION_BYTES = 96 * 1024
 
 
+@pytest.fixture(autouse=True)
+def _lowered_small_queries(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Small queries run on shoal's own lowering in this suite, as every task of a
+    distributed plan does: the suite compares shoal's answers with the frontends', and
+    with ``small_query_native`` (on by default) a small Polars query would be answered by
+    Polars itself. Tests marked ``native_small_query`` keep the setting as configured (the
+    hand-back itself is tested there)."""
+    if request.node.get_closest_marker("native_small_query") is None:
+        import shoal.runners.session as session
+
+        monkeypatch.setattr(session, "_run_native", lambda physical, native: None)
+
+
 @pytest.fixture(scope="session")
 def tpch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """TPC-H scale 0.01, four files per table plus one empty file per table."""

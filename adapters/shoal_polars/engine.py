@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
     from shoal.config import Config, RunnerKind
     from shoal.ir.nodes import PlanNode
+    from shoal.planner.physical import NativeQuery
     from shoal.runners.background import BackgroundQuery
 
 
@@ -54,14 +55,36 @@ def _warning() -> type[Warning]:
 
 
 def _execute(
-    plan: PlanNode, runner: RunnerKind | None, config: Config | None
+    plan: PlanNode,
+    runner: RunnerKind | None,
+    config: Config | None,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame:
     """Run ``plan`` with shoal (a seam that tests may replace): an Arrow table, or the
     Polars frame of a small query run in this process (``shoal.api.execute``'s
-    ``polars_ok``; a sink's list of files is always a table)."""
+    ``polars_ok``; a sink's list of files is always a table). ``native``: the user's own
+    query, which a small query run in this process runs on Polars' engine
+    (``small_query_native``)."""
     from shoal.api import execute
 
-    return execute(plan, runner=runner, config=config, polars_ok=True)
+    return execute(plan, runner=runner, config=config, polars_ok=True, native=native)
+
+
+def _native_query(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> NativeQuery:
+    """``lf`` as the user collects it, on :func:`native_engine` with the query's own
+    optimisation flags: what a small query run in this process runs
+    (``small_query_native``). Its result has the columns and types Polars' optimised plan
+    gives, which the translated plan's schema equals."""
+    from shoal.planner.physical import NativeQuery
+
+    engine = native_engine()
+
+    def run() -> pl.DataFrame:
+        out = engine.collect(lf, optimizations=optimizations)
+        assert isinstance(out, pl.DataFrame)
+        return out
+
+    return NativeQuery(run, f"Polars' {engine.name} engine")
 
 
 class DistEngine(InMemoryEngine):
@@ -451,7 +474,13 @@ class DistEngine(InMemoryEngine):
                 state["schema_panic"] = True
                 return
             needed_schema.append(schema)
-            self._translate_or_fall_back(nt, state, _plan_text(lf, optimizations), deferred=needed)
+            self._translate_or_fall_back(
+                nt,
+                state,
+                _plan_text(lf, optimizations),
+                deferred=needed,
+                native=_native_query(lf, optimizations),
+            )
 
         try:
             out = super().collect(lf, optimizations=optimizations, post_opt_callback=first)
@@ -515,6 +544,7 @@ class DistEngine(InMemoryEngine):
         plan_text: Callable[[], str] | None,
         deferred: list[Exception] | None = None,
         defer_all: bool = False,
+        native: NativeQuery | None = None,
     ) -> None:
         """Translate the plan and hand Polars the function that runs it with shoal; or,
         when it cannot be translated, raise (``raise_on_fail``) or warn, then: with a
@@ -525,7 +555,8 @@ class DistEngine(InMemoryEngine):
         With ``deferred``, a plan that needs rewriting
         (:class:`~shoal_polars.rewrite.RewriteNeeded`; any failure with ``defer_all``) is not
         run: the error is appended to ``deferred`` for the caller (:meth:`_collect`) and
-        Polars gets an empty frame."""
+        Polars gets an empty frame. ``native``: the user's query as Polars runs it, for a
+        small query run in this process (``small_query_native``)."""
         from shoal.errors import UnsupportedError
         from shoal.execution.scope import in_task
         from shoal_polars.rewrite import RewriteNeeded
@@ -571,7 +602,7 @@ class DistEngine(InMemoryEngine):
             from shoal.errors import SchemaMismatchError
 
             try:
-                table = _execute(plan, self.runner, self._config())
+                table = _execute(plan, self.runner, self._config(), native)
             except SchemaMismatchError as exc:
                 raise _schema_mismatch_class()(str(exc)) from None
             out = to_polars_frame(table, expected)

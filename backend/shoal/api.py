@@ -15,6 +15,7 @@ from shoal.ir.nodes import PlanNode, Sink
 if TYPE_CHECKING:
     import polars as pl
 
+    from shoal.planner.physical import NativeQuery
     from shoal.runners.background import BackgroundQuery
     from shoal.runners.dispatch import CancelToken
 
@@ -27,6 +28,7 @@ def execute(
     config: Config | None = None,
     cancel: CancelToken | None = None,
     polars_ok: Literal[False] = False,
+    native: NativeQuery | None = None,
 ) -> pa.Table: ...
 
 
@@ -38,6 +40,7 @@ def execute(
     config: Config | None = None,
     cancel: CancelToken | None = None,
     polars_ok: bool,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame: ...
 
 
@@ -48,6 +51,7 @@ def execute(
     config: Config | None = None,
     cancel: CancelToken | None = None,
     polars_ok: bool = False,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame:
     """Run ``plan`` distributed and return the whole result as one Arrow table.
 
@@ -61,14 +65,16 @@ def execute(
     partition when a task fails, :class:`shoal.QueryCancelledError` when cancelled.
     ``polars_ok`` (the Polars frontend): the result may come as the ``polars.DataFrame``
     a small query's task computed in this process, with ``plan.schema`` as Polars types
-    (see :func:`shoal.runners.session.run_plan`), instead of an Arrow table.
+    (see :func:`shoal.runners.session.run_plan`), instead of an Arrow table. ``native``
+    (:class:`~shoal.planner.physical.NativeQuery`, a frontend's own query): a small query
+    run in this process runs it instead of the lowered plan (``small_query_native``).
     """
     from shoal.runners.session import run_plan
 
     cfg = _resolve(runner, config)
     if not isinstance(plan, Sink):
         try:
-            return run_plan(plan, cfg, cancel, polars_ok=polars_ok)
+            return run_plan(plan, cfg, cancel, polars_ok=polars_ok, native=native)
         except RecursionError:
             raise PlanError(
                 "shoal: the plan or an expression in it is nested too deeply to plan (over "

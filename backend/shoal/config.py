@@ -345,6 +345,20 @@ class Config:
             "shuffle_partitions is set, or with a stateful or GPU user function."
         ),
     )
+    small_query_native: bool = field(
+        default=True,
+        metadata=_doc(
+            "A small query (small_query_bytes) whose one task runs in this process (the "
+            "local runner, or small_query_where='driver') runs as the frontend's own query "
+            "on the frontend's own engine (a Polars collect: Polars' optimised plan on the "
+            "engine a plain collect() would use, with the query's optimisation flags) "
+            "instead of shoal's lowering of it: the same query, answered as the frontend "
+            "answers it, without lowering it and optimising it again (2-3 ms per query at "
+            "TPC-H scale 0.1). The task, its report and its trace are shoal's as before. "
+            "Off: shoal's lowering runs it, as it runs every task of a distributed plan. "
+            "Frontends that cannot hand a query back (DuckDB, shoal's IR) always lower it."
+        ),
+    )
     small_query_where: SmallQueryWhere = field(
         default="driver",
         metadata=_doc(

@@ -48,6 +48,7 @@ from shoal.planner.physical import (
     FilePartition,
     HashOutput,
     MemoryPiece,
+    NativeQuery,
     OutputSpec,
     ParquetPiece,
     RangeOutput,
@@ -582,6 +583,7 @@ def run_fragment(
     input_schemas: Sequence[Schema],
     empty: bool = False,
     keep_frame: bool = False,
+    native: NativeQuery | None = None,
 ) -> tuple[TaskStats, list[Any]]:
     """Run ``fragment`` on one partition.
 
@@ -593,10 +595,15 @@ def run_fragment(
     scan read) and the outputs are empty tables of its schema (``extra["empty_input"]``).
     ``keep_frame`` (a task that runs where its output is used: the driver's small-query
     task): a single output is returned as a :class:`KeptFrame` of the Polars result
-    instead of an Arrow table.
+    instead of an Arrow table. ``native`` (the one task of a small query run in this
+    process, ``small_query_native``): the frontend's own query computes the rows instead of
+    the lowered fragment (its scan is not read here; the task's stats are as for the
+    fragment).
     """
     with task_scope():
-        return _run_fragment(fragment, inputs, scan, output, input_schemas, empty, keep_frame)
+        return _run_fragment(
+            fragment, inputs, scan, output, input_schemas, empty, keep_frame, native
+        )
 
 
 def _run_fragment(
@@ -607,6 +614,7 @@ def _run_fragment(
     input_schemas: Sequence[Schema],
     empty: bool = False,
     keep_frame: bool = False,
+    native: NativeQuery | None = None,
 ) -> tuple[TaskStats, list[Any]]:
     start = time.time()
     tags = _source_columns(fragment) if inputs else {}
@@ -616,14 +624,21 @@ def _run_fragment(
     ]
     rows_in = sum(f.height for f in frames)
     source: ScanInput | _ScanLookup | None = scan
-    if isinstance(scan, ScanSet):  # several scans (the small-query path: all whole)
+    # Several scans (the small-query path: all whole), read here unless the frontend's own
+    # query runs instead.
+    if isinstance(scan, ScanSet) and native is None:
         source = _ScanLookup(
             scans_of(fragment),
             [_whole(p) if scan.is_whole(i) else p for i, p in enumerate(scan.parts)],
             scan.partitioned,
         )
     read = time.time()
-    df = _empty(fragment.schema) if empty else collect(build(fragment, frames, source))
+    if empty:
+        df = _empty(fragment.schema)
+    elif native is not None:
+        df = native.run()
+    else:
+        df = collect(build(fragment, frames, source))
     ran = time.time()
     scan_rows = 0
     if empty:

@@ -20,8 +20,9 @@ module level.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import pyarrow as pa
 
@@ -29,6 +30,9 @@ from shoal.ir.explain import describe
 from shoal.ir.expr import Expr
 from shoal.ir.nodes import InMemorySource, PlanNode, Scan
 from shoal.ir.types import Schema
+
+if TYPE_CHECKING:
+    import polars as pl
 
 # ------------------------------------------------ what one task is given
 # Where a task's scan rows come from and how it partitions its output. These small frozen
@@ -250,6 +254,21 @@ class StageInputSpec:
         return (self.stage, *self.more)
 
 
+@dataclass(frozen=True)
+class NativeQuery:
+    """The query as its frontend holds it, which the frontend's own engine can run in this
+    process (the ``small_query_native`` setting): ``run()`` computes the whole result as a
+    ``polars.DataFrame`` with the plan's columns and types, raising what the frontend's
+    engine raises; ``engine`` names that engine for ``explain`` and the query report (e.g.
+    "Polars' streaming engine"). Given to :func:`shoal.api.execute` by a frontend (the
+    Polars adapter's ``collect``); the session sets it on the one stage of a small query
+    that runs in this process (:attr:`Stage.native`), whose task then calls ``run``
+    instead of lowering its fragment."""
+
+    run: Callable[[], pl.DataFrame]
+    engine: str
+
+
 @dataclass
 class Stage:
     """One stage: ``num_tasks`` tasks each running ``fragment`` on one partition.
@@ -271,6 +290,9 @@ class Stage:
     #: Why no task of the stage may be split into subtasks (:mod:`shoal.runners.skew`):
     #: an operator of its fragment needs every row of its bucket; empty: no such operator.
     whole_buckets: str = ""
+    #: The frontend's own query, run by its task instead of the lowered fragment (a small
+    #: query's one stage run in this process: ``small_query_native``); None: lowered.
+    native: NativeQuery | None = None
 
     @property
     def operators(self) -> list[str]:

@@ -79,9 +79,10 @@ class LocalBackend:
 
 def _run(task: TaskSpec, keep_frames: bool = False) -> TaskResult:
     args = (task.fragment, task.inputs, task.scan, task.output, task.input_schemas)
+    native = task.stage.native  # set only for a stage run in this process
     if task.config is None:
-        stats, tables = run_fragment(*args, keep_frame=keep_frames)
+        stats, tables = run_fragment(*args, keep_frame=keep_frames, native=native)
     else:
         with task_config(task.config, task.config_digest):
-            stats, tables = run_fragment(*args, keep_frame=keep_frames)
+            stats, tables = run_fragment(*args, keep_frame=keep_frames, native=native)
     return TaskResult(task, stats, tables)

@@ -20,7 +20,7 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import frame_to_arrow
-from shoal.planner.physical import PhysicalPlan, plan_physical, plan_physical_many
+from shoal.planner.physical import NativeQuery, PhysicalPlan, plan_physical, plan_physical_many
 from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
 from shoal.runners.memory import MemoryReport, default_max_bytes_held
@@ -220,12 +220,17 @@ def run_plan(
     config: Config,
     cancel: CancelToken | None = None,
     polars_ok: Literal[False] = False,
+    native: NativeQuery | None = None,
 ) -> pa.Table: ...
 
 
 @overload
 def run_plan(
-    plan: PlanNode, config: Config, cancel: CancelToken | None, polars_ok: bool
+    plan: PlanNode,
+    config: Config,
+    cancel: CancelToken | None,
+    polars_ok: bool,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame: ...
 
 
@@ -234,6 +239,7 @@ def run_plan(
     config: Config,
     cancel: CancelToken | None = None,
     polars_ok: bool = False,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame:
     """Plan ``plan``, run it on the configured runner, and return the result with exactly
     ``plan.schema``. Raises ``FileNotFoundError`` for a missing input before any task runs,
@@ -245,8 +251,15 @@ def run_plan(
     process (a small query run in the driver) whose schema is ``plan.schema`` as Polars
     types, that frame is returned as it is (a ``polars.DataFrame``) instead of an Arrow
     table: converting it to Arrow here and back to Polars in the frontend gives the same
-    frame (:func:`_polars_result`)."""
-    return _traced(config, lambda tracer: _run_plan(plan, config, tracer, cancel, polars_ok))
+    frame (:func:`_polars_result`).
+
+    ``native`` (a frontend that holds the query as its own engine runs it): where the plan
+    is a small query whose one task runs in this process and ``small_query_native`` is on,
+    that task runs ``native.run()`` instead of the lowered plan (see
+    :class:`~shoal.planner.physical.NativeQuery`)."""
+    return _traced(
+        config, lambda tracer: _run_plan(plan, config, tracer, cancel, polars_ok, native)
+    )
 
 
 def start_runner(config: Config) -> None:
@@ -260,11 +273,14 @@ def _start(
     config: Config,
     tracer: QueryTracer | None,
     cancel: CancelToken | None = None,
+    native: NativeQuery | None = None,
 ) -> tuple[PhysicalPlan, Any, DispatchLoop]:
     """Plan ``plan`` (a list: several queries in one plan), start (or reuse) its runner,
     and set up the query's dispatch loop, with one actor pool per stage of a stateful or
     GPU user function (started by the loop when the stage becomes runnable, closed when it
-    ends or the query does)."""
+    ends or the query does). ``native``: the frontend's own query, which the one task of a
+    small query run in this process runs instead of the lowered plan
+    (``small_query_native``)."""
     with tracer.span("start runner") if tracer else NO_SPAN:
         backend = _backend(config)
     # Sized by the cluster as it is now, give or take CLUSTER_VIEW_TTL_S (an autoscaled
@@ -279,6 +295,8 @@ def _start(
     if physical.small_query_in_driver:  # small_query_where: outputs in the driver's heap
         backend.check_task_cpus(config)  # fails as the query would on the cluster
         backend, where = _driver_backend(), "local"
+    if native is not None and config.small_query_native and where == "local":
+        _run_native(physical, native)
     limit = config.max_tasks_in_flight or 2 * cpus
     if tracer is not None:
         tracer.planned(physical, cpus=cpus, max_in_flight=limit)
@@ -318,15 +336,27 @@ def _start(
     return physical, backend, loop
 
 
+def _run_native(physical: PhysicalPlan, native: NativeQuery) -> None:
+    """Give the one stage of ``physical`` the frontend's own query to run
+    (``small_query_native``) when ``physical`` is a small query's plan (one stage of one
+    task, no actor pool), and say so on its ``small_query`` line."""
+    (stage, *more) = physical.stages
+    if more or stage.name != "small-query" or stage.num_tasks != 1 or pool_udf(stage):
+        return
+    stage.native = native
+    physical.small_query += f"; run as the frontend's own query by {native.engine}"
+
+
 def _run_plan(
     plan: PlanNode,
     config: Config,
     tracer: QueryTracer | None,
     cancel: CancelToken | None,
     polars_ok: bool = False,
+    native: NativeQuery | None = None,
 ) -> pa.Table | pl.DataFrame:
     global _last
-    physical, backend, loop = _start(plan, config, tracer, cancel)
+    physical, backend, loop = _start(plan, config, tracer, cancel, native)
     refs = loop.run()
     with tracer.span("fetch result") if tracer else NO_SPAN:
         result = _polars_result(backend, refs, plan) if polars_ok else None
