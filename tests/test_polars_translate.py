@@ -536,7 +536,7 @@ def test_collect_engine_dist_runs_through_shoal(
 ) -> None:
     plans: list[Any] = []
 
-    def fake_execute(plan: Any, runner: Any, config: Any) -> Any:
+    def fake_execute(plan: Any, runner: Any, config: Any, native: Any = None) -> Any:
         plans.append(plan)
         return run_single(plan)
 

@@ -83,7 +83,7 @@ QUERIES: dict[str, Callable[[pl.LazyFrame], pl.LazyFrame]] = {
     ),
     "sort_nan_zero": lambda lf: lf.sort(["y", "k"], nulls_last=True, maintain_order=True),
     "self_join": lambda lf: lf.join(
-        lf.select("k", z=pl.col("x") * 10), on="k", how="left", maintain_order="left"
+        lf.select("k", z=pl.col("x") * 10), on="k", how="left", maintain_order="left_right"
     ),
     "literal_only": lambda lf: lf.select(pl.lit(7).alias("seven"), pl.lit("a").alias("t")),
     "literal_column": lambda lf: lf.with_columns(one=pl.lit(1)).filter(pl.col("k") == 2),
@@ -213,3 +213,12 @@ def test_ray_driver_hands_back_and_a_worker_lowers(
     assert_frame_equal(got, want, check_exact=True)
     report = last_query()
     assert report is not None and HANDED_BACK not in report.physical.small_query
+
+
+def test_explain_analyze_runs_it_as_collect_does(files: Path, lowered: list[int]) -> None:
+    lf = QUERIES["group_by"](_source(files, "parquet"))
+    text = shoal.explain(lf, config=LOCAL, analyze=True)
+    assert HANDED_BACK in text, text
+    assert lowered == []
+    plain = shoal.explain(lf, config=LOCAL)  # nothing runs: no task to hand anything to
+    assert HANDED_BACK not in plain and "small-query path: one task" in plain

@@ -18,12 +18,19 @@ from typing import Any
 
 import polars as pl
 
-from shoal_polars.engine import DistEngine, DistQuery, to_ir
+from shoal_polars.engine import DistEngine, DistQuery, native_query, to_ir
 
 #: The Polars version whose engine registry and NodeTraverser (16, 0) were tested.
 TESTED_POLARS_VERSION = "2.1.0"
 
-__all__ = ["DistEngine", "DistQuery", "PolarsFallbackWarning", "ShoalFallbackWarning", "to_ir"]
+__all__ = [
+    "DistEngine",
+    "DistQuery",
+    "PolarsFallbackWarning",
+    "ShoalFallbackWarning",
+    "native_query",
+    "to_ir",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -70,17 +70,19 @@ def _execute(
     return execute(plan, runner=runner, config=config, polars_ok=True, native=native)
 
 
-def _native_query(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags) -> NativeQuery:
+def native_query(lf: pl.LazyFrame, optimizations: pl.QueryOptFlags | None = None) -> NativeQuery:
     """``lf`` as the user collects it, on :func:`native_engine` with the query's own
-    optimisation flags: what a small query run in this process runs
-    (``small_query_native``). Its result has the columns and types Polars' optimised plan
-    gives, which the translated plan's schema equals."""
+    optimisation flags (None: Polars' defaults): what a small query run in this process
+    runs (``small_query_native``; ``shoal.explain(lf, analyze=True)`` runs it so too). Its
+    result has the columns and types Polars' optimised plan gives, which the translated
+    plan's schema equals."""
     from shoal.planner.physical import NativeQuery
 
     engine = native_engine()
+    flags = optimizations or pl.QueryOptFlags()
 
     def run() -> pl.DataFrame:
-        out = engine.collect(lf, optimizations=optimizations)
+        out = engine.collect(lf, optimizations=flags)
         assert isinstance(out, pl.DataFrame)
         return out
 
@@ -479,7 +481,7 @@ class DistEngine(InMemoryEngine):
                 state,
                 _plan_text(lf, optimizations),
                 deferred=needed,
-                native=_native_query(lf, optimizations),
+                native=native_query(lf, optimizations),
             )
 
         try:

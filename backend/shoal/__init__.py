@@ -61,6 +61,7 @@ __version__ = _version()
 # Imported last: registers the Polars engine name "dist" and the LazyFrame namespace
 # ``lf.shoal`` (user functions).
 from shoal_polars import DistEngine  # noqa: E402
+from shoal_polars import native_query as _polars_native  # noqa: E402
 from shoal_polars import to_ir as _polars_to_ir  # noqa: E402
 from shoal_polars import udf as _polars_udf  # noqa: E402, F401
 
@@ -80,7 +81,13 @@ def explain(
     task times min/median/max, skew and exchange warnings); ``format="mermaid"`` gives the
     stage graph as a mermaid flowchart. See :func:`shoal.api.explain`."""
     return _explain(
-        query, runner=runner, config=config, to_ir=_polars_to_ir, analyze=analyze, format=format
+        query,
+        runner=runner,
+        config=config,
+        to_ir=_polars_to_ir,
+        to_native=_polars_native,
+        analyze=analyze,
+        format=format,
     )
 
 

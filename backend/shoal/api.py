@@ -190,6 +190,7 @@ def explain(
     to_ir: Callable[[Any], PlanNode] | None = None,
     analyze: bool = False,
     format: Literal["text", "mermaid"] = "text",
+    to_native: Callable[[Any], NativeQuery] | None = None,
 ) -> str:
     """The logical (shoal IR) and physical plan (stages and exchanges) of ``query``.
 
@@ -205,7 +206,9 @@ def explain(
 
     ``query`` is a shoal IR :class:`~shoal.ir.nodes.PlanNode`, or a frontend's query that
     ``to_ir`` translates (``shoal.explain``, the facade, passes the Polars adapter's for a
-    ``LazyFrame``). For a query that shoal cannot run, the text says that it would fall
+    ``LazyFrame``), and ``to_native`` its :class:`~shoal.planner.physical.NativeQuery`,
+    which ``analyze`` runs as ``collect`` would for a small query run in this process
+    (``small_query_native``). For a query that shoal cannot run, the text says that it would fall
     back to the frontend's engine and names every node and expression that is the reason
     (the same reasons the fallback warning gives). Raises ``FileNotFoundError`` for a
     missing input, ``TypeError`` for a query that is not a plan when ``to_ir`` is None.
@@ -219,7 +222,10 @@ def explain(
     changed = cfg.non_defaults()
     settings = ", ".join(f"{k}={v!r}" for k, v in changed.items()) or "all defaults"
     header = f"Settings (config {cfg.digest()}): {settings}\n\n"
+    native = None
     if not isinstance(query, PlanNode):
+        if analyze and to_native is not None:
+            native = to_native(query)
         if to_ir is None:
             raise TypeError(f"explain: expected a shoal IR plan, got {type(query).__name__}")
         try:
@@ -233,7 +239,7 @@ def explain(
     report = None
     if analyze:
         with profiling():
-            execute(query, config=cfg)
+            execute(query, config=cfg, native=native)
         report = last_query()
         assert report is not None
         physical = report.physical
