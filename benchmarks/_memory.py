@@ -89,10 +89,17 @@ def tree_pss_available() -> bool:
 
 class TreeSampler:
     """Samples the data memory (anonymous + shared PSS) of this process and its descendants
-    in a daemon thread.
+    in a daemon thread, while not paused.
 
     :attr:`peak_bytes` is the largest sum seen since the start; :meth:`reset_window` starts
     a new window whose largest sum is :attr:`window_peak_bytes` (for a per-query peak).
+
+    A sample costs CPU: reading ``smaps_rollup`` makes the kernel walk the process's page
+    tables, about 26 ms for a local Ray instance's ten processes on the development
+    machine (2-5 ms for one process), a tenth of a core at one sample per 0.25 s, taken
+    from the engines on a 2-core machine. :meth:`pause` stops the thread's sampling (the
+    benchmark pauses it during timed runs, see ``benchmarks._worker``) and :meth:`resume`
+    starts it again.
     """
 
     def __init__(self, interval_s: float = SAMPLE_INTERVAL_S) -> None:
@@ -101,6 +108,8 @@ class TreeSampler:
         self.peak_bytes: int | None = None
         self.window_peak_bytes: int | None = None
         self._stop = threading.Event()
+        self._active = threading.Event()
+        self._active.set()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="tree-pss", daemon=True)
 
@@ -127,6 +136,15 @@ class TreeSampler:
             self.window_peak_bytes = None
         self.sample()
 
+    def pause(self) -> None:
+        """Stop sampling in the background until :meth:`resume` (:meth:`sample` still
+        samples)."""
+        self._active.clear()
+
+    def resume(self) -> None:
+        """Sample in the background again."""
+        self._active.set()
+
     def stop(self) -> None:
         """Stop the sampling thread (after one last sample)."""
         self._stop.set()
@@ -136,4 +154,5 @@ class TreeSampler:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.sample()
+            if self._active.is_set():
+                self.sample()

@@ -272,7 +272,9 @@ def render_markdown(record: Record, chart: Path | None, chart_note: str = "") ->
         "",
         "Driver peak RSS: `getrusage(RUSAGE_SELF).ru_maxrss` of the engine's process "
         "(all its resident pages, shared library code included). Process tree peak: the "
-        f"largest sum, sampled every {meta['memory_sample_s']:g} s, of the anonymous and "
+        f"largest sum, sampled every {meta['memory_sample_s']:g} s during each query's "
+        "warm-up runs (the timed runs are not sampled: a sample costs CPU; with no warm-up, "
+        "during the timed runs) and after each query, of the anonymous and "
         "shared memory (`Pss_Anon + Pss_Shmem` from `/proc/PID/smaps_rollup`) of the "
         "engine's process and of every process it started (for a local Ray instance: GCS, "
         "raylet, workers, agents; Ray's object store is shared memory, counted once): the "

@@ -6,8 +6,9 @@ read from stdin:
 
 - ``{"cmd": "run", "query": N, "warmup": W, "runs": R, "result_path": P}``: W untimed
   runs, then R timed runs (``time.perf_counter`` around the call that returns the answer
-  as a ``polars.DataFrame``; a ``gc.collect()`` before each run, untimed); the last
-  answer is written to P as Arrow IPC for the parent to check. Reply: ``status`` (``done``,
+  as a ``polars.DataFrame``; a ``gc.collect()`` before each run, untimed; the process
+  tree's memory is sampled during the warm-up runs, or during the timed runs when there
+  is none, and never while another engine runs); the last answer is written to P as Arrow IPC for the parent to check. Reply: ``status`` (``done``,
   ``unsupported``, ``error``, ``interrupted``), ``warmup_s``, ``times_s``, ``rows``,
   ``detail`` and the memory figures so far.
 - ``{"cmd": "close"}``: stop the engine, reply with the final memory figures, exit.
@@ -94,14 +95,22 @@ def _run_block(engine: Any, command: dict[str, Any], sampler: TreeSampler) -> di
     number = int(command["query"])
     reply: dict[str, Any] = {"query": number, "warmup_s": [], "times_s": [], "rows": None}
     sampler.reset_window()
+    warmups = int(command["warmup"])
     try:
         run = engine.query(number)
         answer = None
-        for _ in range(int(command["warmup"])):
+        # Memory is sampled during the warm-up runs (the same query), not the timed ones:
+        # a sample costs CPU (see TreeSampler) that the timed query would lose. Without
+        # a warm-up run, the timed runs are sampled.
+        sampler.resume()
+        for _ in range(warmups):
             gc.collect()
             start = time.perf_counter()
             answer = run()
             reply["warmup_s"].append(time.perf_counter() - start)
+        if warmups:
+            sampler.sample()
+            sampler.pause()
         for _ in range(int(command["runs"])):
             gc.collect()
             start = time.perf_counter()
@@ -118,6 +127,7 @@ def _run_block(engine: Any, command: dict[str, Any], sampler: TreeSampler) -> di
     except Exception as exc:
         traceback.print_exc()
         reply.update(status="error", detail=_short(exc))
+    sampler.pause()  # not while the other engines run their queries
     sampler.sample()
     reply.update(_memory(sampler))
     return reply
@@ -141,6 +151,8 @@ def serve(engine_name: str, data_dir: str, options_json: str) -> int:
         traceback.print_exc()
         _reply(out, {"status": "unavailable", "detail": f"failed to start: {_short(exc)}"})
         return 0
+    sampler.pause()  # sampled again while this engine runs its queries' warm-ups
+    sampler.sample()
     _reply(
         out,
         {

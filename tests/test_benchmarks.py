@@ -86,6 +86,32 @@ def test_markdown_tables_parse_back() -> None:
 
 
 @pytest.mark.skipif(not tree_pss_available(), reason="needs /proc/<pid>/smaps_rollup (Linux)")
+def test_a_paused_memory_sampler_samples_only_when_asked() -> None:
+    # The benchmark pauses the sampler during timed runs: a sample costs CPU.
+    sampler = TreeSampler(interval_s=0.02).start()
+    sampler.pause()
+    base = sampler.sample()
+    assert base is not None
+    code = "import time; b = bytearray(64 * 2**20); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while data_pss_bytes(child.pid) < 64 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.2)  # ten intervals: a running sampler would have seen the child
+        assert (sampler.peak_bytes or 0) < base + 32 * 2**20
+        sampler.resume()
+        deadline = time.monotonic() + 5
+        while (sampler.peak_bytes or 0) < base + 64 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (sampler.peak_bytes or 0) >= base + 64 * 2**20
+    finally:
+        sampler.stop()
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not tree_pss_available(), reason="needs /proc/<pid>/smaps_rollup (Linux)")
 def test_memory_sampler_sees_children() -> None:
     code = "import time; b = bytearray(64 * 2**20); time.sleep(30)"
     child = subprocess.Popen([sys.executable, "-c", code])
