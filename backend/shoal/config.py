@@ -314,6 +314,17 @@ class Config:
             "all; 0: never."
         ),
     )
+    aggregate_key_filter: bool = field(
+        default=True,
+        metadata=_doc(
+            "An inner join of an aggregation with a side small enough to broadcast "
+            "(broadcast_join_threshold_bytes), on group keys: the aggregation's input is "
+            "reduced first to the rows whose keys the small side has (a semi join in the "
+            "input's tasks), so that only the groups the join keeps are aggregated and "
+            "shuffled. Exact: a group's rows all share its keys. Plain column keys, not "
+            "float."
+        ),
+    )
     aligned_joins: bool = field(
         default=True,
         metadata=_doc(

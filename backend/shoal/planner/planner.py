@@ -72,6 +72,7 @@ from shoal.planner import prefix, windows
 from shoal.planner.aligned import aligned_join, origin, task_scans
 from shoal.planner.context import OpenFragment as _Open
 from shoal.planner.copartition import co_located
+from shoal.planner.keyfilter import aggregate_side, reduced_input
 from shoal.planner.keyreduce import anti_by_keys
 from shoal.planner.partitioning import ScanSplit, split_scan, whole_split
 from shoal.planner.physical import (
@@ -502,6 +503,10 @@ class _Builder:
         if planned is not None and planned[0] is node:  # a join moved down: _moved_down
             op = planned[1]
             return replace(op, inputs=list(op.inputs))  # a copy: grown in place
+        if self.config.aggregate_key_filter:
+            reduced = self._key_filtered_aggregate(node)
+            if reduced is not None:
+                return reduced
         moves = self._moves(node) if self.config.aligned_joins and not self.trying else []
         if not moves:
             return self._join(node, self.visit(node.left), self.visit(node.right))
@@ -520,6 +525,45 @@ class _Builder:
         if moved is not None:
             return moved
         return self._join(node, self.visit(node.left), self.visit(node.right))
+
+    def _key_filtered_aggregate(self, node: Join) -> _Open | None:
+        """Inner join ``node`` of an aggregation on group keys with a side small enough to
+        broadcast, planned with the aggregation's input reduced first to the rows whose
+        keys that side has (:mod:`shoal.planner.keyfilter`); None where it does not apply
+        (the small side's planning undone)."""
+        threshold = self.config.broadcast_join_threshold_bytes
+        for is_left, projections, agg, keys in aggregate_side(node):
+            if any(id(n) in self.shared for n in (*projections, agg)):
+                continue
+            other, other_on = (node.right, node.right_on) if is_left else (node.left, node.left_on)
+            saved = self._checkpoint()
+            small = self.visit(other)
+            if small.num_tasks != 1 and not (threshold and small.est_bytes <= threshold):
+                self._rollback(saved)
+                continue
+            st = self.cut(small, SingleOutput(), name=f"{small.name}+broadcast")
+            x = self.visit(agg.input)
+            x.inputs.append(StageInputSpec(st.id, "all", st.fragment.schema))
+            x.wrap(
+                reduced_input(
+                    x.node,
+                    keys,
+                    StageInput(len(x.inputs) - 1, st.fragment.schema),
+                    other_on,
+                    node.nulls_equal,
+                )
+            )
+            x.name = f"{x.name}+key-filter"
+            out = self.aggregate(agg, planned=x)
+            for p in reversed(projections):
+                out.wrap(replace(p, input=out.node))
+            out.inputs.append(StageInputSpec(st.id, "all", st.fragment.schema))
+            read = StageInput(len(out.inputs) - 1, st.fragment.schema)
+            left, right = (out.node, read) if is_left else (read, out.node)
+            out.est_bytes += small.est_bytes
+            out.name = f"{out.name}+broadcast-join"
+            return out.wrap(replace(node, left=left, right=right))
+        return None
 
     @contextlib.contextmanager
     def _trial(self) -> Iterator[None]:
