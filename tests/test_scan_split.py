@@ -101,25 +101,24 @@ def _files_of(part: ScanPartition) -> list[str]:
     return list(dict.fromkeys(Path(p.path).name for p in part.pieces if p.rows))
 
 
-def test_eight_files_on_two_cpus_are_four_partitions_of_two_whole_files(
+def test_eight_files_on_two_cpus_are_two_partitions_of_four_whole_files(
     eight: list[Path],
 ) -> None:
-    """2 CPUs ask for 4 partitions: 2 whole files each (greedy packing gave 5, the fifth
-    one row group)."""
+    """2 CPUs ask for 2 partitions (one per CPU): 4 whole files each."""
     parts = _scan_parts(pl.scan_parquet(eight).select("k", "x"), 2)
     assert [_files_of(p) for p in parts] == [
-        [f"part-{i}.parquet", f"part-{i + 1}.parquet"] for i in range(0, 8, 2)
+        [f"part-{i + j}.parquet" for j in range(4)] for i in range(0, 8, 4)
     ]
-    assert [p.rows for p in parts] == [_rows(i) + _rows(i + 1) for i in range(0, 8, 2)]
+    assert [p.rows for p in parts] == [sum(_rows(i + j) for j in range(4)) for i in (0, 4)]
     assert all(pc.whole_file for p in parts for pc in p.pieces)
 
 
 @pytest.mark.parametrize("cpus", [3, 4, 5])
 def test_partitions_are_a_multiple_of_the_cpus_and_balanced(eight: list[Path], cpus: int) -> None:
-    """2 partitions per CPU, no partition more than a row group off an equal share of rows
+    """One partition per CPU, no partition more than a row group off an equal share of rows
     (the rows of each file and row group in order, each once)."""
     parts = _scan_parts(pl.scan_parquet(eight).select("k", "x", "f"), cpus)
-    assert len(parts) == 2 * cpus
+    assert len(parts) == cpus
     share = sum(map(_rows, range(8))) / len(parts)
     assert all(abs(p.rows - share) <= GROUP_ROWS for p in parts), [p.rows for p in parts]
     pieces = [pc for p in parts for pc in p.pieces]

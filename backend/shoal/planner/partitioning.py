@@ -84,7 +84,7 @@ def split_scan(
 
     Sizes are estimated in memory (Arrow) bytes: the larger of the Parquet footer's
     uncompressed size and rows x the scanned schema's row width. A scan big enough is cut
-    into at least ``min_partitions`` partitions (the planner asks for 2 per CPU) but never
+    into at least ``min_partitions`` partitions (the planner asks for one per CPU) but never
     below :data:`MIN_SPLIT_BYTES` each. An in-memory table splits into
     ``default_partitions`` row ranges when that is set.
 
@@ -203,7 +203,14 @@ def partition_count(total: int, target_bytes: int, min_partitions: int = 1, cpus
     :data:`OVER_TARGET` times ``target_bytes`` (a wave fewer, or the same waves in fewer
     tasks), else up where every partition keeps :data:`MIN_SPLIT_BYTES` (the same waves,
     each task smaller). A count of one stays one. ``total`` of 0 (no rows, or no columns
-    read) gives one partition."""
+    read) gives one partition.
+
+    The planner asks for one partition per CPU at least (``min_partitions`` = ``cpus``).
+    Two per CPU, asked before, cut TPC-H's medium scans at scale 1 on 2 CPUs into twice
+    the tasks of 10-40 ms each, where each task's fixed cost (Ray's dispatch, the task's
+    Polars query set up, its output) weighs: one per CPU ran the 22 queries 9 % faster
+    (3.78 s -> 3.45 s, medians of 5 interleaved runs), and the same at scale 10, whose
+    large scans are cut by ``target_bytes``."""
     if total <= 0:
         return 1
     need = max(1, math.ceil(total / max(1, target_bytes)))

@@ -165,7 +165,7 @@ class _Builder:
                 node,
                 self.config.target_partition_bytes,
                 self.config.default_partitions,
-                2 * self.cpus,
+                self.cpus,  # one task per CPU at least: see partitioning.partition_count
                 self.cpus,
             )
         return got
@@ -503,7 +503,16 @@ class _Builder:
         if planned is not None and planned[0] is node:  # a join moved down: _moved_down
             op = planned[1]
             return replace(op, inputs=list(op.inputs))  # a copy: grown in place
-        if self.config.aggregate_key_filter:
+        if self.config.aggregate_key_filter and aggregate_side(node):
+            # A join that runs in place (co-located, aligned) moves nothing: kept. Else
+            # the aggregation's input is reduced first where the other side is small.
+            saved = self._checkpoint()
+            left, right = self.visit(node.left), self.visit(node.right)
+            before = len(self.plan.stages)
+            out = self._join(node, left, right)
+            if len(self.plan.stages) == before:
+                return out
+            self._rollback(saved)
             reduced = self._key_filtered_aggregate(node)
             if reduced is not None:
                 return reduced
