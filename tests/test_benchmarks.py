@@ -7,12 +7,14 @@ that parses, not any timing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import polars as pl
@@ -85,6 +87,21 @@ def test_markdown_tables_parse_back() -> None:
         parse_markdown_tables("| a | b |\n|---|---|\n| 1 |\n")
 
 
+@contextlib.contextmanager
+def _child_holding_64_mib() -> Iterator[subprocess.Popen[bytes]]:
+    """A child process that holds 64 MiB of its own memory (waited for), killed after."""
+    code = "import time; b = bytearray(64 * 2**20); time.sleep(30)"
+    child = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 20
+        while data_pss_bytes(child.pid) < 64 * 2**20 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+
+
 @pytest.mark.skipif(not tree_pss_available(), reason="needs /proc/<pid>/smaps_rollup (Linux)")
 def test_a_paused_memory_sampler_samples_only_when_asked() -> None:
     # The benchmark pauses the sampler during timed runs: a sample costs CPU.
@@ -92,41 +109,27 @@ def test_a_paused_memory_sampler_samples_only_when_asked() -> None:
     sampler.pause()
     base = sampler.sample()
     assert base is not None
-    code = "import time; b = bytearray(64 * 2**20); time.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", code])
     try:
-        deadline = time.monotonic() + 20
-        while data_pss_bytes(child.pid) < 64 * 2**20 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        time.sleep(0.2)  # ten intervals: a running sampler would have seen the child
-        assert (sampler.peak_bytes or 0) < base + 32 * 2**20
-        sampler.resume()
-        deadline = time.monotonic() + 5
-        while (sampler.peak_bytes or 0) < base + 64 * 2**20 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert (sampler.peak_bytes or 0) >= base + 64 * 2**20
+        with _child_holding_64_mib():
+            time.sleep(0.2)  # ten intervals: a running sampler would have seen the child
+            assert (sampler.peak_bytes or 0) < base + 32 * 2**20
+            sampler.resume()
+            deadline = time.monotonic() + 5
+            while (sampler.peak_bytes or 0) < base + 64 * 2**20 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert (sampler.peak_bytes or 0) >= base + 64 * 2**20
     finally:
         sampler.stop()
-        child.kill()
-        child.wait()
 
 
 @pytest.mark.skipif(not tree_pss_available(), reason="needs /proc/<pid>/smaps_rollup (Linux)")
 def test_memory_sampler_sees_children() -> None:
-    code = "import time; b = bytearray(64 * 2**20); time.sleep(30)"
-    child = subprocess.Popen([sys.executable, "-c", code])
-    try:
-        deadline = time.monotonic() + 20
-        while data_pss_bytes(child.pid) < 64 * 2**20 and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with _child_holding_64_mib() as child:
         assert child.pid in process_tree(os.getpid())
         sampler = TreeSampler(interval_s=0.05).start()
         time.sleep(0.2)
         sampler.stop()
         assert sampler.peak_bytes is not None and sampler.peak_bytes >= 64 * 2**20
-    finally:
-        child.kill()
-        child.wait()
 
 
 def test_daft_rewrites_match_the_sql_they_edit() -> None:
