@@ -222,3 +222,25 @@ def test_explain_analyze_runs_it_as_collect_does(files: Path, lowered: list[int]
     assert lowered == []
     plain = shoal.explain(lf, config=LOCAL)  # nothing runs: no task to hand anything to
     assert HANDED_BACK not in plain and "small-query path: one task" in plain
+
+
+def test_a_shoal_user_function_is_lowered_and_runs_inside_its_task(lowered: list[int]) -> None:
+    # Polars would call the function on its own threads, outside the task: without the
+    # query's udf_batch_size, and a collect inside it would reach shoal again.
+    from shoal.config import get_config
+    from shoal.execution.scope import in_task
+
+    seen: list[tuple[int, int | None, bool]] = []
+
+    @shoal.udf(return_dtype=pl.Int64)
+    def batch_len(v: pl.Series) -> pl.Series:
+        seen.append((len(v), get_config().udf_batch_size, in_task()))
+        return pl.Series([len(v)] * len(v), dtype=pl.Int64)
+
+    lf = pl.LazyFrame({"v": list(range(40))}).shoal.with_udf(batch_len, "v", "n")  # type: ignore[attr-defined]
+    got = lf.collect(engine=DistEngine(runner="local", udf_batch_size=10, raise_on_fail=True))
+    assert got["n"].to_list() == [10] * 40
+    assert seen == [(10, 10, True)] * 4
+    assert lowered
+    report = last_query()
+    assert report is not None and HANDED_BACK not in report.physical.small_query

@@ -367,7 +367,9 @@ class Config:
             "answers it, without lowering it and optimising it again (2-3 ms per query at "
             "TPC-H scale 0.1). The task, its report and its trace are shoal's as before. "
             "Off: shoal's lowering runs it, as it runs every task of a distributed plan. "
-            "Frontends that cannot hand a query back (DuckDB, shoal's IR) always lower it."
+            "A query with a shoal user function is lowered (its function must run inside "
+            "the task), as are the queries of frontends that cannot hand a query back "
+            "(DuckDB, shoal's IR)."
         ),
     )
     small_query_where: SmallQueryWhere = field(

@@ -56,6 +56,12 @@ def no_scan(node: Scan) -> pl.LazyFrame:
     raise RuntimeError(f"scan without its partition: {node.label}")
 
 
+def runs_foreign_code(node: PlanNode) -> bool:
+    """Whether ``node`` holds a node that Polars does not run (one with a runner from
+    :func:`register_foreign`: a user function, DuckDB's SQL, a sink)."""
+    return any(type(n) in _FOREIGN for n in node.walk())
+
+
 def register_foreign(node_class: type[PlanNode], runner: ForeignRunner) -> None:
     """Make :func:`lower_plan` run nodes of ``node_class`` with ``runner`` (the kernel
     registers ``UdfProject``, ``SqlMap`` and ``Sink`` when it is imported; ``import

@@ -20,6 +20,7 @@ from shoal.errors import ConfigFrozenError
 from shoal.execution.kernel import TaskStats, frame_of
 from shoal.ir.nodes import PlanNode
 from shoal.ir.types import frame_to_arrow
+from shoal.lowering.plan import runs_foreign_code
 from shoal.planner.physical import NativeQuery, PhysicalPlan, plan_physical, plan_physical_many
 from shoal.runners.actor_pool import close_parked, make_pools, new_query_id, pool_udf
 from shoal.runners.dispatch import CancelToken, DispatchLoop
@@ -339,9 +340,15 @@ def _start(
 def _run_native(physical: PhysicalPlan, native: NativeQuery) -> None:
     """Give the one stage of ``physical`` the frontend's own query to run
     (``small_query_native``) when ``physical`` is a small query's plan (one stage of one
-    task, no actor pool), and say so on its ``small_query`` line."""
+    task) that runs only what the frontend's engine runs, and say so on its
+    ``small_query`` line. A plan with a shoal user function (or DuckDB's SQL, a sink) is
+    lowered: the frontend's engine would call the function on its own threads, outside
+    the task and its config (``udf_batch_size``, and queries the function starts would
+    reach shoal again)."""
     (stage, *more) = physical.stages
-    if more or stage.name != "small-query" or stage.num_tasks != 1 or pool_udf(stage):
+    if more or stage.name != "small-query" or stage.num_tasks != 1:
+        return
+    if runs_foreign_code(stage.fragment):
         return
     stage.native = native
     physical.small_query += f"; run as the frontend's own query by {native.engine}"
