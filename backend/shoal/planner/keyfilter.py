@@ -12,12 +12,11 @@ parts named "forest%" keep about one in fifty; Polars computes them all).
 
 Taken only where the rule is exact without more thought: plain column keys on both sides
 (projections that only select or rename columns between the join and the aggregation are
-seen through),
-each of the aggregation's side a group key computed as a plain column of its input, of a
-type whose join equality is its grouping equality (integers, decimals, strings, booleans,
-temporal types: not floats, whose NaN and -0.0 grouping and joining need not treat alike,
-nor nested types), an aggregation that no
-other part of the plan shares, and an unordered inner join. Null keys follow the join's
+seen through), each key of the aggregation's side a group key computed as a plain column
+of its input, of a type whose join equality is its grouping equality (integers, decimals,
+strings, booleans, temporal types: not floats, whose NaN and -0.0 grouping and joining
+need not treat alike, nor nested types), an aggregation that no other part of the plan
+shares, and an unordered inner join. Null keys follow the join's
 ``nulls_equal`` in both joins, so a null-keyed group is kept exactly when the join keeps
 it.
 """

@@ -503,14 +503,18 @@ class _Builder:
         if planned is not None and planned[0] is node:  # a join moved down: _moved_down
             op = planned[1]
             return replace(op, inputs=list(op.inputs))  # a copy: grown in place
-        if self.config.aggregate_key_filter and aggregate_side(node):
-            # A join that runs in place (co-located, aligned) moves nothing: kept. Else
-            # the aggregation's input is reduced first where the other side is small.
+        sides = aggregate_side(node) if self.config.aggregate_key_filter else []
+        if sides:
+            # Planned as written first: a join that runs in place (co-located, aligned)
+            # moves nothing and is kept, as is one whose other side is too big to
+            # broadcast (no join is moved down into an aggregation: see _moves). Else the
+            # aggregation's input is reduced to the other side's keys first.
             saved = self._checkpoint()
             left, right = self.visit(node.left), self.visit(node.right)
             before = len(self.plan.stages)
             out = self._join(node, left, right)
-            if len(self.plan.stages) == before:
+            small = [right if is_left else left for is_left, *_ in sides]
+            if len(self.plan.stages) == before or not any(map(self._broadcastable, small)):
                 return out
             self._rollback(saved)
             reduced = self._key_filtered_aggregate(node)
@@ -540,14 +544,13 @@ class _Builder:
         broadcast, planned with the aggregation's input reduced first to the rows whose
         keys that side has (:mod:`shoal.planner.keyfilter`); None where it does not apply
         (the small side's planning undone)."""
-        threshold = self.config.broadcast_join_threshold_bytes
         for is_left, projections, agg, keys in aggregate_side(node):
             if any(id(n) in self.shared for n in (*projections, agg)):
                 continue
             other, other_on = (node.right, node.right_on) if is_left else (node.left, node.left_on)
             saved = self._checkpoint()
             small = self.visit(other)
-            if small.num_tasks != 1 and not (threshold and small.est_bytes <= threshold):
+            if not self._broadcastable(small):
                 self._rollback(saved)
                 continue
             st = self.cut(small, SingleOutput(), name=f"{small.name}+broadcast")
@@ -573,6 +576,12 @@ class _Builder:
             out.name = f"{out.name}+broadcast-join"
             return out.wrap(replace(node, left=left, right=right))
         return None
+
+    def _broadcastable(self, op: _Open) -> bool:
+        """Whether ``op`` may be broadcast to a join's other side: one partition, or an
+        estimate within ``broadcast_join_threshold_bytes``."""
+        threshold = self.config.broadcast_join_threshold_bytes
+        return op.num_tasks == 1 or bool(threshold and op.est_bytes <= threshold)
 
     @contextlib.contextmanager
     def _trial(self) -> Iterator[None]:
@@ -680,17 +689,9 @@ class _Builder:
         if reduced is not None:
             return reduced
         candidates = []
-        if can_right and (
-            right.num_tasks == 1
-            or node.how == "cross"
-            or (threshold and right.est_bytes <= threshold)
-        ):
+        if can_right and (node.how == "cross" or self._broadcastable(right)):
             candidates.append((right.est_bytes, True))
-        if can_left and (
-            left.num_tasks == 1
-            or node.how == "cross"
-            or (threshold and left.est_bytes <= threshold)
-        ):
+        if can_left and (node.how == "cross" or self._broadcastable(left)):
             candidates.append((left.est_bytes, False))
         if candidates:
             _, build_right = min(candidates)
